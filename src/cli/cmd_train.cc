@@ -1,0 +1,34 @@
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/signals.h"
+#include "train/progress.h"
+#include "train/trainer.h"
+
+namespace bks::cli {
+
+Runner add_train(CLI::App& app, const std::string& command_line) {
+  auto* cmd = app.add_subcommand("train", "Train a network from a Caffe solver prototxt");
+  auto opt = std::make_shared<TrainOptions>();
+  opt->command_line = command_line;
+  cmd->add_option("--solver", opt->solver, "Solver prototxt")->required();
+  auto* w = cmd->add_option("--weights", opt->weights, "Initial weights (.safetensors or .caffemodel)");
+  cmd->add_option("--snapshot", opt->snapshot, "Resume from this .solverstate")->excludes(w);
+  cmd->add_option("--out", opt->out_dir, "Run directory (default runs/<net>-<UTC time>)");
+  cmd->add_option("--threads", opt->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu", opt->gpu, "GPU id (needs a CUDA build)");
+  return [opt] {
+    if (opt->gpu >= 0) input_error("--gpu {}: this build of bakusoku has no CUDA backend", opt->gpu);
+    install_interrupt_handler();
+    TrainResult r = train(*opt);
+    std::string acc;
+    for (auto& [k, v] : r.last_test) acc += fmt::format("  {} {:.4f}", k, v);
+    fmt::print("{} iterations in {} ({:.1f} s training): {:.0f} images/s{}\n", r.trained_iterations,
+               format_duration(r.wall_s), r.train_s, r.images_per_s, acc.empty() ? "" : "\nFinal test:" + acc);
+    fmt::print("Run directory: {}\n", r.run_dir);
+    return r.interrupted ? 130 : 0;
+  };
+}
+
+}  // namespace bks::cli

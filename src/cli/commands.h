@@ -1,0 +1,18 @@
+// The verbs of the `bakusoku` command line, each in its own file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace bks::cli {
+
+// Each add_* registers a subcommand and returns the function that runs it (exit code).
+using Runner = std::function<int()>;
+Runner add_train(CLI::App& app, const std::string& command_line);
+Runner add_test(CLI::App& app);
+Runner add_time(CLI::App& app);
+Runner add_device_query(CLI::App& app);
+
+}  // namespace bks::cli

@@ -1,0 +1,59 @@
+// bakusoku: train, test, time and inspect Caffe networks.
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted.
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+
+  CLI::App app{"bakusoku (爆速): train, profile and deploy Caffe networks, fast"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("bakusoku ") + BKS_VERSION);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "Log chosen kernels and per-layer details");
+  std::vector<std::pair<CLI::App*, bks::cli::Runner>> verbs;
+  auto add = [&](const char* name, auto adder) {
+    size_t before = app.get_subcommands({}).size();
+    auto run = adder(app);
+    verbs.emplace_back(app.get_subcommands({})[before], std::move(run));
+    (void)name;
+  };
+  add("train", [&](CLI::App& a) { return bks::cli::add_train(a, command_line); });
+  add("test", bks::cli::add_test);
+  add("time", bks::cli::add_time);
+  add("device_query", bks::cli::add_device_query);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "bakusoku: %s (see bakusoku --help)\n", e.what());
+    return 2;
+  }
+  if (verbose) bks::log::set_level(bks::log::Level::debug);
+  try {
+    for (auto& [cmd, run] : verbs)
+      if (cmd->parsed()) return run();
+  } catch (const bks::InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const bks::RuntimeError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}

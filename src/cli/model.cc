@@ -1,0 +1,28 @@
+#include "cli/model.h"
+
+#include <algorithm>
+
+#include "formats/caffe_net.h"
+
+namespace bks::cli {
+
+Phase parse_phase(const std::string& phase) {
+  std::string p = phase;
+  std::transform(p.begin(), p.end(), p.begin(), ::toupper);
+  if (p == "TRAIN") return proto::TRAIN;
+  if (p == "TEST") return proto::TEST;
+  input_error("--phase must be TRAIN or TEST, got '{}'", phase);
+}
+
+std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads, uint64_t seed) {
+  auto m = std::make_unique<LoadedModel>();
+  NetLoad nl = load_net_file(model);
+  proto::NetState st = nl.param.state();
+  st.set_phase(phase);
+  m->backend = std::make_unique<CpuBackend>(threads);
+  m->net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, m->store, *m->backend, seed,
+                                 nl.param.force_backward());
+  return m;
+}
+
+}  // namespace bks::cli

@@ -1,0 +1,117 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace bks {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f64: return 8;
+    case DType::f32: case DType::s32: return 4;
+    case DType::bf16: case DType::f16: return 2;
+    case DType::u8: case DType::s8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::u8: return "U8";
+    case DType::s8: return "I8";
+    case DType::s32: return "I32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+  }
+  return "?";
+}
+
+std::string Device::str() const { return kind == DeviceKind::cpu ? "cpu" : fmt::format("cuda:{}", index); }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+int64_t shape_count(const Shape& s, int begin, int end) {
+  int64_t n = 1;
+  for (int i = begin; i < end; ++i) n *= s.at(i);
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  return fmt::format("({})", fmt::join(s, ","));
+}
+
+int canonical_axis(int axis, int ndim, const char* what) {
+  int a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim) input_error("{} {} is out of range for a {}-d blob", what, axis, ndim);
+  return a;
+}
+
+Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
+  BKS_CHECK(dev.kind == DeviceKind::cpu, "device {} storage needs the CUDA backend", dev.str());
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  ptr_ = std::aligned_alloc(64, rounded);
+  if (!ptr_) throw std::bad_alloc();
+  std::memset(ptr_, 0, rounded);
+}
+
+Storage::~Storage() { std::free(ptr_); }
+
+Tensor::Tensor(Shape shape, DType dtype, Device dev) : shape_(std::move(shape)), dtype_(dtype) {
+  storage_ = std::make_shared<Storage>(bytes(), dev);
+}
+
+void Tensor::reshape(const Shape& shape) {
+  Device dev = device();
+  shape_ = shape;
+  if (!storage_ || offset_ + bytes() > storage_->bytes()) {
+    storage_ = std::make_shared<Storage>(bytes(), dev);
+    offset_ = 0;
+  }
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  BKS_CHECK(shape_numel(shape) == numel(), "view {} of {}", shape_str(shape), shape_str(shape_));
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+void Tensor::alias_of(const Tensor& other, const Shape& shape) {
+  BKS_CHECK(shape_numel(shape) <= other.numel(), "alias {} of {}", shape_str(shape), shape_str(other.shape_));
+  storage_ = other.storage_;
+  offset_ = other.offset_;
+  dtype_ = other.dtype_;
+  shape_ = shape;
+}
+
+void Tensor::zero() {
+  if (storage_) std::memset(raw(), 0, bytes());
+}
+
+void Tensor::fill(float v) {
+  BKS_CHECK(dtype_ == DType::f32, "fill on {}", dtype_name(dtype_));
+  std::fill_n(f32(), numel(), v);
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  BKS_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy {} {} into {} {}", shape_str(src.shape()),
+            dtype_name(src.dtype()), shape_str(shape_), dtype_name(dtype_));
+  if (raw() != src.raw()) std::memcpy(raw(), src.raw(), bytes());
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(shape_, dtype_, device());
+  t.copy_from(*this);
+  return t;
+}
+
+}  // namespace bks

@@ -1,0 +1,96 @@
+// Tensor: a typed, shaped view of a device buffer.
+//
+// A tensor knows its dtype and device. Storage is shared between tensors that alias (in-place
+// ops, reshape views). Buffers are 64-byte aligned so vendor kernels can use aligned loads.
+// reshape() keeps the buffer when it is large enough, so steady-state steps do not allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace bks {
+
+enum class DType : uint8_t { f32, f64, u8, s8, s32, bf16, f16 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+  bool operator==(const Device&) const = default;
+  std::string str() const;
+};
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);
+// Product of dims [begin, end).
+int64_t shape_count(const Shape& s, int begin, int end);
+// Caffe's axis convention: negative counts from the end. Throws InputError when out of range.
+int canonical_axis(int axis, int ndim, const char* what);
+
+class Storage {
+ public:
+  Storage(size_t bytes, Device dev);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return dev_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Device dev_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates a zero-filled tensor.
+  explicit Tensor(Shape shape, DType dtype = DType::f32, Device dev = {});
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? i + ndim() : i); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device{}; }
+
+  void* raw() { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
+  const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data()) + offset_ : nullptr; }
+  template <class T> T* data() { return static_cast<T*>(raw()); }
+  template <class T> const T* data() const { return static_cast<const T*>(raw()); }
+  float* f32() { return data<float>(); }
+  const float* f32() const { return data<float>(); }
+
+  // Changes the shape; reallocates only when the buffer is too small (contents then zeroed).
+  void reshape(const Shape& shape);
+  // Same buffer, new shape of equal element count.
+  Tensor view(const Shape& shape) const;
+  // Shares this tensor's buffer (in-place ops) with its own shape.
+  void alias_of(const Tensor& other, const Shape& shape);
+  bool shares_storage(const Tensor& o) const { return storage_ && storage_ == o.storage_; }
+
+  void zero();
+  void fill(float v);
+  void copy_from(const Tensor& src);  // same numel and dtype
+  Tensor clone() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace bks

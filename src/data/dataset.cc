@@ -1,0 +1,113 @@
+#include "data/dataset.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace bks {
+
+const DatasetField* Dataset::field(const std::string& name) const {
+  for (auto& f : fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+FileKind detect_file_kind(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return FileKind::missing;
+  if (std::filesystem::is_directory(path, ec)) return FileKind::directory;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char h[8] = {0};
+  in.read(reinterpret_cast<char*>(h), 8);
+  auto got = in.gcount();
+  if (got >= 2 && h[0] == 0x1f && h[1] == 0x8b) return FileKind::gzip;
+  if (got >= 8 && h[0] == 0x89 && h[1] == 'H' && h[2] == 'D' && h[3] == 'F') return FileKind::hdf5;
+  if (got >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4) return FileKind::idx;
+  bool printable = got > 0;
+  for (int i = 0; i < got; ++i) printable = printable && (h[i] == '\n' || h[i] == '\r' || h[i] == '\t' || (h[i] >= 32 && h[i] < 127));
+  return printable ? FileKind::text : FileKind::unknown;
+}
+
+namespace {
+std::mutex g_cache_mu;
+std::map<std::string, std::weak_ptr<const Dataset>> g_cache;
+
+std::shared_ptr<const Dataset> cached(const std::string& key, const std::function<std::shared_ptr<const Dataset>()>& load) {
+  std::lock_guard lk(g_cache_mu);
+  if (auto hit = g_cache[key].lock()) return hit;
+  auto ds = load();
+  g_cache[key] = ds;
+  return ds;
+}
+}  // namespace
+
+std::shared_ptr<const Dataset> open_dataset(const std::string& source) {
+  std::string key = std::filesystem::weakly_canonical(source).string();
+  return cached("data:" + key, [&]() -> std::shared_ptr<const Dataset> {
+    switch (detect_file_kind(source)) {
+      case FileKind::missing: input_error("{}: data source not found", source);
+      case FileKind::directory:
+        input_error("{}: is a directory; LMDB/LevelDB databases are not supported, use IDX or HDF5 files", source);
+      case FileKind::idx:
+      case FileKind::gzip: {
+        std::string labels = idx_labels_path(source);
+        if (labels == source) input_error("{}: cannot tell where its labels file is (name should contain 'images')", source);
+        double t0 = static_cast<double>(clock());
+        auto ds = read_idx_pair(source, labels);
+        log::info("Loaded {} samples of shape {} from {} ({:.1f} MB in memory, {:.2f} s)", ds->size,
+                  shape_str(ds->fields[0].sample_shape), source,
+                  ds->fields[0].bytes.size() / 1e6, (clock() - t0) / CLOCKS_PER_SEC);
+        return ds;
+      }
+      case FileKind::hdf5: return read_hdf5(source, {"data", "label"});
+      default: input_error("{}: unrecognised data file (expected IDX, gzip-compressed IDX or HDF5)", source);
+    }
+  });
+}
+
+std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, const std::vector<std::string>& fields) {
+  std::string key = std::filesystem::weakly_canonical(list_file).string();
+  for (auto& f : fields) key += "|" + f;
+  return cached("h5list:" + key, [&]() -> std::shared_ptr<const Dataset> {
+    std::ifstream in(list_file);
+    if (!in) input_error("{}: cannot open HDF5 file list", list_file);
+    std::vector<std::string> files;
+    std::string line;
+    auto dir = std::filesystem::path(list_file).parent_path();
+    while (std::getline(in, line)) {
+      auto b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+      if (b == std::string::npos) continue;
+      std::string f = line.substr(b, e - b + 1);
+      // Relative paths resolve against the current directory as in Caffe, then the list's folder.
+      if (!std::filesystem::exists(f) && std::filesystem::exists(dir / f)) f = (dir / f).string();
+      files.push_back(f);
+    }
+    if (files.empty()) input_error("{}: lists no HDF5 files", list_file);
+    std::shared_ptr<Dataset> all;
+    for (auto& f : files) {
+      if (detect_file_kind(f) != FileKind::hdf5) input_error("{}: listed file {} is not an HDF5 file", list_file, f);
+      auto part = read_hdf5(f, fields);
+      if (!all) {
+        all = part;
+        all->source = list_file;
+        continue;
+      }
+      for (size_t i = 0; i < fields.size(); ++i) {
+        if (part->fields[i].sample_shape != all->fields[i].sample_shape)
+          input_error("{}: dataset '{}' has sample shape {} in {} but {} before", list_file, fields[i],
+                      shape_str(part->fields[i].sample_shape), f, shape_str(all->fields[i].sample_shape));
+        auto& dst = all->fields[i].bytes;
+        dst.insert(dst.end(), part->fields[i].bytes.begin(), part->fields[i].bytes.end());
+      }
+      all->size += part->size;
+    }
+    return all;
+  });
+}
+
+}  // namespace bks

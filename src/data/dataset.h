@@ -1,0 +1,50 @@
+// Datasets decoded into memory once and shared by every layer that reads them.
+//
+// A dataset is a set of named fields with one entry per sample: images stay uint8 (IDX) so a
+// cached Fashion-MNIST costs 47 MB, not 188; HDF5 fields are float. The reader is chosen by
+// the file's content, not its name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bks {
+
+struct DatasetField {
+  std::string name;
+  Shape sample_shape;   // shape of one sample, e.g. (1, 28, 28); () for a scalar label
+  DType dtype = DType::u8;  // u8 or f32
+  std::vector<uint8_t> bytes;
+  int64_t sample_numel() const { return shape_numel(sample_shape); }
+  const uint8_t* u8(int64_t i) const { return bytes.data() + i * sample_numel(); }
+  const float* f32(int64_t i) const { return reinterpret_cast<const float*>(bytes.data()) + i * sample_numel(); }
+};
+
+struct Dataset {
+  std::string source;
+  std::string format;  // "idx", "hdf5"
+  int64_t size = 0;
+  std::vector<DatasetField> fields;
+  const DatasetField* field(const std::string& name) const;
+};
+
+enum class FileKind { missing, idx, gzip, hdf5, text, directory, unknown };
+FileKind detect_file_kind(const std::string& path);
+
+// Opens (or returns the cached) dataset for a Data layer's `source`: an IDX images file
+// (raw or gzip) with its labels file beside it, or an HDF5 file with 'data' and 'label'.
+std::shared_ptr<const Dataset> open_dataset(const std::string& source);
+// Opens the HDF5 files listed (one per line) in a text file, as Caffe's HDF5Data does, and
+// concatenates them. Only the named fields are read.
+std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, const std::vector<std::string>& fields);
+
+// Readers, exposed for tests.
+std::shared_ptr<Dataset> read_idx_pair(const std::string& images, const std::string& labels);
+std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<std::string>& fields);
+// Where the labels of an IDX images file live ("...images-idx3..." -> "...labels-idx1...").
+std::string idx_labels_path(const std::string& images);
+
+}  // namespace bks

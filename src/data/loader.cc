@@ -1,0 +1,118 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace bks {
+
+BatchLoader::BatchLoader(std::shared_ptr<const Dataset> ds, std::vector<int> fields, std::optional<Transform> transform,
+                         LoaderOptions opt)
+    : ds_(std::move(ds)), fields_(std::move(fields)), transform_(std::move(transform)), opt_(std::move(opt)) {
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const auto& f = ds_->fields[fields_[i]];
+    Shape s{opt_.batch};
+    Shape sample = (i == 0 && transform_) ? transform_->output_shape() : f.sample_shape;
+    s.insert(s.end(), sample.begin(), sample.end());
+    shapes_.push_back(s);
+  }
+  for (auto* b : {&front_, &back_})
+    for (auto& s : shapes_) b->t.emplace_back(s);
+  if (opt_.background) thread_ = std::thread([this] { worker(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<Shape> BatchLoader::output_shapes() const { return shapes_; }
+
+int64_t BatchLoader::sample_index(int64_t step, int64_t i) const {
+  int64_t n = ds_->size;
+  int64_t g = step * opt_.batch + i + opt_.skip;
+  if (!opt_.shuffle) return g % n;
+  int64_t epoch = g / n;
+  std::lock_guard lk(perm_mu_);
+  if (epoch != perm_epoch_) {
+    perm_.resize(static_cast<size_t>(n));
+    std::iota(perm_.begin(), perm_.end(), 0);
+    Rng rng = Rng::derive(opt_.seed, opt_.name + ".shuffle." + std::to_string(epoch));
+    std::shuffle(perm_.begin(), perm_.end(), rng.engine());
+    perm_epoch_ = epoch;
+  }
+  return perm_[static_cast<size_t>(g % n)];
+}
+
+void BatchLoader::build(int64_t step, Buffers& b) const {
+  for (size_t fi = 0; fi < fields_.size(); ++fi) {
+    const auto& f = ds_->fields[fields_[fi]];
+    float* dst = b.t[fi].f32();
+    int64_t per = shape_numel(shapes_[fi]) / opt_.batch;
+    for (int64_t i = 0; i < opt_.batch; ++i) {
+      int64_t idx = sample_index(step, i);
+      float* out = dst + i * per;
+      if (fi == 0 && transform_) {
+        std::optional<Rng> rng;
+        if (transform_->needs_rng())
+          rng = Rng::derive(opt_.seed, opt_.name + ".transform." + std::to_string(step * opt_.batch + i));
+        Rng* r = rng ? &*rng : nullptr;
+        if (f.dtype == DType::u8) transform_->apply_u8(f.u8(idx), out, r);
+        else transform_->apply_f32(f.f32(idx), out, r);
+      } else if (f.dtype == DType::u8) {
+        const uint8_t* s = f.u8(idx);
+        for (int64_t k = 0; k < per; ++k) out[k] = s[k];
+      } else {
+        std::memcpy(out, f.f32(idx), static_cast<size_t>(per) * sizeof(float));
+      }
+    }
+  }
+  b.step = step;
+}
+
+void BatchLoader::worker() {
+  std::unique_lock lk(mu_);
+  while (true) {
+    cv_.wait(lk, [&] { return stop_ || want_ >= 0; });
+    if (stop_) return;
+    int64_t s = want_;
+    want_ = -1;
+    busy_ = true;
+    lk.unlock();
+    build(s, back_);
+    lk.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void BatchLoader::load(int64_t step, const std::vector<Tensor*>& out) {
+  Buffers* src = nullptr;
+  if (opt_.background) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return !busy_ && want_ < 0; });
+    if (back_.step == step) {
+      std::swap(front_, back_);
+      src = &front_;
+    }
+  }
+  if (!src) {
+    build(step, front_);
+    src = &front_;
+  }
+  for (size_t i = 0; i < out.size() && i < src->t.size(); ++i) {
+    if (!out[i]) continue;
+    std::memcpy(out[i]->raw(), src->t[i].raw(), std::min(out[i]->bytes(), src->t[i].bytes()));
+  }
+  if (opt_.background) {
+    std::lock_guard lk(mu_);
+    want_ = step + 1;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace bks

@@ -1,0 +1,36 @@
+// Caffe's transform_param applied while a batch is assembled: optional crop (random in
+// TRAIN, centre in TEST), optional mirror (random, TRAIN only), then (x - mean) * scale.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "caffe.pb.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace bks {
+
+class Transform {
+ public:
+  // `sample_shape` is (C, H, W) of the stored samples. Reads mean_file now.
+  Transform(const proto::TransformationParameter& p, const Shape& sample_shape, bool train, const std::string& where);
+  // Shape of one transformed sample.
+  Shape output_shape() const { return {c_, oh_, ow_}; }
+  // Transforms one sample (uint8 or float source) into `dst`. `rng` decides crop and mirror.
+  // `rng` may be null when needs_rng() is false.
+  void apply_u8(const uint8_t* src, float* dst, Rng* rng) const;
+  void apply_f32(const float* src, float* dst, Rng* rng) const;
+  bool needs_rng() const { return mirror_ || (train_ && (oh_ != h_ || ow_ != w_)); }
+  bool identity() const { return identity_; }
+
+ private:
+  template <class T> void apply(const T* src, float* dst, Rng* rng) const;
+  int64_t c_, h_, w_, oh_, ow_;
+  float scale_;
+  bool mirror_, train_, identity_;
+  std::vector<float> mean_;  // per channel (size c) or full image (size c*h*w), or empty
+  bool mean_per_pixel_ = false;
+};
+
+}  // namespace bks

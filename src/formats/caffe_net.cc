@@ -1,0 +1,155 @@
+#include "formats/caffe_net.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "formats/prototxt.h"
+
+namespace bks {
+namespace {
+
+bool rule_met(const proto::NetStateRule& rule, const proto::NetState& state) {
+  if (rule.has_phase() && rule.phase() != state.phase()) return false;
+  if (rule.has_min_level() && state.level() < rule.min_level()) return false;
+  if (rule.has_max_level() && state.level() > rule.max_level()) return false;
+  auto has_stage = [&](const std::string& s) {
+    return std::find(state.stage().begin(), state.stage().end(), s) != state.stage().end();
+  };
+  for (auto& s : rule.stage())
+    if (!has_stage(s)) return false;
+  for (auto& s : rule.not_stage())
+    if (has_stage(s)) return false;
+  return true;
+}
+
+// Caffe's deprecated net-level `input:` fields become an Input layer.
+void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, int>& latest) {
+  const auto& p = net.param;
+  if (p.input_size() == 0) {
+    if (p.input_shape_size() || p.input_dim_size())
+      input_error("{}: input_shape/input_dim given without 'input' names", net.source);
+    return;
+  }
+  Node n;
+  n.name = "input";
+  n.type = "Input";
+  n.where = net.source;
+  n.param.set_name(n.name);
+  n.param.set_type(n.type);
+  auto* ip = n.param.mutable_input_param();
+  if (p.input_shape_size() > 0) {
+    if (p.input_shape_size() != p.input_size())
+      input_error("{}: {} 'input' names but {} 'input_shape' entries", net.source, p.input_size(), p.input_shape_size());
+    for (auto& s : p.input_shape()) *ip->add_shape() = s;
+  } else {
+    if (p.input_dim_size() != 4 * p.input_size())
+      input_error("{}: 'input_dim' needs 4 values per input ({} inputs, {} values)", net.source, p.input_size(),
+                  p.input_dim_size());
+    for (int i = 0; i < p.input_size(); ++i) {
+      auto* s = ip->add_shape();
+      for (int k = 0; k < 4; ++k) s->add_dim(p.input_dim(4 * i + k));
+    }
+  }
+  int id = static_cast<int>(g.nodes.size());
+  for (auto& name : p.input()) {
+    n.param.add_top(name);
+    int v = g.add_value(name);
+    g.values[v].producer = id;
+    n.outputs.push_back(v);
+    latest[name] = v;
+  }
+  g.nodes.push_back(std::move(n));
+}
+
+}  // namespace
+
+bool layer_included(const proto::LayerParameter& layer, const proto::NetState& state) {
+  if (layer.include_size() > 0) {
+    return std::any_of(layer.include().begin(), layer.include().end(),
+                       [&](const auto& r) { return rule_met(r, state); });
+  }
+  return std::none_of(layer.exclude().begin(), layer.exclude().end(),
+                      [&](const auto& r) { return rule_met(r, state); });
+}
+
+NetLoad load_net_file(const std::string& path) {
+  NetLoad net;
+  net.source = path;
+  read_prototxt(path, net.param, &net.layer_lines);
+  resolve_data_paths(net.param, std::filesystem::path(path).parent_path().string());
+  return net;
+}
+
+std::string resolve_path(const std::string& path, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  if (path.empty() || fs::path(path).is_absolute() || fs::exists(path)) return path;
+  fs::path alt = fs::path(base_dir) / path;
+  return fs::exists(alt) ? alt.string() : path;
+}
+
+void resolve_data_paths(proto::NetParameter& net, const std::string& dir) {
+  for (auto& l : *net.mutable_layer()) {
+    if (l.has_data_param() && l.data_param().has_source())
+      l.mutable_data_param()->set_source(resolve_path(l.data_param().source(), dir));
+    if (l.has_hdf5_data_param() && l.hdf5_data_param().has_source())
+      l.mutable_hdf5_data_param()->set_source(resolve_path(l.hdf5_data_param().source(), dir));
+    if (l.has_transform_param() && l.transform_param().has_mean_file())
+      l.mutable_transform_param()->set_mean_file(resolve_path(l.transform_param().mean_file(), dir));
+  }
+}
+
+Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
+  Graph g;
+  g.name = net.param.name();
+  g.source = net.source;
+  std::map<std::string, int> latest;  // blob name -> current value
+  std::set<std::string> layer_names;
+  add_net_level_inputs(net, g, latest);
+
+  for (int li = 0; li < net.param.layer_size(); ++li) {
+    const auto& lp = net.param.layer(li);
+    std::string where = fmt::format("{}:{}", net.source, li < static_cast<int>(net.layer_lines.size()) ? net.layer_lines[li] : 0);
+    if (!layer_included(lp, state)) continue;
+    if (lp.type().empty()) input_error("{}: layer '{}' has no 'type'", where, lp.name());
+    Node n;
+    n.name = lp.name().empty() ? fmt::format("{}_{}", lp.type(), li) : lp.name();
+    if (!layer_names.insert(n.name).second)
+      input_error("{}: layer name '{}' is used twice", where, n.name);
+    n.type = lp.type();
+    n.where = where;
+    n.param = lp;
+    int id = static_cast<int>(g.nodes.size());
+    for (auto& b : lp.bottom()) {
+      auto it = latest.find(b);
+      if (it == latest.end())
+        input_error("{}: layer '{}' ({}): bottom '{}' is not produced by any earlier layer in this phase", where,
+                    n.name, n.type, b);
+      n.inputs.push_back(it->second);
+      g.values[it->second].consumers.push_back(id);
+    }
+    for (auto& t : lp.top()) {
+      bool in_place = std::find(lp.bottom().begin(), lp.bottom().end(), t) != lp.bottom().end();
+      if (!in_place && latest.count(t))
+        input_error("{}: layer '{}' ({}): top '{}' is already produced by another layer", where, n.name, n.type, t);
+      int v = g.add_value(t);
+      g.values[v].producer = id;
+      n.outputs.push_back(v);
+      latest[t] = v;
+    }
+    if (lp.propagate_down_size() > 0 && lp.propagate_down_size() != lp.bottom_size())
+      input_error("{}: layer '{}': propagate_down has {} entries for {} bottoms", where, n.name,
+                  lp.propagate_down_size(), lp.bottom_size());
+    for (int i = 0; i < lp.bottom_size(); ++i)
+      n.propagate_down.push_back(lp.propagate_down_size() ? lp.propagate_down(i) : true);
+    if (lp.loss_weight_size() > 0 && lp.loss_weight_size() != lp.top_size())
+      input_error("{}: layer '{}': loss_weight has {} entries for {} tops", where, n.name, lp.loss_weight_size(),
+                  lp.top_size());
+    g.nodes.push_back(std::move(n));
+  }
+  if (g.nodes.empty()) input_error("{}: no layers in phase {}", net.source, proto::Phase_Name(state.phase()));
+  return g;
+}
+
+}  // namespace bks

@@ -1,0 +1,34 @@
+// Caffe NetParameter -> Graph: phase/stage/level filtering, in-place blobs, the deprecated
+// net-level inputs. Shapes are inferred later, by the runtime, from each op's schema.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "caffe.pb.h"
+#include "graph/graph.h"
+
+namespace bks {
+
+struct NetLoad {
+  proto::NetParameter param;
+  std::vector<int> layer_lines;  // line of each layer in the source file
+  std::string source;
+};
+
+NetLoad load_net_file(const std::string& path);
+
+// Builds the graph of the layers that Caffe would instantiate in `state`.
+Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state);
+
+// Data sources and mean files given as relative paths that do not exist from the current
+// directory are looked up beside the prototxt (Caffe resolves them from the current
+// directory only).
+void resolve_data_paths(proto::NetParameter& net, const std::string& prototxt_dir);
+// A path as given if it exists, else relative to `base_dir` if that exists, else as given.
+std::string resolve_path(const std::string& path, const std::string& base_dir);
+
+// Caffe's rule: does a layer with these include/exclude rules run in `state`?
+bool layer_included(const proto::LayerParameter& layer, const proto::NetState& state);
+
+}  // namespace bks

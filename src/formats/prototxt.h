@@ -1,0 +1,27 @@
+// Reading protobuf text and binary files against bakusoku's Caffe schema, with errors that
+// name the file, line and column (protobuf's own parser does the parsing).
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <map>
+#include <string>
+
+namespace bks {
+
+// Parses `path` as text format into `msg`. Throws InputError "path:line:col: what" on a
+// syntax error or an unknown field. `layer_lines`, when given, receives the line of each
+// element of the repeated field `layer` (for error messages about layers).
+void read_prototxt(const std::string& path, google::protobuf::Message& msg,
+                   std::vector<int>* layer_lines = nullptr);
+void parse_prototxt_string(const std::string& text, const std::string& name,
+                           google::protobuf::Message& msg, std::vector<int>* layer_lines = nullptr);
+
+// Reads a binary protobuf file (Caffe's .binaryproto / .caffemodel).
+void read_binary_proto(const std::string& path, google::protobuf::Message& msg);
+
+std::string read_file(const std::string& path, const char* what);
+// Writes atomically: temporary file, fsync, rename.
+void write_file_atomic(const std::string& path, const std::string& data);
+
+}  // namespace bks

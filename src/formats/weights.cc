@@ -1,0 +1,70 @@
+#include "formats/weights.h"
+
+#include <cstring>
+
+#include "caffe.pb.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "formats/prototxt.h"
+#include "formats/safetensors.h"
+
+namespace bks {
+namespace {
+
+TensorFile read_caffemodel(const std::string& path) {
+  proto::NetParameter net;
+  read_binary_proto(path, net);
+  TensorFile tf;
+  for (auto& layer : net.layer())
+    for (int i = 0; i < layer.blobs_size(); ++i) {
+      const auto& b = layer.blobs(i);
+      Shape s;
+      if (b.has_shape()) s.assign(b.shape().dim().begin(), b.shape().dim().end());
+      else s = {b.num(), b.channels(), b.height(), b.width()};
+      Tensor t(s);
+      if (b.data_size() == t.numel()) std::memcpy(t.f32(), b.data().data(), t.bytes());
+      else if (b.double_data_size() == t.numel())
+        for (int64_t k = 0; k < t.numel(); ++k) t.f32()[k] = static_cast<float>(b.double_data(static_cast<int>(k)));
+      else input_error("{}: layer '{}' blob {} holds {} values for shape {}", path, layer.name(), i, b.data_size(), shape_str(s));
+      tf.tensors.emplace_back(fmt::format("{}.{}", layer.name(), i), std::move(t));
+    }
+  return tf;
+}
+
+}  // namespace
+
+void save_weights(const std::string& path, const ParamStore& store) {
+  std::vector<std::pair<std::string, const Tensor*>> list;
+  for (auto& p : store.all()) list.emplace_back(p.key, &p.data);
+  save_safetensors(path, list, {{"format", "bakusoku-weights"}});
+}
+
+int load_weights(const std::string& path, ParamStore& store) {
+  FileKind kind = detect_file_kind(path);
+  if (kind == FileKind::missing) input_error("{}: weights file not found", path);
+  TensorFile tf;
+  bool caffemodel = path.size() > 11 && path.substr(path.size() - 11) == ".caffemodel";
+  tf = caffemodel ? read_caffemodel(path) : load_safetensors(path);
+  int loaded = 0;
+  for (auto& p : store.all()) {
+    const Tensor* t = tf.find(p.key);
+    if (!t) {
+      log::warn("{}: no tensor '{}'; keeping its initial values", path, p.key);
+      continue;
+    }
+    if (t->dtype() != DType::f32)
+      input_error("{}: tensor '{}' is {}, expected F32", path, p.key, dtype_name(t->dtype()));
+    if (t->shape() != p.data.shape() && t->numel() == p.data.numel() && caffemodel) {
+      p.data.copy_from(*t);  // old caffemodels store 4-d shapes for 1-d/2-d blobs
+    } else if (t->shape() != p.data.shape()) {
+      input_error("{}: tensor '{}' has shape {} but the net expects {}", path, p.key, shape_str(t->shape()),
+                  shape_str(p.data.shape()));
+    } else {
+      p.data.copy_from(*t);
+    }
+    ++loaded;
+  }
+  return loaded;
+}
+
+}  // namespace bks

@@ -1,0 +1,63 @@
+// The graph IR every front end produces and every executor and pass consumes.
+//
+// Values are in SSA form: each is produced by exactly one node (or is a graph input). Caffe's
+// in-place layers (bottom == top) become a new value with the same blob name; the runtime
+// decides whether the two share a buffer. A value read by several nodes has its gradients
+// summed by the executor, which is what Caffe's automatically inserted Split layers did.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "caffe.pb.h"
+#include "core/tensor.h"
+
+namespace bks {
+
+using proto::Phase;
+
+struct Value {
+  std::string name;       // blob name as written in the prototxt
+  Shape shape;            // filled by shape inference
+  int producer = -1;      // node index, -1 for none
+  std::vector<int> consumers;
+};
+
+// One learnable blob of a node, as Caffe's ParamSpec describes it.
+struct ParamRef {
+  std::string key;        // name in the parameter store and in weight files: "<layer>.<index>"
+  std::string share_name; // ParamSpec.name: nodes naming the same share one blob
+  float lr_mult = 1.f;
+  float decay_mult = 1.f;
+};
+
+struct Node {
+  std::string name;
+  std::string type;
+  std::string where;  // "file:line" of the layer's definition, for error messages
+  proto::LayerParameter param;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::vector<float> loss_weight;     // one per output; 0 when the output is not a loss
+  std::vector<bool> propagate_down;   // one per input
+  std::vector<ParamRef> params;       // filled when the op declares its blobs
+};
+
+struct Graph {
+  std::string name;
+  std::string source;  // the file it came from
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+
+  int add_value(const std::string& name);
+  // Values nobody consumes: Caffe's "net outputs" (loss, accuracy, ...).
+  std::vector<int> outputs() const;
+  // Latest value carrying this blob name, or -1.
+  int find_value(const std::string& name) const;
+  const Node* find_node(const std::string& name) const;
+  // Error prefix for a node: "file:line: layer 'name' (Type)".
+  std::string describe(int node) const;
+};
+
+}  // namespace bks

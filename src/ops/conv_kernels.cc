@@ -1,0 +1,137 @@
+#include "ops/conv_kernels.h"
+
+#include <fmt/format.h>
+
+namespace bks {
+
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - (d * (k - 1) + 1)) / s + 1;
+}
+
+void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
+                      const std::function<void(const std::string&)>& fail) {
+  auto two = [&](const google::protobuf::RepeatedField<uint32_t>& v, bool has_h, uint32_t hv, bool has_w,
+                 uint32_t wv, int64_t dflt, const char* field, int64_t& outh, int64_t& outw) {
+    if (has_h || has_w) {
+      if (v.size() > 0) fail(fmt::format("give either {0} or {0}_h/{0}_w, not both", field));
+      if (!(has_h && has_w)) fail(fmt::format("{0}_h and {0}_w must be given together", field));
+      outh = hv;
+      outw = wv;
+      return;
+    }
+    if (v.size() == 0) {
+      outh = outw = dflt;
+    } else if (v.size() == 1) {
+      outh = outw = v[0];
+    } else if (v.size() == 2) {
+      outh = v[0];
+      outw = v[1];
+    } else {
+      fail(fmt::format("{} has {} values; only 2-d convolution is supported", field, v.size()));
+    }
+  };
+  two(p.kernel_size(), p.has_kernel_h(), p.kernel_h(), p.has_kernel_w(), p.kernel_w(), 0, "kernel_size", g.kh, g.kw);
+  if (g.kh <= 0 || g.kw <= 0) fail("kernel_size (or kernel_h/kernel_w) must be given and positive");
+  two(p.stride(), p.has_stride_h(), p.stride_h(), p.has_stride_w(), p.stride_w(), 1, "stride", g.sh, g.sw);
+  if (g.sh <= 0 || g.sw <= 0) fail("stride must be positive");
+  two(p.pad(), p.has_pad_h(), p.pad_h(), p.has_pad_w(), p.pad_w(), 0, "pad", g.ph, g.pw);
+  two(p.dilation(), false, 0, false, 0, 1, "dilation", g.dh, g.dw);
+  if (g.dh <= 0 || g.dw <= 0) fail("dilation must be positive");
+  g.group = p.group();
+  if (g.group <= 0) fail("group must be positive");
+  if (p.axis() != 1) fail("convolution over axis other than 1 is not supported");
+}
+
+void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training) {
+  bias_ = bias;
+  memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.oc, g.oh, g.ow};
+  memory::dims wei = g.group > 1 ? memory::dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw}
+                                 : memory::dims{g.oc, g.c, g.kh, g.kw};
+  tag wtag = g.group > 1 ? tag::goihw : tag::oihw;
+  memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw};
+  // Right/bottom padding so oneDNN's output size equals Caffe's (floor) rule.
+  memory::dims pr{(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph,
+                  (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw};
+  memory::desc src_any(src, dt::f32, tag::any), dst_any(dst, dt::f32, tag::any), wei_any(wei, dt::f32, tag::any);
+  memory::desc bias_md({g.oc}, dt::f32, tag::a);
+  memory::desc src_user(src, dt::f32, tag::nchw), dst_user(dst, dt::f32, tag::nchw), wei_user(wei, dt::f32, wtag);
+
+  auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  auto fdesc = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                      bias_md, dst_any, strides, dil, pl, pr)
+                    : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                      dst_any, strides, dil, pl, pr);
+  dnnl::convolution_forward::primitive_desc fpd(fdesc, eng);
+  fwd_ = dnnl::convolution_forward(fpd);
+  f_src_.init(eng, src_user, fpd.src_desc());
+  f_wei_.init(eng, wei_user, fpd.weights_desc());
+  f_dst_.init(eng, dst_user, fpd.dst_desc());
+  if (bias) f_bias_.init(eng, bias_md, fpd.bias_desc());
+  name_ = fpd.impl_info_str();
+  has_bwd_ = training;
+  if (!training) return;
+
+  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, wei_any, dst_any, strides,
+                                           dil, pl, pr);
+  dnnl::convolution_backward_data::primitive_desc bdpd(bd, eng, fpd);
+  bwd_data_ = dnnl::convolution_backward_data(bdpd);
+  d_ddst_.init(eng, dst_user, bdpd.diff_dst_desc());
+  d_wei_.init(eng, wei_user, bdpd.weights_desc());
+  d_dsrc_.init(eng, src_user, bdpd.diff_src_desc());
+
+  auto wdesc = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                              bias_md, dst_any, strides, dil, pl, pr)
+                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                              dst_any, strides, dil, pl, pr);
+  dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, eng, fpd);
+  bwd_wei_ = dnnl::convolution_backward_weights(wpd);
+  w_src_.init(eng, src_user, wpd.src_desc());
+  w_ddst_.init(eng, dst_user, wpd.diff_dst_desc());
+  w_dwei_.init(eng, wei_user, wpd.diff_weights_desc());
+  if (bias) w_dbias_.init(eng, bias_md, wpd.diff_bias_desc());
+  w_dbias_bytes_ = static_cast<size_t>(g.oc);
+  name_ += fmt::format(" / bwd_data {} / bwd_weights {}", bdpd.impl_info_str(), wpd.impl_info_str());
+}
+
+void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst) {
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f_src_.read(s, src)},
+                                       {DNNL_ARG_WEIGHTS, f_wei_.read(s, wei)},
+                                       {DNNL_ARG_DST, f_dst_.write(dst)}};
+  if (bias_) args[DNNL_ARG_BIAS] = f_bias_.read(s, bias);
+  fwd_.execute(s, args);
+  f_dst_.commit(s);
+  s.wait();
+}
+
+void ConvKernels::backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src) {
+  bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, d_ddst_.read(s, diff_dst)},
+                        {DNNL_ARG_WEIGHTS, d_wei_.read(s, wei)},
+                        {DNNL_ARG_DIFF_SRC, d_dsrc_.write(diff_src)}});
+  d_dsrc_.commit(s);
+  s.wait();
+}
+
+void ConvKernels::backward_weights(dnnl::stream& s, const float* src, const float* diff_dst, float* diff_wei,
+                                   float* diff_bias) {
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, w_src_.read(s, src)},
+                                       {DNNL_ARG_DIFF_DST, w_ddst_.read(s, diff_dst)},
+                                       {DNNL_ARG_DIFF_WEIGHTS, w_dwei_.write(diff_wei)}};
+  // oneDNN computes the bias gradient with the weights; when it is not wanted it goes to a
+  // scratch buffer.
+  if (bias_) {
+    if (!diff_bias) {
+      scratch_bias_.resize(w_dbias_bytes_);
+      diff_bias = scratch_bias_.data();
+    }
+    args[DNNL_ARG_DIFF_BIAS] = w_dbias_.write(diff_bias);
+  }
+  bwd_wei_.execute(s, args);
+  w_dwei_.commit(s);
+  if (bias_) w_dbias_.commit(s);
+  s.wait();
+}
+
+}  // namespace bks

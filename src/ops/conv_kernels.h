@@ -1,0 +1,54 @@
+// 2-D convolution kernels (oneDNN) shared by Convolution and Deconvolution, which is the
+// same arithmetic with forward and backward-data swapped.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "caffe.pb.h"
+#include "ops/dnnl_util.h"
+
+namespace bks {
+
+struct ConvGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;      // source
+  int64_t oc = 0, oh = 0, ow = 0;           // destination
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t group = 1;
+};
+
+// Reads kernel/stride/pad/dilation from Caffe's ConvolutionParameter (2-d only).
+// `fail` reports an error in the layer's terms.
+void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
+                      const std::function<void(const std::string&)>& fail);
+// Caffe's output size: (in + 2 pad - dilated kernel) / stride + 1.
+int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);
+
+class ConvKernels {
+ public:
+  // g describes the convolution from src (c channels) to dst (oc channels).
+  void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
+  void forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst);
+  void backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src);
+  // diff_bias may be null.
+  void backward_weights(dnnl::stream& s, const float* src, const float* diff_dst, float* diff_wei, float* diff_bias);
+  std::string name() const { return name_; }
+
+ private:
+  std::string name_;
+  bool bias_ = false;
+  dnnl::convolution_forward fwd_;
+  dnnl::convolution_backward_data bwd_data_;
+  dnnl::convolution_backward_weights bwd_wei_;
+  DnnlOperand f_src_, f_wei_, f_dst_, f_bias_;
+  DnnlOperand d_ddst_, d_wei_, d_dsrc_;
+  DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
+  bool has_bwd_ = false;
+  std::vector<float> scratch_bias_;
+  size_t w_dbias_bytes_ = 0;
+};
+
+}  // namespace bks

@@ -1,0 +1,53 @@
+#include "ops/dnnl_util.h"
+
+namespace bks {
+
+memory::dims to_dims(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+memory::format_tag plain_tag(int ndim) {
+  using tag = memory::format_tag;
+  switch (ndim) {
+    case 1: return tag::a;
+    case 2: return tag::ab;
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    case 5: return tag::abcde;
+    case 6: return tag::abcdef;
+  }
+  BKS_CHECK(false, "no plain layout for {}-d tensors", ndim);
+  return tag::undef;
+}
+
+memory::desc plain_md(const Shape& s, memory::data_type dt) {
+  return memory::desc(to_dims(s), dt, plain_tag(static_cast<int>(s.size())));
+}
+
+void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel) {
+  user_ = memory(user, eng, nullptr);
+  reorder_.reset();
+  back_.reset();
+  if (user == kernel) {
+    kernel_ = user_;
+    return;
+  }
+  kernel_ = memory(kernel, eng);
+  reorder_ = std::make_unique<dnnl::reorder>(user_, kernel_);
+  back_ = std::make_unique<dnnl::reorder>(kernel_, user_);
+}
+
+memory& DnnlOperand::read(dnnl::stream& s, const void* user) {
+  user_.set_data_handle(const_cast<void*>(user));
+  if (reorder_) reorder_->execute(s, user_, kernel_);
+  return kernel_;
+}
+
+memory& DnnlOperand::write(void* user) {
+  user_.set_data_handle(user);
+  return kernel_;
+}
+
+void DnnlOperand::commit(dnnl::stream& s) {
+  if (back_) back_->execute(s, kernel_, user_);
+}
+
+}  // namespace bks

@@ -1,0 +1,34 @@
+// Small helpers for calling oneDNN primitives on bakusoku tensors.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/tensor.h"
+
+namespace bks {
+
+using dnnl::memory;
+
+memory::dims to_dims(const Shape& s);
+// Plain row-major (NCHW-style) descriptor for a shape.
+memory::desc plain_md(const Shape& s, memory::data_type dt = memory::data_type::f32);
+memory::format_tag plain_tag(int ndim);
+
+// One operand of a primitive: the user's buffer is plain; the kernel may prefer a blocked
+// layout, in which case a reorder (built once, at prepare time) runs on each call.
+class DnnlOperand {
+ public:
+  void init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel);
+  bool reorders() const { return reorder_ != nullptr; }
+  // Input: memory holding the data in the kernel's layout (reordered from `user` if needed).
+  memory& read(dnnl::stream& s, const void* user);
+  // Output: memory the kernel writes into; call commit() after the primitive ran.
+  memory& write(void* user);
+  void commit(dnnl::stream& s);
+
+ private:
+  memory user_, kernel_;
+  std::unique_ptr<dnnl::reorder> reorder_, back_;
+};
+
+}  // namespace bks

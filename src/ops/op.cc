@@ -1,0 +1,53 @@
+#include "ops/op.h"
+
+#include <algorithm>
+
+namespace bks {
+
+Op::Op(const OpInit& init)
+    : name_(init.node.name), where_(init.where), phase_(init.phase), seed_(init.seed), backend_(init.backend) {}
+
+Op::~Op() = default;
+
+void Op::backward(OpCall&) { fail("has no backward pass"); }
+
+void Op::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
+  int n = static_cast<int>(s.size());
+  if (n < lo || n > hi) {
+    if (lo == hi) fail("{} must be {}-d, got {}", what, lo, shape_str(s));
+    fail("{} must have {} to {} axes, got {}", what, lo, hi, shape_str(s));
+  }
+}
+
+OpRegistry& OpRegistry::get() {
+  static OpRegistry r;
+  return r;
+}
+
+void OpRegistry::add(const std::string& type, DeviceKind dev, OpFactory f) {
+  entries_.emplace_back(type, dev, std::move(f));
+}
+
+bool OpRegistry::has(const std::string& type) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](auto& e) { return std::get<0>(e) == type; });
+}
+
+std::vector<std::string> OpRegistry::types() const {
+  std::vector<std::string> t;
+  for (auto& e : entries_) t.push_back(std::get<0>(e));
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  return t;
+}
+
+std::unique_ptr<Op> OpRegistry::create(const OpInit& init) const {
+  DeviceKind dev = init.backend.device().kind;
+  for (auto& [type, d, f] : entries_)
+    if (type == init.node.type && d == dev) return f(init);
+  if (has(init.node.type))
+    input_error("{}: layer '{}': type {} has no kernel for {}", init.where, init.node.name, init.node.type,
+                init.backend.device().str());
+  input_error("{}: layer '{}': unknown layer type '{}'", init.where, init.node.name, init.node.type);
+}
+
+}  // namespace bks

@@ -1,0 +1,133 @@
+// The op contract. One op = a schema (arity, shape inference, declared parameter blobs,
+// which inputs take gradients) plus forward and backward kernels for a backend.
+//
+// Lifecycle: constructed once per node; infer() whenever input shapes change; prepare()
+// after infer() to build kernels (oneDNN primitives are created there, never per step);
+// forward()/backward() every step. Kernels overwrite their outputs and gradients; summing
+// gradients of shared values and shared parameters is the executor's job.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "graph/graph.h"
+#include "runtime/backend.h"
+
+namespace bks {
+
+struct ParamDecl {
+  Shape shape;
+  proto::FillerParameter filler;
+  // Blobs the op updates itself (BatchNorm statistics) take no gradient and no solver step.
+  bool learnable = true;
+};
+
+struct OpInit {
+  const Node& node;
+  std::string where;  // error prefix naming file, line, layer
+  Phase phase;
+  uint64_t seed;      // run seed; ops derive their own streams from it
+  Backend& backend;
+};
+
+struct OpCall {
+  // Which batch this is: data layers read batch `step`, random ops derive their stream from
+  // it, so a run resumed at step k sees exactly what an uninterrupted run saw.
+  int64_t step = 0;
+  std::vector<const Tensor*> in;
+  std::vector<Tensor*> out;
+  std::vector<Tensor*> params;
+  // Backward only. A null entry means that gradient is not needed.
+  std::vector<const Tensor*> out_grad;
+  std::vector<Tensor*> in_grad;
+  std::vector<Tensor*> param_grad;
+};
+
+class Op {
+ public:
+  explicit Op(const OpInit& init);
+  virtual ~Op();
+
+  // Arity: [min, max] inputs and outputs; -1 for unbounded.
+  virtual int min_inputs() const = 0;
+  virtual int max_inputs() const { return min_inputs(); }
+  virtual int min_outputs() const { return 1; }
+  virtual int max_outputs() const { return min_outputs(); }
+
+  // Output shapes from input shapes. Throws InputError (via fail()) on bad shapes.
+  virtual void infer(const std::vector<Shape>& in, std::vector<Shape>& out) = 0;
+  // The parameter blobs in Caffe's order (weights 0, bias 1, ...), given the input shapes.
+  virtual std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) { return {}; }
+  // Builds kernels for the shapes last given to infer().
+  virtual void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) {}
+
+  virtual void forward(OpCall& c) = 0;
+  virtual void backward(OpCall& c);
+  virtual bool has_backward() const { return true; }
+  virtual bool can_propagate_to(int input) const { return true; }
+  // Output may share the input's buffer (Caffe's in-place layers).
+  virtual bool allows_inplace() const { return false; }
+  // Backward reads the op's own output (so nothing may overwrite it in place).
+  virtual bool backward_reads_output() const { return false; }
+  // Backward reads the op's inputs (so an in-place successor may not overwrite them).
+  virtual bool backward_reads_input() const { return true; }
+  virtual float default_loss_weight() const { return 0.f; }
+  // The op's output is a reshaped view of its input (Flatten, Reshape): no data moves when
+  // the runtime lets them share a buffer.
+  virtual bool output_is_view() const { return false; }
+  // Outputs are filled from outside the graph (Input layer): never overwritten in place.
+  virtual bool is_external_input() const { return false; }
+  // Data layers: samples in their dataset (for epochs); 0 for every other op.
+  virtual int64_t dataset_size() const { return 0; }
+  // Which implementation runs (logged with --verbose; never a silent slow path).
+  virtual std::string kernel_name() const { return "reference"; }
+
+  const std::string& name() const { return name_; }
+  const std::string& where() const { return where_; }
+  Phase phase() const { return phase_; }
+
+ protected:
+  template <class... A>
+  [[noreturn]] void fail(fmt::format_string<A...> f, A&&... a) const {
+    throw InputError(where_ + ": " + fmt::format(f, std::forward<A>(a)...));
+  }
+  void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
+
+  std::string name_;
+  std::string where_;
+  Phase phase_;
+  uint64_t seed_;
+  Backend& backend_;
+};
+
+using OpFactory = std::function<std::unique_ptr<Op>(const OpInit&)>;
+
+class OpRegistry {
+ public:
+  static OpRegistry& get();
+  void add(const std::string& type, DeviceKind dev, OpFactory f);
+  // Throws InputError naming the node's file and line when the type is unknown.
+  std::unique_ptr<Op> create(const OpInit& init) const;
+  bool has(const std::string& type) const;
+  std::vector<std::string> types() const;
+
+ private:
+  std::vector<std::tuple<std::string, DeviceKind, OpFactory>> entries_;
+};
+
+struct OpRegistrar {
+  OpRegistrar(const char* type, DeviceKind dev, OpFactory f) { OpRegistry::get().add(type, dev, std::move(f)); }
+};
+
+#define BKS_REGISTER_OP_IMPL2(type, cls, line) \
+  static ::bks::OpRegistrar bks_registrar_##line(  \
+      type, ::bks::DeviceKind::cpu, [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); })
+#define BKS_REGISTER_OP_IMPL(type, cls, line) BKS_REGISTER_OP_IMPL2(type, cls, line)
+// Registers a CPU kernel class for a Caffe layer type.
+#define BKS_REGISTER_OP(type, cls) BKS_REGISTER_OP_IMPL(type, cls, __LINE__)
+
+}  // namespace bks

@@ -1,0 +1,186 @@
+// Pooling (MAX, AVE) with Caffe's geometry: ceil rounding by default, global_pooling.
+// oneDNN runs every MAX pooling, and AVE pooling whenever its divisor rule coincides with
+// Caffe's (no padding, or no window reaching past the padded input); otherwise a reference
+// loop computes Caffe's exact averages.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/dnnl_util.h"
+#include "ops/op.h"
+
+namespace bks {
+namespace {
+
+class PoolingOp final : public Op {
+ public:
+  explicit PoolingOp(const OpInit& init) : Op(init), p_(init.node.param.pooling_param()) {
+    if (p_.pool() == proto::PoolingParameter::STOCHASTIC) fail("STOCHASTIC pooling is not supported");
+    global_ = p_.global_pooling();
+    if (global_) {
+      if (p_.has_kernel_size() || p_.has_kernel_h() || p_.has_kernel_w())
+        fail("global_pooling takes no kernel size");
+    } else if (p_.has_kernel_size()) {
+      if (p_.has_kernel_h() || p_.has_kernel_w()) fail("give kernel_size or kernel_h/kernel_w, not both");
+      kh_ = kw_ = p_.kernel_size();
+    } else if (p_.has_kernel_h() && p_.has_kernel_w()) {
+      kh_ = p_.kernel_h();
+      kw_ = p_.kernel_w();
+    } else {
+      fail("pooling_param needs kernel_size or kernel_h and kernel_w");
+    }
+    if (!global_ && (kh_ <= 0 || kw_ <= 0)) fail("kernel size must be positive");
+    if (p_.has_pad_h() || p_.has_pad_w()) {
+      ph_ = p_.pad_h();
+      pw_ = p_.pad_w();
+    } else {
+      ph_ = pw_ = p_.pad();
+    }
+    if (p_.has_stride_h() || p_.has_stride_w()) {
+      sh_ = p_.stride_h();
+      sw_ = p_.stride_w();
+    } else {
+      sh_ = sw_ = p_.stride();
+    }
+    if (sh_ <= 0 || sw_ <= 0) fail("stride must be positive");
+    if (global_ && (ph_ || pw_ || sh_ != 1 || sw_ != 1)) fail("global_pooling takes no pad and stride 1");
+    max_ = p_.pool() == proto::PoolingParameter::MAX;
+  }
+  int min_inputs() const override { return 1; }
+
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    expect_ndim(in[0], 4, 4, "bottom");
+    n_ = in[0][0];
+    c_ = in[0][1];
+    h_ = in[0][2];
+    w_ = in[0][3];
+    if (global_) {
+      kh_ = h_;
+      kw_ = w_;
+    }
+    if (ph_ >= kh_ || pw_ >= kw_) fail("pad must be smaller than the kernel");
+    oh_ = out_size(h_, kh_, sh_, ph_);
+    ow_ = out_size(w_, kw_, sw_, pw_);
+    if (oh_ <= 0 || ow_ <= 0) fail("kernel {}x{} does not fit the {}x{} input", kh_, kw_, h_, w_);
+    out[0] = {n_, c_, oh_, ow_};
+  }
+
+  void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
+    int64_t prh = (oh_ - 1) * sh_ + kh_ - h_ - ph_, prw = (ow_ - 1) * sw_ + kw_ - w_ - pw_;
+    bool overhang = prh > ph_ || prw > pw_;
+    dnnl::algorithm alg;
+    if (max_) {
+      alg = dnnl::algorithm::pooling_max;
+    } else if (ph_ == 0 && pw_ == 0) {
+      alg = dnnl::algorithm::pooling_avg_exclude_padding;
+    } else if (!overhang) {
+      alg = dnnl::algorithm::pooling_avg_include_padding;
+    } else {
+      use_dnnl_ = false;
+      name_ = "reference (Caffe AVE divisor with padding and ceil overhang)";
+      return;
+    }
+    use_dnnl_ = true;
+    auto& be = static_cast<CpuBackend&>(backend_);
+    auto src = plain_md({n_, c_, h_, w_}), dst = plain_md({n_, c_, oh_, ow_});
+    memory::dims strides{sh_, sw_}, kernel{kh_, kw_}, pl{ph_, pw_}, pr{std::max<int64_t>(prh, 0), std::max<int64_t>(prw, 0)};
+    bool training = phase_ == proto::TRAIN;
+    auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    dnnl::pooling_forward::primitive_desc fpd({prop, alg, src, dst, strides, kernel, pl, pr}, be.engine());
+    fwd_ = dnnl::pooling_forward(fpd);
+    src_m_ = memory(src, be.engine(), nullptr);
+    dst_m_ = memory(dst, be.engine(), nullptr);
+    if (training && max_) ws_ = memory(fpd.workspace_desc(), be.engine());
+    name_ = fpd.impl_info_str();
+    if (training) {
+      dnnl::pooling_backward::primitive_desc bpd({alg, src, dst, strides, kernel, pl, pr}, be.engine(), fpd);
+      bwd_ = dnnl::pooling_backward(bpd);
+    }
+  }
+
+  void forward(OpCall& c) override {
+    if (!use_dnnl_) return ave_forward(c.in[0]->f32(), c.out[0]->f32());
+    auto& s = static_cast<CpuBackend&>(backend_).stream();
+    src_m_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
+    dst_m_.set_data_handle(c.out[0]->f32());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_m_}};
+    if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
+    fwd_.execute(s, args);
+    s.wait();
+  }
+
+  void backward(OpCall& c) override {
+    if (!c.in_grad[0]) return;
+    if (!use_dnnl_) return ave_backward(c.out_grad[0]->f32(), c.in_grad[0]->f32());
+    if (phase_ != proto::TRAIN) fail("backward needs a TRAIN-phase net");
+    auto& s = static_cast<CpuBackend&>(backend_).stream();
+    dst_m_.set_data_handle(const_cast<float*>(c.out_grad[0]->f32()));
+    src_m_.set_data_handle(c.in_grad[0]->f32());
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, dst_m_}, {DNNL_ARG_DIFF_SRC, src_m_}};
+    if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
+    bwd_.execute(s, args);
+    s.wait();
+  }
+
+  std::string kernel_name() const override { return use_dnnl_ ? "oneDNN " + name_ : name_; }
+
+ private:
+  int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) const {
+    int64_t o;
+    if (p_.round_mode() == proto::PoolingParameter::CEIL)
+      o = static_cast<int64_t>(std::ceil(static_cast<double>(in + 2 * p - k) / s)) + 1;
+    else
+      o = (in + 2 * p - k) / s + 1;
+    // Caffe: the last window must start inside the input or its left padding.
+    if (p > 0 && (o - 1) * s >= in + p) --o;
+    return o;
+  }
+
+  // Caffe's average: the divisor counts padding but not the ceil overhang.
+  template <class F>
+  void for_windows(F&& f) const {
+#pragma omp parallel for
+    for (int64_t nc = 0; nc < n_ * c_; ++nc)
+      for (int64_t y = 0; y < oh_; ++y)
+        for (int64_t x = 0; x < ow_; ++x) {
+          int64_t hs = y * sh_ - ph_, ws = x * sw_ - pw_;
+          int64_t he = std::min(hs + kh_, h_ + ph_), we = std::min(ws + kw_, w_ + pw_);
+          float size = static_cast<float>((he - hs) * (we - ws));
+          f(nc, y * ow_ + x, std::max<int64_t>(hs, 0), std::min(he, h_), std::max<int64_t>(ws, 0), std::min(we, w_),
+            size);
+        }
+  }
+  void ave_forward(const float* x, float* y) const {
+    for_windows([&](int64_t nc, int64_t o, int64_t h0, int64_t h1, int64_t w0, int64_t w1, float size) {
+      const float* p = x + nc * h_ * w_;
+      float s = 0;
+      for (int64_t i = h0; i < h1; ++i)
+        for (int64_t j = w0; j < w1; ++j) s += p[i * w_ + j];
+      y[nc * oh_ * ow_ + o] = s / size;
+    });
+  }
+  void ave_backward(const float* dy, float* dx) const {
+    std::fill_n(dx, n_ * c_ * h_ * w_, 0.f);
+    // Windows of one (n, c) plane are visited by one thread, so the += below never races.
+    for_windows([&](int64_t nc, int64_t o, int64_t h0, int64_t h1, int64_t w0, int64_t w1, float size) {
+      float g = dy[nc * oh_ * ow_ + o] / size;
+      float* p = dx + nc * h_ * w_;
+      for (int64_t i = h0; i < h1; ++i)
+        for (int64_t j = w0; j < w1; ++j) p[i * w_ + j] += g;
+    });
+  }
+
+  proto::PoolingParameter p_;
+  bool global_ = false, max_ = true, use_dnnl_ = true;
+  int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0;
+  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
+  dnnl::pooling_forward fwd_;
+  dnnl::pooling_backward bwd_;
+  memory src_m_, dst_m_, ws_;
+  std::string name_;
+};
+
+}  // namespace
+
+BKS_REGISTER_OP("Pooling", PoolingOp);
+
+}  // namespace bks

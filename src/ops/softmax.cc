@@ -1,0 +1,155 @@
+// Softmax, and SoftmaxWithLoss (softmax + multinomial logistic loss, with ignore_label and
+// Caffe's normalisation modes).
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "ops/loss_util.h"
+#include "ops/op.h"
+
+namespace bks {
+namespace {
+
+// Softmax over `axis` of a tensor viewed as (outer, channels, inner).
+void softmax_forward(const float* x, float* y, int64_t outer, int64_t ch, int64_t inner) {
+#pragma omp parallel for if (outer * ch * inner > 32768)
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const float* px = x + o * ch * inner + i;
+      float* py = y + o * ch * inner + i;
+      float m = -FLT_MAX;
+      for (int64_t c = 0; c < ch; ++c) m = std::max(m, px[c * inner]);
+      float s = 0.f;
+      for (int64_t c = 0; c < ch; ++c) {
+        float e = std::exp(px[c * inner] - m);
+        py[c * inner] = e;
+        s += e;
+      }
+      float inv = 1.f / s;
+      for (int64_t c = 0; c < ch; ++c) py[c * inner] *= inv;
+    }
+  }
+}
+
+struct AxisSplit {
+  int64_t outer = 1, ch = 1, inner = 1;
+};
+
+AxisSplit split_at(const Shape& s, int axis) {
+  return {shape_count(s, 0, axis), s[axis], shape_count(s, axis + 1, static_cast<int>(s.size()))};
+}
+
+class SoftmaxOp final : public Op {
+ public:
+  explicit SoftmaxOp(const OpInit& i) : Op(i), axis_(i.node.param.softmax_param().axis()) {}
+  int min_inputs() const override { return 1; }
+  bool backward_reads_output() const override { return true; }
+  bool backward_reads_input() const override { return false; }
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    sp_ = split_at(in[0], canonical_axis(axis_, static_cast<int>(in[0].size()), "softmax_param.axis"));
+    out[0] = in[0];
+  }
+  void forward(OpCall& c) override { softmax_forward(c.in[0]->f32(), c.out[0]->f32(), sp_.outer, sp_.ch, sp_.inner); }
+  void backward(OpCall& c) override {
+    if (!c.in_grad[0]) return;
+    const float* y = c.out[0]->f32();
+    const float* dy = c.out_grad[0]->f32();
+    float* dx = c.in_grad[0]->f32();
+    for (int64_t o = 0; o < sp_.outer; ++o)
+      for (int64_t i = 0; i < sp_.inner; ++i) {
+        int64_t base = o * sp_.ch * sp_.inner + i;
+        float dot = 0.f;
+        for (int64_t k = 0; k < sp_.ch; ++k) dot += dy[base + k * sp_.inner] * y[base + k * sp_.inner];
+        for (int64_t k = 0; k < sp_.ch; ++k) {
+          int64_t j = base + k * sp_.inner;
+          dx[j] = y[j] * (dy[j] - dot);
+        }
+      }
+  }
+
+ private:
+  int axis_;
+  AxisSplit sp_;
+};
+
+class SoftmaxWithLossOp final : public Op {
+ public:
+  explicit SoftmaxWithLossOp(const OpInit& i)
+      : Op(i), axis_(i.node.param.softmax_param().axis()), mode_(loss_mode(i.node.param, proto::LossParameter::VALID)) {
+    if (i.node.param.loss_param().has_ignore_label()) {
+      has_ignore_ = true;
+      ignore_ = i.node.param.loss_param().ignore_label();
+    }
+  }
+  int min_inputs() const override { return 2; }
+  int max_outputs() const override { return 2; }
+  float default_loss_weight() const override { return 1.f; }
+  bool can_propagate_to(int input) const override { return input == 0; }
+
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    int axis = canonical_axis(axis_, static_cast<int>(in[0].size()), "softmax_param.axis");
+    sp_ = split_at(in[0], axis);
+    if (shape_numel(in[1]) != sp_.outer * sp_.inner)
+      fail("label count {} must equal prediction count {} (shapes {} and {})", shape_numel(in[1]),
+           sp_.outer * sp_.inner, shape_str(in[0]), shape_str(in[1]));
+    prob_.reshape(in[0]);
+    out[0] = {};
+    if (out.size() > 1) out[1] = in[0];
+  }
+
+  void forward(OpCall& c) override {
+    softmax_forward(c.in[0]->f32(), prob_.f32(), sp_.outer, sp_.ch, sp_.inner);
+    const float* p = prob_.f32();
+    const float* label = c.in[1]->f32();
+    double loss = 0;
+    int64_t valid = 0;
+    for (int64_t o = 0; o < sp_.outer; ++o)
+      for (int64_t i = 0; i < sp_.inner; ++i) {
+        int l = static_cast<int>(label[o * sp_.inner + i]);
+        if (has_ignore_ && l == ignore_) continue;
+        if (l < 0 || l >= sp_.ch)
+          runtime_error("{}: label {} is outside [0, {}) at item {}", where_, l, sp_.ch, o * sp_.inner + i);
+        loss -= std::log(std::max(p[(o * sp_.ch + l) * sp_.inner + i], FLT_MIN));
+        ++valid;
+      }
+    valid_ = valid;
+    c.out[0]->f32()[0] = static_cast<float>(loss / loss_normalizer(mode_, sp_.outer, sp_.inner, valid));
+    if (c.out.size() > 1) c.out[1]->copy_from(prob_);
+  }
+
+  void backward(OpCall& c) override {
+    if (!c.in_grad[0]) return;
+    float* dx = c.in_grad[0]->f32();
+    dx = static_cast<float*>(std::memcpy(dx, prob_.f32(), prob_.bytes()));
+    const float* label = c.in[1]->f32();
+    float scale = c.out_grad[0]->f32()[0] / loss_normalizer(mode_, sp_.outer, sp_.inner, valid_);
+    for (int64_t o = 0; o < sp_.outer; ++o)
+      for (int64_t i = 0; i < sp_.inner; ++i) {
+        int l = static_cast<int>(label[o * sp_.inner + i]);
+        if (has_ignore_ && l == ignore_) {
+          for (int64_t k = 0; k < sp_.ch; ++k) dx[(o * sp_.ch + k) * sp_.inner + i] = 0.f;
+          continue;
+        }
+        dx[(o * sp_.ch + l) * sp_.inner + i] -= 1.f;
+      }
+    int64_t n = prob_.numel();
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) dx[j] *= scale;
+  }
+
+ private:
+  int axis_;
+  proto::LossParameter::NormalizationMode mode_;
+  bool has_ignore_ = false;
+  int ignore_ = -1;
+  AxisSplit sp_;
+  Tensor prob_;
+  int64_t valid_ = 0;
+};
+
+}  // namespace
+
+BKS_REGISTER_OP("Softmax", SoftmaxOp);
+BKS_REGISTER_OP("SoftmaxWithLoss", SoftmaxWithLossOp);
+
+}  // namespace bks

@@ -1,0 +1,34 @@
+// A backend owns the device-side resources ops run on (engines, streams, handles).
+// Ops receive it explicitly; there is no global device mode.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/tensor.h"
+
+namespace bks {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// CPU: oneDNN engine and stream; threads are OpenMP's (oneDNN and our loops share them).
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads = 0);  // 0: all cores
+  Device device() const override { return {}; }
+  std::string describe() const override;
+  int threads() const { return threads_; }
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+ private:
+  int threads_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+};
+
+}  // namespace bks

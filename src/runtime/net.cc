@@ -1,0 +1,393 @@
+#include "runtime/net.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/log.h"
+#include "runtime/filler.h"
+
+namespace bks {
+namespace {
+
+void add_into(Tensor& dst, const Tensor& src) {
+  float* d = dst.f32();
+  const float* s = src.f32();
+  int64_t n = dst.numel();
+#pragma omp parallel for simd if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+
+}  // namespace
+
+Net::Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t seed, bool force_backward)
+    : graph_(std::move(graph)), phase_(phase), store_(store), backend_(backend) {
+  create_ops(seed);
+  infer_shapes();
+  bind_params(seed);
+  plan_gradients(force_backward);
+  plan_buffers();
+  prepare_kernels();
+  build_calls();
+}
+
+Net::~Net() = default;
+
+void Net::create_ops(uint64_t seed) {
+  auto& reg = OpRegistry::get();
+  for (int n = 0; n < static_cast<int>(graph_.nodes.size()); ++n) {
+    const Node& node = graph_.nodes[n];
+    OpInit init{node, graph_.describe(n), phase_, seed, backend_};
+    auto op = reg.create(init);
+    int ni = static_cast<int>(node.inputs.size()), no = static_cast<int>(node.outputs.size());
+    if (ni < op->min_inputs() || (op->max_inputs() >= 0 && ni > op->max_inputs()))
+      input_error("{}: takes {} bottom blob(s), got {}", init.where,
+                  op->min_inputs() == op->max_inputs() ? fmt::format("{}", op->min_inputs())
+                  : op->max_inputs() < 0 ? fmt::format("at least {}", op->min_inputs())
+                                         : fmt::format("{} to {}", op->min_inputs(), op->max_inputs()),
+                  ni);
+    if (no < op->min_outputs() || (op->max_outputs() >= 0 && no > op->max_outputs()))
+      input_error("{}: produces {} top blob(s), got {}", init.where,
+                  op->min_outputs() == op->max_outputs() ? fmt::format("{}", op->min_outputs())
+                  : op->max_outputs() < 0 ? fmt::format("at least {}", op->min_outputs())
+                                          : fmt::format("{} to {}", op->min_outputs(), op->max_outputs()),
+                  no);
+    ops_.push_back(std::move(op));
+  }
+}
+
+void Net::infer_shapes() {
+  for (int n = 0; n < num_nodes(); ++n) {
+    const Node& node = graph_.nodes[n];
+    std::vector<Shape> in, out(node.outputs.size());
+    for (int v : node.inputs) in.push_back(graph_.values[v].shape);
+    ops_[n]->infer(in, out);
+    BKS_CHECK(out.size() == node.outputs.size(), "{} inferred {} outputs", node.name, out.size());
+    for (size_t j = 0; j < out.size(); ++j) graph_.values[node.outputs[j]].shape = out[j];
+  }
+}
+
+void Net::bind_params(uint64_t seed) {
+  node_params_.resize(num_nodes());
+  std::vector<bool> seen(0);
+  for (int n = 0; n < num_nodes(); ++n) {
+    Node& node = graph_.nodes[n];
+    std::vector<Shape> in;
+    for (int v : node.inputs) in.push_back(graph_.values[v].shape);
+    auto decls = ops_[n]->declare_params(in);
+    if (node.param.param_size() > static_cast<int>(decls.size()))
+      input_error("{}: {} 'param' specs given but the layer has {} parameter blob(s)", graph_.describe(n),
+                  node.param.param_size(), decls.size());
+    node.params.clear();
+    for (size_t i = 0; i < decls.size(); ++i) {
+      proto::ParamSpec spec = static_cast<int>(i) < node.param.param_size() ? node.param.param(i) : proto::ParamSpec();
+      ParamRef ref;
+      ref.key = fmt::format("{}.{}", node.name, i);
+      ref.share_name = spec.name();
+      ref.lr_mult = decls[i].learnable ? spec.lr_mult() : 0.f;
+      ref.decay_mult = decls[i].learnable ? spec.decay_mult() : 0.f;
+      int idx = ref.share_name.empty() ? -1 : store_.find_shared(ref.share_name);
+      if (idx < 0) idx = store_.find(ref.key);
+      if (idx >= 0) {
+        const Shape& have = store_.at(idx).data.shape();
+        if (have != decls[i].shape)
+          input_error("{}: parameter blob {} has shape {} but the shared/existing blob '{}' has {}", graph_.describe(n), i,
+                      shape_str(decls[i].shape), store_.at(idx).key, shape_str(have));
+      } else {
+        idx = store_.add(ref.key, ref.share_name, decls[i].shape, decls[i].learnable);
+        Param& p = store_.at(idx);
+        p.lr_mult = ref.lr_mult;
+        p.decay_mult = ref.decay_mult;
+        Rng rng = Rng::derive(seed, ref.key);
+        fill_tensor(p.data, decls[i].filler, rng, graph_.describe(n));
+      }
+      node.params.push_back(ref);
+      node_params_[n].push_back(idx);
+      if (std::find(param_indices_.begin(), param_indices_.end(), idx) == param_indices_.end())
+        param_indices_.push_back(idx);
+    }
+  }
+}
+
+void Net::plan_gradients(bool force_backward) {
+  int nv = static_cast<int>(graph_.values.size());
+  std::vector<bool> upstream(nv, false), contrib(nv, false);
+  loss_weight_.assign(nv, 0.f);
+  auto learnable = [&](int n) {
+    for (size_t i = 0; i < node_params_[n].size(); ++i)
+      if (store_.at(node_params_[n][i]).learnable && graph_.nodes[n].params[i].lr_mult != 0.f) return true;
+    return false;
+  };
+  for (int n = 0; n < num_nodes(); ++n) {
+    const Node& node = graph_.nodes[n];
+    bool up = learnable(n) || force_backward;
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      up = up || (upstream[node.inputs[i]] && ops_[n]->can_propagate_to(static_cast<int>(i)) && node.propagate_down[i]);
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      upstream[node.outputs[j]] = up && ops_[n]->has_backward();
+      float lw = static_cast<int>(j) < node.param.loss_weight_size() ? node.param.loss_weight(j)
+                 : j == 0 ? ops_[n]->default_loss_weight() : 0.f;
+      loss_weight_[node.outputs[j]] = lw;
+      contrib[node.outputs[j]] = lw != 0.f;
+    }
+  }
+  runs_backward_.assign(num_nodes(), false);
+  need_in_grad_.assign(num_nodes(), {});
+  for (int n = num_nodes() - 1; n >= 0; --n) {
+    const Node& node = graph_.nodes[n];
+    bool out_contrib = std::any_of(node.outputs.begin(), node.outputs.end(), [&](int v) { return contrib[v]; });
+    need_in_grad_[n].assign(node.inputs.size(), false);
+    bool any_in = false;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      bool need = out_contrib && ops_[n]->has_backward() && upstream[node.inputs[i]] &&
+                  ops_[n]->can_propagate_to(static_cast<int>(i)) && node.propagate_down[i];
+      need_in_grad_[n][i] = need;
+      any_in = any_in || need;
+    }
+    runs_backward_[n] = out_contrib && ops_[n]->has_backward() && (any_in || learnable(n));
+    if (!runs_backward_[n]) std::fill(need_in_grad_[n].begin(), need_in_grad_[n].end(), false);
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (need_in_grad_[n][i]) contrib[node.inputs[i]] = true;
+  }
+  // Which writes of a value's gradient come second (and so must be summed): the loss seed is
+  // written first, then consumers in reverse order.
+  accumulate_in_grad_.assign(num_nodes(), {});
+  std::vector<int> writers(nv, 0);
+  for (int v = 0; v < nv; ++v)
+    if (loss_weight_[v] != 0.f) writers[v] = 1;
+  for (int n = num_nodes() - 1; n >= 0; --n) {
+    const Node& node = graph_.nodes[n];
+    accumulate_in_grad_[n].assign(node.inputs.size(), false);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (!need_in_grad_[n][i]) continue;
+      accumulate_in_grad_[n][i] = writers[node.inputs[i]]++ > 0;
+    }
+  }
+  // A parameter's gradient is complete after the backward of the earliest node using it.
+  grad_ready_after_.assign(num_nodes(), {});
+  for (int idx : param_indices_) {
+    for (int n = 0; n < num_nodes(); ++n) {
+      auto& np = node_params_[n];
+      if (runs_backward_[n] && std::find(np.begin(), np.end(), idx) != np.end()) {
+        grad_ready_after_[n].push_back(idx);
+        break;
+      }
+    }
+  }
+  outputs_ = graph_.outputs();
+  // Values needing a gradient buffer: anything a running backward reads or writes.
+  grad_.assign(nv, Tensor());
+  data_.assign(nv, Tensor());
+  for (int n = 0; n < num_nodes(); ++n) {
+    if (!runs_backward_[n]) continue;
+    for (int v : graph_.nodes[n].outputs) grad_[v] = Tensor(Shape{0});
+    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
+      if (need_in_grad_[n][i]) grad_[graph_.nodes[n].inputs[i]] = Tensor(Shape{0});
+  }
+}
+
+bool Net::can_write_in_place(int n, int x) const {
+  const Op& op = *ops_[n];
+  if (!op.allows_inplace()) return false;
+  if (runs_backward_[n] && op.backward_reads_input()) return false;
+  int root = x;
+  while (data_alias_[root] >= 0) root = data_alias_[root];
+  for (int u = 0; u < static_cast<int>(graph_.values.size()); ++u) {
+    int r = u;
+    while (r >= 0 && data_alias_[r] >= 0) r = data_alias_[r];
+    if (r != root) continue;
+    const Value& val = graph_.values[u];
+    if (val.producer >= 0) {
+      const Op& prod = *ops_[val.producer];
+      if (prod.is_external_input()) return false;
+      if (prod.backward_reads_output() && runs_backward_[val.producer]) return false;
+    }
+    for (int c : val.consumers) {
+      if (c == n) continue;
+      // Another reader is fine only if it is itself a member of this buffer chain.
+      bool in_chain = false;
+      for (int o : graph_.nodes[c].outputs) {
+        int ro = o;
+        while (ro >= 0 && data_alias_[ro] >= 0) ro = data_alias_[ro];
+        in_chain = in_chain || (data_alias_[o] >= 0 && ro == root);
+      }
+      if (!in_chain) return false;
+    }
+  }
+  return true;
+}
+
+void Net::plan_buffers() {
+  int nv = static_cast<int>(graph_.values.size());
+  data_alias_.assign(nv, -1);
+  grad_alias_.assign(nv, -1);
+  for (int n = 0; n < num_nodes(); ++n) {
+    const Node& node = graph_.nodes[n];
+    if (node.inputs.empty() || node.outputs.empty()) continue;
+    int x = node.inputs[0], y = node.outputs[0];
+    bool alias = false;
+    if (ops_[n]->output_is_view() && node.inputs.size() == 1) {
+      alias = true;
+    } else if (graph_.values[x].name == graph_.values[y].name && can_write_in_place(n, x)) {
+      alias = true;
+    }
+    if (!alias) continue;
+    data_alias_[y] = x;
+    if (graph_.values[x].consumers.size() == 1 && need_in_grad_[n][0] && grad_[y].defined() &&
+        loss_weight_[x] == 0.f)
+      grad_alias_[y] = x;
+  }
+  for (int v = 0; v < nv; ++v) {
+    const Shape& s = graph_.values[v].shape;
+    if (data_alias_[v] >= 0)
+      data_[v].alias_of(data_[data_alias_[v]], s);
+    else
+      data_[v].reshape(s);
+    if (!grad_[v].defined()) continue;
+    if (grad_alias_[v] >= 0)
+      grad_[v].alias_of(grad_[grad_alias_[v]], s);
+    else
+      grad_[v].reshape(s);
+  }
+  scratch_.assign(0, Tensor());
+  for (int n = 0; n < num_nodes(); ++n)
+    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
+      if (accumulate_in_grad_[n][i]) scratch_.emplace_back(graph_.values[graph_.nodes[n].inputs[i]].shape);
+}
+
+void Net::prepare_kernels() {
+  for (int n = 0; n < num_nodes(); ++n) {
+    const Node& node = graph_.nodes[n];
+    std::vector<Shape> in, out;
+    for (int v : node.inputs) in.push_back(graph_.values[v].shape);
+    for (int v : node.outputs) out.push_back(graph_.values[v].shape);
+    ops_[n]->prepare(in, out);
+    log::debug("{}: {} -> {} [{}]{}", graph_.describe(n), in.empty() ? "" : shape_str(in[0]),
+               out.empty() ? "" : shape_str(out[0]), ops_[n]->kernel_name(),
+               (!node.outputs.empty() && data_alias_[node.outputs[0]] >= 0) ? " (in place)" : "");
+  }
+}
+
+void Net::build_calls() {
+  calls_.assign(num_nodes(), OpCall());
+  size_t scratch_i = 0;
+  for (int n = 0; n < num_nodes(); ++n) {
+    const Node& node = graph_.nodes[n];
+    OpCall& c = calls_[n];
+    for (int v : node.inputs) c.in.push_back(&data_[v]);
+    for (int v : node.outputs) c.out.push_back(&data_[v]);
+    for (int idx : node_params_[n]) c.params.push_back(&store_.at(idx).data);
+    for (int v : node.outputs) c.out_grad.push_back(grad_[v].defined() ? &grad_[v] : nullptr);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      Tensor* g = nullptr;
+      if (need_in_grad_[n][i]) g = accumulate_in_grad_[n][i] ? &scratch_[scratch_i++] : &grad_[node.inputs[i]];
+      c.in_grad.push_back(g);
+    }
+    c.param_grad.assign(node_params_[n].size(), nullptr);
+  }
+}
+
+void Net::reshape() {
+  infer_shapes();
+  for (int v = 0; v < static_cast<int>(graph_.values.size()); ++v) {
+    const Shape& s = graph_.values[v].shape;
+    if (data_alias_[v] >= 0) data_[v].alias_of(data_[data_alias_[v]], s);
+    else data_[v].reshape(s);
+    if (!grad_[v].defined()) continue;
+    if (grad_alias_[v] >= 0) grad_[v].alias_of(grad_[grad_alias_[v]], s);
+    else grad_[v].reshape(s);
+  }
+  size_t k = 0;
+  for (int n = 0; n < num_nodes(); ++n)
+    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
+      if (accumulate_in_grad_[n][i]) scratch_[k++].reshape(graph_.values[graph_.nodes[n].inputs[i]].shape);
+  prepare_kernels();
+}
+
+float Net::forward(int64_t step) {
+  for (int n = 0; n < num_nodes(); ++n) {
+    calls_[n].step = step;
+    double t0 = profiler_ ? now_us() : 0.0;
+    ops_[n]->forward(calls_[n]);
+    if (profiler_) profiler_->record(n, graph_.nodes[n].name, Profiler::Pass::forward, t0, now_us());
+  }
+  double loss = 0.0;
+  for (int v = 0; v < static_cast<int>(loss_weight_.size()); ++v) {
+    if (loss_weight_[v] == 0.f) continue;
+    const float* p = data_[v].f32();
+    double s = 0.0;
+    for (int64_t i = 0; i < data_[v].numel(); ++i) s += p[i];
+    loss += loss_weight_[v] * s;
+  }
+  return static_cast<float>(loss);
+}
+
+void Net::backward() {
+  for (int v = 0; v < static_cast<int>(loss_weight_.size()); ++v)
+    if (loss_weight_[v] != 0.f && grad_[v].defined()) grad_[v].fill(loss_weight_[v]);
+  size_t scratch_end = scratch_.size();
+  for (int n = num_nodes() - 1; n >= 0; --n) {
+    const Node& node = graph_.nodes[n];
+    OpCall& c = calls_[n];
+    if (!runs_backward_[n]) continue;
+    for (size_t i = 0; i < node_params_[n].size(); ++i) {
+      Param& p = store_.at(node_params_[n][i]);
+      if (!p.learnable || node.params[i].lr_mult == 0.f) {
+        c.param_grad[i] = nullptr;
+        continue;
+      }
+      if (p.grad_written && !p.scratch.defined()) p.scratch = Tensor(p.data.shape());
+      c.param_grad[i] = p.grad_written ? &p.scratch : &p.grad;
+    }
+    double t0 = profiler_ ? now_us() : 0.0;
+    ops_[n]->backward(c);
+    if (profiler_) profiler_->record(n, node.name, Profiler::Pass::backward, t0, now_us());
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (accumulate_in_grad_[n][i]) add_into(grad_[node.inputs[i]], *c.in_grad[i]);
+    for (size_t i = 0; i < node_params_[n].size(); ++i) {
+      if (!c.param_grad[i]) continue;
+      Param& p = store_.at(node_params_[n][i]);
+      if (c.param_grad[i] == &p.scratch) add_into(p.grad, p.scratch);
+      p.grad_written = true;
+    }
+    if (grad_ready_)
+      for (int idx : grad_ready_after_[n]) grad_ready_(idx);
+  }
+  (void)scratch_end;
+}
+
+Tensor& Net::value(const std::string& name) {
+  int v = graph_.find_value(name);
+  if (v < 0) input_error("{}: no blob named '{}'", graph_.source, name);
+  return data_[v];
+}
+
+std::vector<int> Net::inputs() const {
+  std::vector<int> in;
+  for (int n = 0; n < num_nodes(); ++n)
+    if (ops_[n]->is_external_input())
+      for (int v : graph_.nodes[n].outputs) in.push_back(v);
+  return in;
+}
+
+std::pair<int64_t, int64_t> Net::data_extent() const {
+  for (int n = 0; n < num_nodes(); ++n)
+    if (ops_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
+      return {data_[graph_.nodes[n].outputs[0]].dim(0), ops_[n]->dataset_size()};
+  return {0, 0};
+}
+
+std::string Net::describe() const {
+  std::string s;
+  for (int n = 0; n < num_nodes(); ++n) {
+    const Node& node = graph_.nodes[n];
+    std::vector<std::string> outs;
+    for (int v : node.outputs) outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
+    s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}\n", node.name, node.type, fmt::join(outs, ", "),
+                     ops_[n]->kernel_name(),
+                     (!node.outputs.empty() && data_alias_[node.outputs[0]] >= 0) ? " in-place" : "",
+                     runs_backward_[n] ? "" : " (no backward)");
+  }
+  return s;
+}
+
+}  // namespace bks

@@ -1,0 +1,91 @@
+// Net: executes a Graph for one phase on one backend.
+//
+// At construction it instantiates each node's op, infers shapes, creates or looks up the
+// parameter blobs, decides which values need gradients, which buffers can be shared
+// (in-place layers, views) and builds every kernel. forward() and backward() then run with
+// no allocation. Gradients are summed here, not in ops: a value read by several nodes, a
+// parameter shared by several layers, or accumulated over iter_size micro-batches.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "ops/op.h"
+#include "profile/profiler.h"
+#include "runtime/param_store.h"
+
+namespace bks {
+
+class Net {
+ public:
+  Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t seed, bool force_backward = false);
+  ~Net();
+
+  // Runs every node; returns the weighted sum of the loss outputs.
+  float forward(int64_t step = 0);
+  // Gradients of the loss with respect to every learnable parameter (summed into the store).
+  void backward();
+  // Re-infers shapes after an input was resized (Input layer tensors) and rebuilds kernels.
+  void reshape();
+
+  const Graph& graph() const { return graph_; }
+  Phase phase() const { return phase_; }
+  Tensor& value(int v) { return data_[v]; }
+  Tensor& value(const std::string& name);
+  Tensor& grad(int v) { return grad_[v]; }
+  bool has_grad(int v) const { return grad_[v].defined(); }
+  // Values nobody consumes (loss, accuracy, ...), in graph order.
+  const std::vector<int>& outputs() const { return outputs_; }
+  // Values produced by Input layers, to be filled by the caller.
+  std::vector<int> inputs() const;
+  float loss_weight(int v) const { return loss_weight_[v]; }
+  ParamStore& store() { return store_; }
+  // Store indices of the parameters this net's nodes use, each once, in graph order.
+  const std::vector<int>& param_indices() const { return param_indices_; }
+  Op& op(int node) { return *ops_[node]; }
+  int num_nodes() const { return static_cast<int>(ops_.size()); }
+  bool node_runs_backward(int node) const { return runs_backward_[node]; }
+
+  // Called with a store index once that parameter's gradient for this backward pass is
+  // complete (all its layers are done): the hook for overlapping allreduce with backward.
+  void set_grad_ready_hook(std::function<void(int)> hook) { grad_ready_ = std::move(hook); }
+  void set_profiler(Profiler* p) { profiler_ = p; }
+  // Batch size and dataset size of the net's first data layer ({0, 0} without one).
+  std::pair<int64_t, int64_t> data_extent() const;
+  // One line per node: shapes, kernel, in-place decisions.
+  std::string describe() const;
+
+ private:
+  void create_ops(uint64_t seed);
+  void infer_shapes();
+  void bind_params(uint64_t seed);
+  void plan_gradients(bool force_backward);
+  void plan_buffers();
+  void prepare_kernels();
+  void build_calls();
+  bool can_write_in_place(int node, int input) const;
+
+  Graph graph_;
+  Phase phase_;
+  ParamStore& store_;
+  Backend& backend_;
+  std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<Tensor> data_, grad_, scratch_;
+  std::vector<float> loss_weight_;
+  std::vector<int> outputs_;
+  std::vector<int> param_indices_;
+  std::vector<std::vector<int>> node_params_;       // store index per node param slot
+  std::vector<bool> runs_backward_;
+  std::vector<std::vector<bool>> need_in_grad_;     // per node, per input
+  std::vector<std::vector<bool>> accumulate_in_grad_;  // write into scratch, then add
+  std::vector<std::vector<int>> grad_ready_after_;  // per node: params complete after its backward
+  std::vector<int> data_alias_, grad_alias_;        // per value: value whose buffer it shares, or -1
+  std::vector<OpCall> calls_;
+  std::function<void(int)> grad_ready_;
+  Profiler* profiler_ = nullptr;
+};
+
+}  // namespace bks

@@ -1,0 +1,358 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <random>
+
+#include "core/log.h"
+#include "core/signals.h"
+#include "core/sysinfo.h"
+#include "formats/caffe_net.h"
+#include "formats/prototxt.h"
+#include "formats/safetensors.h"
+#include "formats/weights.h"
+#include "runtime/net.h"
+#include "train/lr_policy.h"
+#include "train/progress.h"
+#include "train/run_dir.h"
+#include "train/solver.h"
+
+namespace bks {
+namespace fs = std::filesystem;
+namespace {
+
+struct NetSources {
+  NetLoad train;
+  std::vector<NetLoad> test;
+  std::vector<proto::NetState> test_states;
+};
+
+NetLoad inline_net(const proto::NetParameter& p, const std::string& where) {
+  NetLoad n;
+  n.param = p;
+  n.source = where;
+  return n;
+}
+
+// Caffe's rules for which files hold the train and test nets.
+NetSources load_nets(const proto::SolverParameter& sp, const std::string& solver_path) {
+  std::string dir = fs::path(solver_path).parent_path().string();
+  int train_sources = sp.has_net() + sp.has_net_param() + sp.has_train_net() + sp.has_train_net_param();
+  if (train_sources != 1)
+    input_error("{}: give exactly one of net, net_param, train_net, train_net_param (got {})", solver_path, train_sources);
+  NetSources ns;
+  if (sp.has_net()) ns.train = load_net_file(resolve_path(sp.net(), dir));
+  if (sp.has_train_net()) ns.train = load_net_file(resolve_path(sp.train_net(), dir));
+  if (sp.has_net_param()) ns.train = inline_net(sp.net_param(), solver_path + ": net_param");
+  if (sp.has_train_net_param()) ns.train = inline_net(sp.train_net_param(), solver_path + ": train_net_param");
+  for (auto& t : sp.test_net()) ns.test.push_back(load_net_file(resolve_path(t, dir)));
+  for (auto& t : sp.test_net_param()) ns.test.push_back(inline_net(t, solver_path + ": test_net_param"));
+  if (ns.test.empty() && (sp.has_net() || sp.has_net_param()))
+    for (int i = 0; i < std::max(sp.test_iter_size(), sp.test_state_size()); ++i) ns.test.push_back(ns.train);
+  if (static_cast<int>(ns.test.size()) != sp.test_iter_size())
+    input_error("{}: {} test net(s) but {} test_iter value(s); give one test_iter per test net", solver_path,
+                ns.test.size(), sp.test_iter_size());
+  if (sp.test_state_size() && sp.test_state_size() != static_cast<int>(ns.test.size()))
+    input_error("{}: {} test_state entries for {} test nets", solver_path, sp.test_state_size(), ns.test.size());
+  for (size_t i = 0; i < ns.test.size(); ++i) {
+    proto::NetState st = sp.test_state_size() ? sp.test_state(static_cast<int>(i)) : proto::NetState();
+    st.set_phase(proto::TEST);
+    ns.test_states.push_back(st);
+  }
+  return ns;
+}
+
+void check_solver(const proto::SolverParameter& sp, const std::string& where) {
+  if (!sp.has_base_lr() || !(sp.base_lr() > 0.f)) input_error("{}: base_lr must be given and positive", where);
+  if (!sp.has_max_iter() || sp.max_iter() < 0) input_error("{}: max_iter must be given and non-negative", where);
+  if (sp.test_interval() < 0) input_error("{}: test_interval must be non-negative", where);
+  if (sp.display() < 0) input_error("{}: display must be non-negative", where);
+  if (sp.snapshot() < 0) input_error("{}: snapshot must be non-negative", where);
+  if (sp.average_loss() < 1) input_error("{}: average_loss must be at least 1", where);
+  for (int t : sp.test_iter())
+    if (t <= 0) input_error("{}: test_iter must be positive", where);
+  check_lr_policy(sp, where);
+}
+
+std::string json_number_key(const std::string& name) {
+  static const char* reserved[] = {"time", "iter", "epoch", "phase", "lr", "loss", "images_per_s"};
+  for (auto r : reserved)
+    if (name == r) return name == "loss" ? name : "out_" + name;
+  return name;
+}
+
+class TrainerImpl {
+ public:
+  explicit TrainerImpl(const TrainOptions& opt) : opt_(opt) {}
+  TrainResult run();
+
+ private:
+  void setup();
+  void restore();
+  void test_all();
+  void snapshot();
+  nlohmann::json hardware_json() const;
+  double epoch() const {
+    return dataset_size_ > 0 ? static_cast<double>(iter_) * batch_ * sp_.iter_size() / dataset_size_ : 0.0;
+  }
+  double since_start() const { return (now_us() - start_us_) / 1e6; }
+
+  TrainOptions opt_;
+  proto::SolverParameter sp_;
+  std::unique_ptr<CpuBackend> backend_;
+  ParamStore store_;
+  std::unique_ptr<Net> train_net_;
+  std::vector<std::unique_ptr<Net>> test_nets_;
+  std::vector<int> test_iters_;
+  std::unique_ptr<Solver> solver_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Progress> progress_;
+  std::string run_dir_, last_snapshot_;
+  uint64_t seed_ = 0;
+  int64_t iter_ = 0, batch_ = 0, dataset_size_ = 0;
+  double start_us_ = 0;
+  std::map<std::string, double> last_test_;
+};
+
+nlohmann::json TrainerImpl::hardware_json() const {
+  SysInfo si = query_sysinfo();
+  return {{"cpu", si.cpu_model}, {"logical_cpus", si.logical_cpus}, {"physical_cores", si.physical_cores},
+          {"isa", si.isa},       {"onednn", si.onednn_version},     {"onednn_isa", si.onednn_isa},
+          {"memory_gb", si.memory_gb}};
+}
+
+void TrainerImpl::setup() {
+  read_prototxt(opt_.solver, sp_);
+  check_solver(sp_, opt_.solver);
+  NetSources ns = load_nets(sp_, opt_.solver);
+
+  // Resume continues in the snapshot's run directory unless told otherwise.
+  TensorFile state;
+  if (!opt_.snapshot.empty()) {
+    if (!opt_.weights.empty()) input_error("give --weights or --snapshot, not both");
+    state = load_safetensors(opt_.snapshot);
+    if (!state.metadata.count("iter") || !state.metadata.count("weights"))
+      input_error("{}: not a bakusoku solver state (missing iter/weights metadata)", opt_.snapshot);
+  }
+  if (sp_.random_seed() >= 0) {
+    seed_ = static_cast<uint64_t>(sp_.random_seed());
+  } else if (state.metadata.count("seed")) {
+    seed_ = std::stoull(state.metadata["seed"]);
+  } else {
+    seed_ = std::random_device{}();
+  }
+  run_dir_ = opt_.out_dir;
+  if (run_dir_.empty() && !opt_.snapshot.empty()) run_dir_ = fs::path(opt_.snapshot).parent_path().parent_path().string();
+  if (run_dir_.empty()) {
+    std::string name = ns.train.param.name().empty() ? "net" : ns.train.param.name();
+    run_dir_ = (fs::path("runs") / (name + "-" + utc_timestamp())).string();
+  }
+  make_run_dir(run_dir_);
+  log::set_file((fs::path(run_dir_) / "log.txt").string());
+  log::info("Run directory: {}", run_dir_);
+  if (sp_.has_snapshot_prefix())
+    log::debug("snapshot_prefix '{}' is not used: snapshots go to {}/snapshots", sp_.snapshot_prefix(), run_dir_);
+  if (sp_.solver_mode() == proto::SolverParameter::GPU && sp_.has_solver_mode())
+    log::warn("{}: solver_mode GPU: this build trains on the CPU", opt_.solver);
+
+  backend_ = std::make_unique<CpuBackend>(opt_.threads);
+  proto::NetState train_state = sp_.train_state();
+  train_state.set_phase(proto::TRAIN);
+  train_net_ = std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_,
+                                     ns.train.param.force_backward());
+  for (size_t i = 0; i < ns.test.size(); ++i) {
+    test_nets_.push_back(std::make_unique<Net>(build_caffe_graph(ns.test[i], ns.test_states[i]), proto::TEST, store_,
+                                               *backend_, seed_));
+    test_iters_.push_back(sp_.test_iter(static_cast<int>(i)));
+  }
+  log::debug("Train net:\n{}", train_net_->describe());
+  solver_ = Solver::create(sp_, opt_.solver);
+  std::tie(batch_, dataset_size_) = train_net_->data_extent();
+
+  if (!opt_.weights.empty()) {
+    int n = load_weights(opt_.weights, store_);
+    log::info("Initialised {} parameter blobs from {}", n, opt_.weights);
+  }
+  if (!opt_.snapshot.empty()) {
+    std::string wpath = (fs::path(opt_.snapshot).parent_path() / state.metadata["weights"]).string();
+    load_weights(wpath, store_);
+    solver_->load_state(state, store_, opt_.snapshot);
+    iter_ = std::stoll(state.metadata["iter"]);
+    log::info("Resumed from {} at iteration {}", opt_.snapshot, iter_);
+  }
+
+  // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
+  auto copy_text = [&](const std::string& src, const std::string& name) {
+    if (fs::exists(src)) write_file_atomic((fs::path(run_dir_) / name).string(), read_file(src, "prototxt"));
+  };
+  copy_text(opt_.solver, "solver.prototxt");
+  copy_text(ns.train.source, "net.prototxt");
+  nlohmann::json run = {{"version", BKS_VERSION},
+                        {"command", opt_.command_line},
+                        {"solver", opt_.solver},
+                        {"net", ns.train.source},
+                        {"net_name", ns.train.param.name()},
+                        {"weights", opt_.weights},
+                        {"resumed_from", opt_.snapshot},
+                        {"start_iter", iter_},
+                        {"max_iter", sp_.max_iter()},
+                        {"seed", seed_},
+                        {"threads", backend_->threads()},
+                        {"batch_size", batch_},
+                        {"iter_size", sp_.iter_size()},
+                        {"dataset_size", dataset_size_},
+                        {"solver_type", solver_->type()},
+                        {"started_utc", utc_timestamp()},
+                        {"hardware", hardware_json()}};
+  write_file_atomic((fs::path(run_dir_) / "run.json").string(), run.dump(2) + "\n");
+  metrics_ = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string());
+}
+
+void TrainerImpl::test_all() {
+  for (size_t t = 0; t < test_nets_.size(); ++t) {
+    Net& net = *test_nets_[t];
+    const auto& outs = net.outputs();
+    std::vector<double> sums(outs.size(), 0.0);
+    double loss = 0;
+    int64_t pass = sp_.test_interval() > 0 ? iter_ / sp_.test_interval() : 0;
+    for (int i = 0; i < test_iters_[t]; ++i) {
+      loss += net.forward(pass * test_iters_[t] + i);
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const Tensor& v = net.value(outs[k]);
+        double s = 0;
+        for (int64_t j = 0; j < v.numel(); ++j) s += v.f32()[j];
+        sums[k] += v.numel() == 1 ? s : s / static_cast<double>(v.numel());
+      }
+    }
+    loss /= test_iters_[t];
+    nlohmann::json rec = {{"time", since_start()}, {"iter", iter_}, {"epoch", epoch()}, {"phase", "test"},
+                          {"lr", learning_rate(sp_, iter_)}, {"loss", loss}};
+    if (test_nets_.size() > 1) rec["test_net"] = t;
+    std::string text = fmt::format("Test net #{} @ iter {}:", t, iter_);
+    for (size_t k = 0; k < outs.size(); ++k) {
+      double mean = sums[k] / test_iters_[t];
+      std::string name = net.graph().values[outs[k]].name;
+      if (net.loss_weight(outs[k]) == 0.f) rec[json_number_key(name)] = mean;
+      text += fmt::format(" {} = {:.4f}", name, mean);
+      if (t == 0) last_test_[name] = mean;
+    }
+    metrics_->write(rec);
+    progress_->line(text);
+    log::to_file(text);
+  }
+}
+
+void TrainerImpl::snapshot() {
+  fs::path dir = fs::path(run_dir_) / "snapshots";
+  std::string wname = fmt::format("iter_{}.safetensors", iter_);
+  std::string sname = fmt::format("iter_{}.solverstate", iter_);
+  // Weights first: the state names them, so a state never points at a missing file.
+  save_weights((dir / wname).string(), store_);
+  save_safetensors((dir / sname).string(), solver_->state(),
+                   {{"format", "bakusoku-solverstate"},
+                    {"iter", std::to_string(iter_)},
+                    {"weights", wname},
+                    {"seed", std::to_string(seed_)},
+                    {"solver_type", solver_->type()}});
+  last_snapshot_ = (dir / sname).string();
+  log::info("Snapshot at iteration {}: {}", iter_, (dir / wname).string());
+}
+
+TrainResult TrainerImpl::run() {
+  start_us_ = now_us();
+  setup();
+  const int64_t max_iter = sp_.max_iter();
+  const int64_t display = sp_.display() > 0 ? sp_.display() : 100;
+  progress_ = std::make_unique<Progress>(opt_.progress, max_iter, display);
+  log::info("Training {} for {} iterations: {} solver, batch {} x iter_size {}, {} threads, seed {}",
+            train_net_->graph().name, max_iter, solver_->type(), batch_, sp_.iter_size(), backend_->threads(), seed_);
+
+  TrainResult res;
+  std::deque<float> recent;
+  double recent_sum = 0;
+  double train_us = 0, window_us = 0;
+  int64_t window_iters = 0, start_iter = iter_;
+  const int64_t images_per_iter = batch_ * sp_.iter_size();
+  double ips = 0;
+  const auto& params = train_net_->param_indices();
+
+  while (iter_ < max_iter) {
+    if (sp_.test_interval() > 0 && iter_ % sp_.test_interval() == 0 && (iter_ > 0 || sp_.test_initialization()) &&
+        !test_nets_.empty())
+      test_all();
+    if (interrupt_requested()) break;
+
+    double t0 = now_us();
+    store_.clear_grads();
+    float loss = 0;
+    for (int k = 0; k < sp_.iter_size(); ++k) {
+      loss += train_net_->forward(iter_ * sp_.iter_size() + k);
+      train_net_->backward();
+    }
+    loss /= static_cast<float>(sp_.iter_size());
+    if (!std::isfinite(loss)) {
+      progress_->finish();
+      runtime_error("training diverged: loss is {} at iteration {}; stopped without saving{}", loss, iter_,
+                    last_snapshot_.empty() ? std::string() : "; the last good snapshot is " + last_snapshot_);
+    }
+    store_.zero_unwritten_grads();
+    float rate = learning_rate(sp_, iter_);
+    solver_->step(store_, params, rate, iter_);
+    double dt = now_us() - t0;
+    train_us += dt;
+    window_us += dt;
+    ++window_iters;
+    ++iter_;
+
+    recent.push_back(loss);
+    recent_sum += loss;
+    if (static_cast<int>(recent.size()) > sp_.average_loss()) {
+      recent_sum -= recent.front();
+      recent.pop_front();
+    }
+    float smoothed = static_cast<float>(recent_sum / recent.size());
+    if (window_us > 0) ips = window_iters * images_per_iter / (window_us / 1e6);
+    double eta = (iter_ - start_iter) > 0 ? train_us / 1e6 / (iter_ - start_iter) * (max_iter - iter_) : -1;
+    if (iter_ % display == 0 || iter_ == max_iter) {
+      nlohmann::json rec = {{"time", since_start()}, {"iter", iter_},     {"epoch", epoch()},      {"phase", "train"},
+                            {"lr", rate},           {"loss", smoothed}, {"images_per_s", ips}};
+      for (int v : train_net_->outputs())
+        if (train_net_->loss_weight(v) == 0.f && train_net_->value(v).numel() == 1)
+          rec[json_number_key(train_net_->graph().values[v].name)] = train_net_->value(v).f32()[0];
+      metrics_->write(rec);
+      window_us = 0;
+      window_iters = 0;
+    }
+    progress_->update(iter_, smoothed, rate, ips, eta);
+    if (sp_.snapshot() > 0 && iter_ % sp_.snapshot() == 0) snapshot();
+  }
+
+  res.interrupted = iter_ < max_iter;
+  if (res.interrupted) {
+    progress_->finish();
+    snapshot();
+    progress_->line(fmt::format("Interrupted at iteration {}; resume with --snapshot {}", iter_, last_snapshot_));
+  } else {
+    if (sp_.snapshot_after_train() && (sp_.snapshot() == 0 || iter_ % sp_.snapshot() != 0)) snapshot();
+    if (sp_.test_interval() > 0 && iter_ % sp_.test_interval() == 0 && !test_nets_.empty()) test_all();
+    progress_->finish();
+  }
+  res.run_dir = run_dir_;
+  res.iterations = iter_;
+  res.trained_iterations = iter_ - start_iter;
+  res.wall_s = since_start();
+  res.train_s = train_us / 1e6;
+  res.images_per_s = train_us > 0 ? res.trained_iterations * images_per_iter / res.train_s : 0;
+  res.last_snapshot = last_snapshot_;
+  res.last_test = last_test_;
+  log::set_file("");
+  return res;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& opt) { return TrainerImpl(opt).run(); }
+
+}  // namespace bks
