@@ -12,6 +12,12 @@ Rng Rng::derive(uint64_t seed, std::string_view name) {
   return Rng(z ^ (z >> 31));
 }
 
+uint64_t stream_key(uint64_t seed, std::string_view name, int64_t step) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return mix64(seed ^ mix64(h ^ mix64(static_cast<uint64_t>(step))));
+}
+
 float Rng::uniform(float lo, float hi) {
   return std::uniform_real_distribution<float>(lo, hi)(gen_);
 }

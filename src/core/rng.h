@@ -9,6 +9,19 @@
 
 namespace bks {
 
+// Stateless, counter-based randomness: a pure function of (key, index), so loops can draw
+// in parallel and a resumed run draws the same numbers.
+inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline float uniform01(uint64_t key, uint64_t index) {
+  return static_cast<float>(mix64(key ^ mix64(index)) >> 40) * (1.0f / 16777216.0f);
+}
+uint64_t stream_key(uint64_t seed, std::string_view name, int64_t step);
+
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : gen_(seed) {}

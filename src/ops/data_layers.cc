@@ -50,7 +50,11 @@ class DataOp final : public Op {
     if (dp.batch_size() == 0) fail("data_param.batch_size must be positive");
     if (dp.has_scale() || dp.has_mean_file() || dp.has_crop_size() || dp.has_mirror())
       fail("data_param scale/mean_file/crop_size/mirror are deprecated; use transform_param");
-    ds_ = open_dataset(dp.source());
+    try {
+      ds_ = open_dataset(dp.source());
+    } catch (const InputError& e) {
+      fail("{}", e.what());
+    }
     if (dp.has_backend() && ds_->format != "lmdb" && ds_->format != "leveldb")
       log::warn("{}: data_param.backend {} ignored: {} is an {} file", where_,
                 proto::DataParameter::DB_Name(dp.backend()), dp.source(), ds_->format);
@@ -96,7 +100,11 @@ class HDF5DataOp final : public Op {
     if (p_.batch_size() == 0) fail("hdf5_data_param.batch_size must be positive");
     if (i.node.param.has_transform_param()) fail("HDF5Data does not transform data; remove transform_param");
     std::vector<std::string> names(i.node.param.top().begin(), i.node.param.top().end());
-    ds_ = open_hdf5_list(p_.source(), names);
+    try {
+      ds_ = open_hdf5_list(p_.source(), names);
+    } catch (const InputError& e) {
+      fail("{}", e.what());
+    }
     std::vector<int> fields(names.size());
     for (size_t k = 0; k < names.size(); ++k) fields[k] = static_cast<int>(k);
     LoaderOptions opt;

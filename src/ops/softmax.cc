@@ -120,7 +120,7 @@ class SoftmaxWithLossOp final : public Op {
   void backward(OpCall& c) override {
     if (!c.in_grad[0]) return;
     float* dx = c.in_grad[0]->f32();
-    dx = static_cast<float*>(std::memcpy(dx, prob_.f32(), prob_.bytes()));
+    std::memcpy(dx, prob_.f32(), prob_.bytes());
     const float* label = c.in[1]->f32();
     float scale = c.out_grad[0]->f32()[0] / loss_normalizer(mode_, sp_.outer, sp_.inner, valid_);
     for (int64_t o = 0; o < sp_.outer; ++o)

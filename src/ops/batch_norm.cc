@@ -1,0 +1,136 @@
+// Caffe's BatchNorm: normalises each channel to zero mean and unit variance (no affine;
+// Caffe follows it with a Scale layer). Blobs: running mean sum, running variance sum and
+// the moving-average normaliser, which the layer updates itself.
+#include <cmath>
+#include <cstring>
+
+#include "ops/op.h"
+
+namespace bks {
+namespace {
+
+class BatchNormOp final : public Op {
+ public:
+  explicit BatchNormOp(const OpInit& i) : Op(i), p_(i.node.param.batch_norm_param()) {
+    global_ = p_.has_use_global_stats() ? p_.use_global_stats() : phase_ == proto::TEST;
+    eps_ = p_.eps();
+    maf_ = p_.moving_average_fraction();
+    if (!(eps_ > 0.f)) fail("batch_norm_param.eps must be positive");
+  }
+  int min_inputs() const override { return 1; }
+  // The normalised values are kept internally, so the layer may run in place and later
+  // in-place layers may overwrite its output.
+  bool allows_inplace() const override { return true; }
+  bool backward_reads_input() const override { return false; }
+
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    if (in[0].size() < 2) fail("bottom must have at least 2 axes, got {}", shape_str(in[0]));
+    n_ = in[0][0];
+    c_ = in[0][1];
+    sp_ = shape_count(in[0], 2, static_cast<int>(in[0].size()));
+    out[0] = in[0];
+    if (!global_) xhat_.reshape(in[0]);
+    mean_.assign(c_, 0.f);
+    inv_std_.assign(c_, 0.f);
+  }
+  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
+    proto::FillerParameter zero;
+    return {{{c_}, zero, false}, {{c_}, zero, false}, {{1}, zero, false}};
+  }
+
+  void forward(OpCall& c) override {
+    const float* x = c.in[0]->f32();
+    float* y = c.out[0]->f32();
+    float* run_mean = c.params[0]->f32();
+    float* run_var = c.params[1]->f32();
+    float* factor = c.params[2]->f32();
+    if (global_) {
+      float f = factor[0] == 0.f ? 0.f : 1.f / factor[0];
+      for (int64_t k = 0; k < c_; ++k) {
+        mean_[k] = run_mean[k] * f;
+        inv_std_[k] = 1.f / std::sqrt(run_var[k] * f + eps_);
+      }
+    } else {
+      double m = static_cast<double>(n_ * sp_);
+#pragma omp parallel for
+      for (int64_t k = 0; k < c_; ++k) {
+        double s = 0, sq = 0;
+        for (int64_t b = 0; b < n_; ++b) {
+          const float* p = x + (b * c_ + k) * sp_;
+          for (int64_t i = 0; i < sp_; ++i) s += p[i];
+        }
+        double mu = s / m;
+        for (int64_t b = 0; b < n_; ++b) {
+          const float* p = x + (b * c_ + k) * sp_;
+          for (int64_t i = 0; i < sp_; ++i) sq += (p[i] - mu) * (p[i] - mu);
+        }
+        double var = sq / m;
+        mean_[k] = static_cast<float>(mu);
+        inv_std_[k] = static_cast<float>(1.0 / std::sqrt(var + eps_));
+        if (phase_ == proto::TRAIN) {
+          // Caffe keeps sums weighted by the normaliser, and the unbiased variance.
+          double unbias = m > 1 ? m / (m - 1) : 1.0;
+          run_mean[k] = run_mean[k] * maf_ + static_cast<float>(mu);
+          run_var[k] = run_var[k] * maf_ + static_cast<float>(var * unbias);
+        }
+      }
+      if (phase_ == proto::TRAIN) factor[0] = factor[0] * maf_ + 1.f;
+    }
+#pragma omp parallel for collapse(2)
+    for (int64_t b = 0; b < n_; ++b)
+      for (int64_t k = 0; k < c_; ++k) {
+        const float* p = x + (b * c_ + k) * sp_;
+        float* q = y + (b * c_ + k) * sp_;
+        float mu = mean_[k], is = inv_std_[k];
+        for (int64_t i = 0; i < sp_; ++i) q[i] = (p[i] - mu) * is;
+      }
+    if (!global_) std::memcpy(xhat_.f32(), y, xhat_.bytes());
+  }
+
+  void backward(OpCall& c) override {
+    if (!c.in_grad[0]) return;
+    const float* dy = c.out_grad[0]->f32();
+    float* dx = c.in_grad[0]->f32();
+    if (global_) {
+#pragma omp parallel for collapse(2)
+      for (int64_t b = 0; b < n_; ++b)
+        for (int64_t k = 0; k < c_; ++k) {
+          int64_t o = (b * c_ + k) * sp_;
+          for (int64_t i = 0; i < sp_; ++i) dx[o + i] = dy[o + i] * inv_std_[k];
+        }
+      return;
+    }
+    const float* xh = xhat_.f32();
+    double m = static_cast<double>(n_ * sp_);
+#pragma omp parallel for
+    for (int64_t k = 0; k < c_; ++k) {
+      double sdy = 0, sdyx = 0;
+      for (int64_t b = 0; b < n_; ++b) {
+        int64_t o = (b * c_ + k) * sp_;
+        for (int64_t i = 0; i < sp_; ++i) {
+          sdy += dy[o + i];
+          sdyx += dy[o + i] * xh[o + i];
+        }
+      }
+      float mdy = static_cast<float>(sdy / m), mdyx = static_cast<float>(sdyx / m), is = inv_std_[k];
+      for (int64_t b = 0; b < n_; ++b) {
+        int64_t o = (b * c_ + k) * sp_;
+        for (int64_t i = 0; i < sp_; ++i) dx[o + i] = (dy[o + i] - mdy - xh[o + i] * mdyx) * is;
+      }
+    }
+  }
+
+ private:
+  proto::BatchNormParameter p_;
+  bool global_;
+  float eps_, maf_;
+  int64_t n_ = 0, c_ = 0, sp_ = 0;
+  Tensor xhat_;
+  std::vector<float> mean_, inv_std_;
+};
+
+}  // namespace
+
+BKS_REGISTER_OP("BatchNorm", BatchNormOp);
+
+}  // namespace bks

@@ -1,0 +1,70 @@
+// Embed: looks up row x of a (input_dim, num_output) table for each integer input x.
+#include <cstring>
+
+#include "ops/op.h"
+
+namespace bks {
+namespace {
+
+class EmbedOp final : public Op {
+ public:
+  explicit EmbedOp(const OpInit& i) : Op(i), p_(i.node.param.embed_param()) {
+    if (p_.num_output() == 0 || p_.input_dim() == 0) fail("embed_param needs positive num_output and input_dim");
+  }
+  int min_inputs() const override { return 1; }
+  bool can_propagate_to(int) const override { return false; }
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    out[0] = in[0];
+    out[0].push_back(p_.num_output());
+    m_ = shape_numel(in[0]);
+  }
+  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
+    std::vector<ParamDecl> d{{{p_.input_dim(), p_.num_output()}, p_.weight_filler(), true}};
+    if (p_.bias_term()) d.push_back({{p_.num_output()}, p_.bias_filler(), true});
+    return d;
+  }
+  int64_t index(float v) const {
+    auto k = static_cast<int64_t>(v);
+    if (k < 0 || k >= p_.input_dim() || static_cast<float>(k) != v)
+      runtime_error("{}: input {} is not an index in [0, {})", where_, v, p_.input_dim());
+    return k;
+  }
+  void forward(OpCall& c) override {
+    const float* x = c.in[0]->f32();
+    const float* w = c.params[0]->f32();
+    float* y = c.out[0]->f32();
+    int64_t n = p_.num_output();
+    for (int64_t i = 0; i < m_; ++i) {
+      std::memcpy(y + i * n, w + index(x[i]) * n, n * sizeof(float));
+      if (p_.bias_term())
+        for (int64_t j = 0; j < n; ++j) y[i * n + j] += c.params[1]->f32()[j];
+    }
+  }
+  void backward(OpCall& c) override {
+    const float* x = c.in[0]->f32();
+    const float* dy = c.out_grad[0]->f32();
+    int64_t n = p_.num_output();
+    if (c.param_grad[0]) {
+      float* dw = c.param_grad[0]->f32();
+      c.param_grad[0]->zero();
+      for (int64_t i = 0; i < m_; ++i)
+        for (int64_t j = 0; j < n; ++j) dw[index(x[i]) * n + j] += dy[i * n + j];
+    }
+    if (p_.bias_term() && c.param_grad[1]) {
+      float* db = c.param_grad[1]->f32();
+      c.param_grad[1]->zero();
+      for (int64_t i = 0; i < m_; ++i)
+        for (int64_t j = 0; j < n; ++j) db[j] += dy[i * n + j];
+    }
+  }
+
+ private:
+  proto::EmbedParameter p_;
+  int64_t m_ = 0;
+};
+
+}  // namespace
+
+BKS_REGISTER_OP("Embed", EmbedOp);
+
+}  // namespace bks

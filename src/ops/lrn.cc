@@ -1,0 +1,80 @@
+// Local response normalisation (ACROSS_CHANNELS, WITHIN_CHANNEL) on oneDNN, whose formula
+// matches Caffe's: y = x * (k + alpha / n * sum(x^2))^-beta over the n-wide (or n x n) window.
+#include "ops/dnnl_util.h"
+#include "ops/op.h"
+
+namespace bks {
+namespace {
+
+class LRNOp final : public Op {
+ public:
+  explicit LRNOp(const OpInit& i) : Op(i), p_(i.node.param.lrn_param()) {
+    if (p_.local_size() % 2 == 0) fail("lrn_param.local_size must be odd, got {}", p_.local_size());
+  }
+  int min_inputs() const override { return 1; }
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    expect_ndim(in[0], 4, 4, "bottom");
+    out[0] = in[0];
+    shape_ = in[0];
+  }
+  void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
+    auto& be = static_cast<CpuBackend&>(backend_);
+    auto md = plain_md(shape_);
+    auto alg = p_.norm_region() == proto::LRNParameter::ACROSS_CHANNELS ? dnnl::algorithm::lrn_across_channels
+                                                                        : dnnl::algorithm::lrn_within_channel;
+    bool training = phase_ == proto::TRAIN;
+    // Caffe's WITHIN_CHANNEL divides alpha by n*n and fixes k at 1; oneDNN does the same
+    // division for its within-channel algorithm.
+    float k = p_.norm_region() == proto::LRNParameter::ACROSS_CHANNELS ? p_.k() : 1.f;
+    dnnl::lrn_forward::primitive_desc fpd(
+        {training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, alg, md,
+         static_cast<memory::dim>(p_.local_size()), p_.alpha(), p_.beta(), k},
+        be.engine());
+    fwd_ = dnnl::lrn_forward(fpd);
+    src_ = memory(md, be.engine(), nullptr);
+    dst_ = memory(md, be.engine(), nullptr);
+    if (training) {
+      ws_ = memory(fpd.workspace_desc(), be.engine());
+      dnnl::lrn_backward::primitive_desc bpd({alg, md, md, static_cast<memory::dim>(p_.local_size()), p_.alpha(),
+                                              p_.beta(), k},
+                                             be.engine(), fpd);
+      bwd_ = dnnl::lrn_backward(bpd);
+      dsrc_ = memory(md, be.engine(), nullptr);
+      ddst_ = memory(md, be.engine(), nullptr);
+    }
+    name_ = fpd.impl_info_str();
+  }
+  void forward(OpCall& c) override {
+    auto& s = static_cast<CpuBackend&>(backend_).stream();
+    src_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
+    dst_.set_data_handle(c.out[0]->f32());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}};
+    if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
+    fwd_.execute(s, args);
+    s.wait();
+  }
+  void backward(OpCall& c) override {
+    if (!c.in_grad[0]) return;
+    auto& s = static_cast<CpuBackend&>(backend_).stream();
+    src_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
+    ddst_.set_data_handle(const_cast<float*>(c.out_grad[0]->f32()));
+    dsrc_.set_data_handle(c.in_grad[0]->f32());
+    bwd_.execute(s, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_DST, ddst_}, {DNNL_ARG_DIFF_SRC, dsrc_}, {DNNL_ARG_WORKSPACE, ws_}});
+    s.wait();
+  }
+  std::string kernel_name() const override { return "oneDNN " + name_; }
+
+ private:
+  proto::LRNParameter p_;
+  Shape shape_;
+  dnnl::lrn_forward fwd_;
+  dnnl::lrn_backward bwd_;
+  memory src_, dst_, ws_, dsrc_, ddst_;
+  std::string name_;
+};
+
+}  // namespace
+
+BKS_REGISTER_OP("LRN", LRNOp);
+
+}  // namespace bks

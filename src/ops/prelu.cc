@@ -1,0 +1,70 @@
+// PReLU: y = max(0, x) + a_c * min(0, x) with a learned slope per channel (or one shared).
+#include "ops/op.h"
+
+namespace bks {
+namespace {
+
+class PReLUOp final : public Op {
+ public:
+  explicit PReLUOp(const OpInit& i) : Op(i), p_(i.node.param.prelu_param()) {}
+  int min_inputs() const override { return 1; }
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+    if (in[0].size() < 2) fail("bottom must have at least 2 axes, got {}", shape_str(in[0]));
+    n_ = in[0][0];
+    c_ = in[0][1];
+    sp_ = shape_count(in[0], 2, static_cast<int>(in[0].size()));
+    out[0] = in[0];
+  }
+  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
+    proto::FillerParameter f;
+    f.set_value(0.25f);
+    return {{{p_.channel_shared() ? 1 : c_}, p_.has_filler() ? p_.filler() : f, true}};
+  }
+  float slope(const float* a, int64_t k) const { return p_.channel_shared() ? a[0] : a[k]; }
+  void forward(OpCall& c) override {
+    const float* x = c.in[0]->f32();
+    const float* a = c.params[0]->f32();
+    float* y = c.out[0]->f32();
+    for (int64_t b = 0; b < n_; ++b)
+      for (int64_t k = 0; k < c_; ++k) {
+        float s = slope(a, k);
+        int64_t o = (b * c_ + k) * sp_;
+        for (int64_t i = 0; i < sp_; ++i) y[o + i] = x[o + i] > 0.f ? x[o + i] : s * x[o + i];
+      }
+  }
+  void backward(OpCall& c) override {
+    const float* x = c.in[0]->f32();
+    const float* a = c.params[0]->f32();
+    const float* dy = c.out_grad[0]->f32();
+    if (c.param_grad[0]) {
+      float* da = c.param_grad[0]->f32();
+      c.param_grad[0]->zero();
+      for (int64_t b = 0; b < n_; ++b)
+        for (int64_t k = 0; k < c_; ++k) {
+          int64_t o = (b * c_ + k) * sp_;
+          double acc = 0;
+          for (int64_t i = 0; i < sp_; ++i) acc += x[o + i] > 0.f ? 0.0 : static_cast<double>(dy[o + i]) * x[o + i];
+          da[p_.channel_shared() ? 0 : k] += static_cast<float>(acc);
+        }
+    }
+    if (c.in_grad[0]) {
+      float* dx = c.in_grad[0]->f32();
+      for (int64_t b = 0; b < n_; ++b)
+        for (int64_t k = 0; k < c_; ++k) {
+          float s = slope(a, k);
+          int64_t o = (b * c_ + k) * sp_;
+          for (int64_t i = 0; i < sp_; ++i) dx[o + i] = x[o + i] > 0.f ? dy[o + i] : s * dy[o + i];
+        }
+    }
+  }
+
+ private:
+  proto::PReLUParameter p_;
+  int64_t n_ = 0, c_ = 0, sp_ = 0;
+};
+
+}  // namespace
+
+BKS_REGISTER_OP("PReLU", PReLUOp);
+
+}  // namespace bks

@@ -1,0 +1,47 @@
+// Runs one op in isolation, as Caffe's layer tests do: random inputs, forward, backward,
+// and a finite-difference check of every input and parameter gradient.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/op.h"
+
+namespace bks::test {
+
+class OpHarness {
+ public:
+  // `layer` is a LayerParameter in text format (without the enclosing "layer { }").
+  OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase = proto::TRAIN,
+            int num_outputs = 1);
+  ~OpHarness();
+
+  void forward();
+  // Backward with out_grad as set (defaults to random weights).
+  void backward();
+  // Fills inputs with N(0, 1) (or uniform in [lo, hi)).
+  void randomize_inputs(float lo = -1.f, float hi = 1.f, uint64_t seed = 7);
+  // Compares analytic and numeric gradients of L = sum(out_grad .* out) w.r.t. the inputs in
+  // `inputs` (all that can propagate when empty; {-1} for none) and all learnable params.
+  void check_gradients(float step = 1e-3f, float tol = 1e-2f, std::vector<int> inputs = {});
+
+  Op& op() { return *op_; }
+  std::vector<Tensor> in, out, params, in_grad, out_grad, param_grad;
+
+ private:
+  double objective();
+  std::unique_ptr<Node> node_;
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Op> op_;
+  OpCall call_;
+};
+
+// Builds an index-accessible naive view for references: x(n, c, h, w) of a 4-d tensor.
+inline float at4(const Tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return t.f32()[((n * t.dim(1) + c) * t.dim(2) + h) * t.dim(3) + w];
+}
+
+void expect_close(const Tensor& a, const Tensor& b, float tol, const std::string& what);
+
+}  // namespace bks::test

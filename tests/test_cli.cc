@@ -1,0 +1,106 @@
+// The command line as a user meets it: exit codes and one-line errors naming the file.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli_util.h"
+
+namespace bks::test {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kLenet = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  fs::path p = fs::temp_directory_path() / ("bks_cli_" + name);
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(Cli, DeviceQuery) {
+  auto r = run_cmd("device_query");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("oneDNN"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  EXPECT_EQ(run_cmd("").code, 2);
+  EXPECT_EQ(run_cmd("train").code, 2);
+  EXPECT_EQ(run_cmd("frobnicate").code, 2);
+}
+
+TEST(Cli, BadPrototxtIsOneLineWithFileAndExitTwo) {
+  std::string bad = write_temp("syntax.prototxt", "layer {\n  name: 'x'\n  type: ReLU\n");
+  auto r = run_cmd("time --model " + bad);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find(bad + ":"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  auto m = run_cmd("time --model /nonexistent/net.prototxt");
+  EXPECT_EQ(m.code, 2);
+  EXPECT_NE(m.output.find("/nonexistent/net.prototxt"), std::string::npos);
+}
+
+TEST(Cli, CorruptWeightsExitTwo) {
+  std::string w = write_temp("corrupt.safetensors", std::string("\x40\x00\x00\x00\x00\x00\x00\x00{\"a\":", 13));
+  auto r = run_cmd("test --model " + kLenet + " --weights " + w + " --iterations 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(w), std::string::npos) << r.output;
+}
+
+TEST(Cli, TimePrintsLayersAndWritesTrace) {
+  std::string trace = (fs::temp_directory_path() / "bks_cli_trace.json").string();
+  auto r = run_cmd("time --model " + kLenet + " --iterations 2 --threads 1 --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* layer : {"conv1", "pool2", "ip2", "Average forward-backward iteration"})
+    EXPECT_NE(r.output.find(layer), std::string::npos) << layer;
+  std::ifstream t(trace);
+  std::string json((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(json.find("\"conv1\""), std::string::npos);
+  auto te = run_cmd("time --model " + kLenet + " --iterations 1 --phase TEST --threads 1");
+  EXPECT_EQ(te.code, 0) << te.output;
+  EXPECT_EQ(run_cmd("time --model " + kLenet + " --phase SIDEWAYS").code, 2);
+}
+
+TEST(Cli, SigintSnapshotsThenStopsAndResumeContinues) {
+  std::string dir = (fs::temp_directory_path() / "bks_cli_sigint").string();
+  fs::remove_all(dir);
+  std::string solver = write_temp("sigint_solver.prototxt",
+                                  "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 100000\n"
+                                  "display: 50 random_seed: 3\n");
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open("/dev/null", 1);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(BKS_BINARY, BKS_BINARY, "train", "--solver", solver.c_str(), "--out", dir.c_str(), "--threads", "1",
+          static_cast<char*>(nullptr));
+    _exit(99);
+  }
+  // Wait until training has started (metrics appear), then interrupt.
+  for (int i = 0; i < 600 && !fs::exists(fs::path(dir) / "metrics.jsonl"); ++i) usleep(50000);
+  usleep(1500000);
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  std::string state;
+  for (auto& e : fs::directory_iterator(fs::path(dir) / "snapshots"))
+    if (e.path().extension() == ".solverstate") state = e.path().string();
+  ASSERT_FALSE(state.empty()) << "an interrupt leaves a snapshot";
+  std::string short_solver = write_temp("sigint_resume.prototxt",
+                                        "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 1\n");
+  // Resuming with a max_iter already reached finishes at once with the stored iteration.
+  auto r = run_cmd("train --solver " + short_solver + " --snapshot " + state + " --threads 1");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace bks::test

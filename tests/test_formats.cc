@@ -1,0 +1,167 @@
+// File formats: safetensors round trip and corruption, IDX (raw and gzip) and its errors,
+// HDF5 datasets and lists, Caffe mean files.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "caffe.pb.h"
+#include "data/dataset.h"
+#include "data/transform.h"
+#include "formats/prototxt.h"
+#include "formats/safetensors.h"
+#include "formats/weights.h"
+
+namespace bks {
+namespace {
+namespace fs = std::filesystem;
+
+fs::path tmp(const std::string& name) { return fs::temp_directory_path() / ("bks_fmt_" + name); }
+
+TEST(Safetensors, RoundTripAndMetadata) {
+  Tensor a({2, 3}), b({4}, DType::u8);
+  for (int i = 0; i < 6; ++i) a.f32()[i] = i * 1.5f;
+  b.data<uint8_t>()[2] = 7;
+  save_safetensors(tmp("rt.safetensors"), {{"a", &a}, {"b", &b}}, {{"k", "v"}});
+  TensorFile f = load_safetensors(tmp("rt.safetensors"));
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(f.find("a")->shape(), (Shape{2, 3}));
+  EXPECT_EQ(f.find("a")->f32()[5], 7.5f);
+  EXPECT_EQ(f.find("b")->data<uint8_t>()[2], 7);
+  EXPECT_EQ(f.metadata["k"], "v");
+}
+
+TEST(Safetensors, CorruptFilesAreInputErrors) {
+  Tensor a({16});
+  save_safetensors(tmp("c.safetensors"), {{"a", &a}});
+  std::string bytes = read_file(tmp("c.safetensors"), "x");
+  std::ofstream(tmp("trunc.safetensors"), std::ios::binary) << bytes.substr(0, bytes.size() - 10);
+  EXPECT_THROW(load_safetensors(tmp("trunc.safetensors")), InputError);
+  std::string bad = bytes;
+  bad[8] = '#';  // the header's opening brace
+  std::ofstream(tmp("hdr.safetensors"), std::ios::binary) << bad;
+  EXPECT_THROW(load_safetensors(tmp("hdr.safetensors")), InputError);
+  std::ofstream(tmp("tiny.safetensors"), std::ios::binary) << "abc";
+  EXPECT_THROW(load_safetensors(tmp("tiny.safetensors")), InputError);
+  EXPECT_THROW(load_safetensors(tmp("missing.safetensors")), InputError);
+}
+
+TEST(Weights, MismatchedShapeNamesTensor) {
+  ParamStore s;
+  s.add("conv1.0", "", {4, 3}, true);
+  Tensor wrong({3, 4});
+  save_safetensors(tmp("w.safetensors"), {{"conv1.0", &wrong}});
+  try {
+    load_weights(tmp("w.safetensors"), s);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("conv1.0"), std::string::npos);
+  }
+}
+
+void write_idx(const fs::path& p, const std::vector<int>& dims, const std::vector<uint8_t>& data, bool gz) {
+  std::string s = {0, 0, 8, static_cast<char>(dims.size())};
+  for (int d : dims)
+    for (int k = 3; k >= 0; --k) s.push_back(static_cast<char>((d >> (8 * k)) & 0xff));
+  s.append(data.begin(), data.end());
+  if (gz) {
+    gzFile f = gzopen(p.c_str(), "wb");
+    gzwrite(f, s.data(), static_cast<unsigned>(s.size()));
+    gzclose(f);
+  } else {
+    std::ofstream(p, std::ios::binary) << s;
+  }
+}
+
+TEST(Idx, RawAndGzipReadIdentically) {
+  std::vector<uint8_t> img(3 * 2 * 2), lab = {1, 0, 2};
+  for (size_t i = 0; i < img.size(); ++i) img[i] = static_cast<uint8_t>(i * 10);
+  for (bool gz : {false, true}) {
+    std::string suffix = gz ? ".gz" : "";
+    write_idx(tmp("a-images-idx3-ubyte" + suffix), {3, 2, 2}, img, gz);
+    write_idx(tmp("a-labels-idx1-ubyte" + suffix), {3}, lab, gz);
+    auto ds = open_dataset(tmp("a-images-idx3-ubyte" + suffix));
+    ASSERT_EQ(ds->size, 3);
+    EXPECT_EQ(ds->fields[0].sample_shape, (Shape{1, 2, 2}));
+    EXPECT_EQ(ds->fields[0].u8(2)[3], 110);
+    EXPECT_EQ(ds->fields[1].u8(2)[0], 2);
+  }
+}
+
+TEST(Idx, CorruptFilesAreInputErrors) {
+  write_idx(tmp("t-images-idx3-ubyte"), {10, 28, 28}, std::vector<uint8_t>(100), false);  // truncated
+  write_idx(tmp("t-labels-idx1-ubyte"), {10}, std::vector<uint8_t>(10), false);
+  try {
+    open_dataset(tmp("t-images-idx3-ubyte"));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  write_idx(tmp("m-images-idx3-ubyte"), {2, 1, 1}, {1, 2}, false);
+  write_idx(tmp("m-labels-idx1-ubyte"), {3}, {1, 2, 3}, false);
+  EXPECT_THROW(open_dataset(tmp("m-images-idx3-ubyte")), InputError);
+  write_idx(tmp("n-images-idx3-ubyte"), {2, 1, 1}, {1, 2}, false);
+  EXPECT_THROW(open_dataset(tmp("n-images-idx3-ubyte")), InputError) << "no labels file";
+}
+
+TEST(Hdf5, ReadsNamedDatasetsAndLists) {
+  fs::path h5 = tmp("d.h5");
+  hid_t f = H5Fcreate(h5.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t dd[4] = {3, 1, 2, 2}, ld[1] = {3};
+  std::vector<float> data(12), label = {0, 1, 2};
+  for (int i = 0; i < 12; ++i) data[i] = i * 0.5f;
+  hid_t s1 = H5Screate_simple(4, dd, nullptr), s2 = H5Screate_simple(1, ld, nullptr);
+  hid_t d1 = H5Dcreate2(f, "data", H5T_NATIVE_FLOAT, s1, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t d2 = H5Dcreate2(f, "label", H5T_NATIVE_FLOAT, s2, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d1, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+  H5Dwrite(d2, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, label.data());
+  H5Dclose(d1);
+  H5Dclose(d2);
+  H5Sclose(s1);
+  H5Sclose(s2);
+  H5Fclose(f);
+  auto ds = open_dataset(h5.string());
+  EXPECT_EQ(ds->format, "hdf5");
+  EXPECT_EQ(ds->size, 3);
+  EXPECT_EQ(ds->fields[0].f32(2)[1], 4.5f);
+  std::ofstream(tmp("list.txt")) << h5.string() << "\n" << h5.string() << "\n";
+  auto two = open_hdf5_list(tmp("list.txt"), {"data", "label"});
+  EXPECT_EQ(two->size, 6);
+  EXPECT_THROW(open_hdf5_list(tmp("list.txt"), {"data", "nothing"}), InputError);
+}
+
+TEST(Transform, MeanFileScaleCropMirror) {
+  proto::BlobProto mean;
+  mean.set_num(1);
+  mean.set_channels(1);
+  mean.set_height(2);
+  mean.set_width(3);
+  for (int i = 0; i < 6; ++i) mean.add_data(static_cast<float>(i));
+  std::ofstream(tmp("mean.binaryproto"), std::ios::binary) << mean.SerializeAsString();
+  proto::TransformationParameter p;
+  p.set_mean_file(tmp("mean.binaryproto"));
+  p.set_scale(0.5f);
+  Transform t(p, {1, 2, 3}, false, "test");
+  uint8_t src[6] = {10, 10, 10, 10, 10, 10};
+  float dst[6];
+  t.apply_u8(src, dst, nullptr);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(dst[i], (10.f - i) * 0.5f);
+  proto::TransformationParameter c;
+  c.set_crop_size(2);
+  Transform centre(c, {1, 4, 4}, false, "test");
+  uint8_t img[16];
+  for (int i = 0; i < 16; ++i) img[i] = static_cast<uint8_t>(i);
+  float out[4];
+  centre.apply_u8(img, out, nullptr);
+  EXPECT_FLOAT_EQ(out[0], 5.f);
+  EXPECT_FLOAT_EQ(out[3], 10.f);
+  proto::TransformationParameter bad;
+  bad.add_mean_value(1);
+  bad.add_mean_value(2);
+  EXPECT_THROW(Transform(bad, {3, 4, 4}, true, "test"), InputError);
+}
+
+}  // namespace
+}  // namespace bks

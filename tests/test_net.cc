@@ -1,0 +1,143 @@
+// The executor: gradients through fan-out, in-place layers and shared weights, checked by
+// finite differences on the whole net's loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "formats/caffe_net.h"
+#include "formats/prototxt.h"
+#include "runtime/net.h"
+
+namespace bks {
+namespace {
+
+struct TestNet {
+  CpuBackend backend{2};
+  ParamStore store;
+  std::unique_ptr<Net> net;
+  explicit TestNet(const std::string& text, Phase phase = proto::TRAIN) {
+    NetLoad nl;
+    nl.source = "net.prototxt";
+    parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
+    proto::NetState st;
+    st.set_phase(phase);
+    net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, store, backend, 5);
+    Rng rng(9);
+    for (int v : net->inputs())
+      for (int64_t i = 0; i < net->value(v).numel(); ++i) net->value(v).f32()[i] = rng.uniform(-1, 1);
+  }
+  // Numeric vs analytic gradient of the net loss for every learnable parameter.
+  void check(float step = 1e-2f, float tol = 2e-2f) {
+    store.clear_grads();
+    net->forward();
+    net->backward();
+    store.zero_unwritten_grads();
+    for (auto& p : store.all()) {
+      if (!p.learnable) continue;
+      Tensor analytic = p.grad.clone();
+      for (int64_t i = 0; i < p.data.numel(); ++i) {
+        float o = p.data.f32()[i];
+        p.data.f32()[i] = o + step;
+        double lp = net->forward();
+        p.data.f32()[i] = o - step;
+        double lm = net->forward();
+        p.data.f32()[i] = o;
+        double num = (lp - lm) / (2 * step);
+        double a = analytic.f32()[i];
+        ASSERT_NEAR(a, num, tol * std::max({1.0, std::fabs(a), std::fabs(num)})) << p.key << "[" << i << "]";
+      }
+    }
+  }
+};
+
+const char* kFanOut = R"(
+name: "fanout"
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 4 dim: 3 } shape { dim: 4 dim: 2 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "h" inner_product_param { num_output: 5 weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "gaussian" } } }
+layer { name: "act" type: "TanH" bottom: "h" top: "h" }
+layer { name: "a" type: "InnerProduct" bottom: "h" top: "a" inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "b" type: "InnerProduct" bottom: "h" top: "b" inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" bottom: "a" top: "s" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "s" bottom: "t" top: "loss" }
+)";
+
+TEST(Net, FanOutAndRepeatedInputGradients) {
+  TestNet t(kFanOut);
+  t.check();
+}
+
+TEST(Net, InPlaceChainKeepsGradientsCorrect) {
+  // Sigmoid reads its output in backward, so the in-place ReLU after it must not share its
+  // buffer; BatchNorm and Scale keep what they need and may.
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 4 dim: 3 dim: 2 dim: 2 } shape { dim: 4 dim: 3 dim: 2 dim: 2 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }
+layer { name: "sc" type: "Scale" bottom: "c" top: "c" scale_param { bias_term: true } }
+layer { name: "sig" type: "Sigmoid" bottom: "c" top: "c" }
+layer { name: "relu" type: "ReLU" bottom: "c" top: "c" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "c" bottom: "t" top: "loss" }
+)");
+  t.check(1e-2f, 3e-2f);
+  std::string d = t.net->describe();
+  EXPECT_NE(d.find("bn "), std::string::npos);
+}
+
+TEST(Net, SharedWeightsSumGradients) {
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 3 dim: 4 } shape { dim: 3 dim: 4 } } }
+layer { name: "ip1" type: "InnerProduct" bottom: "x" top: "y1" param { name: "w" } param { name: "b" } inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "ip2" type: "InnerProduct" bottom: "y1" top: "y2" param { name: "w" } param { name: "b" } inner_product_param { num_output: 4 } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "y2" bottom: "t" top: "loss" }
+)");
+  EXPECT_EQ(t.store.size(), 2) << "ip2 shares ip1's blobs";
+  EXPECT_EQ(t.store.at(0).key, "ip1.0");
+  t.check();
+}
+
+TEST(Net, GradReadyHookFiresOncePerParameter) {
+  TestNet t(kFanOut);
+  std::vector<int> fired;
+  t.net->set_grad_ready_hook([&](int idx) { fired.push_back(idx); });
+  t.store.clear_grads();
+  t.net->forward();
+  t.net->backward();
+  std::sort(fired.begin(), fired.end());
+  std::vector<int> all(t.net->param_indices());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(fired, all);
+}
+
+TEST(Net, LossWeightScalesGradient) {
+  const char* net = R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 2 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 2 weight_filler { type: "gaussian" } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" loss_weight: %s }
+)";
+  char a[1024], b[1024];
+  std::snprintf(a, sizeof a, net, "1");
+  std::snprintf(b, sizeof b, net, "3");
+  TestNet t1(a), t3(b);
+  float l1 = t1.net->forward(), l3 = t3.net->forward();
+  EXPECT_NEAR(l3, 3 * l1, 1e-5);
+  t1.net->backward();
+  t3.net->backward();
+  EXPECT_NEAR(t3.store.at(0).grad.f32()[0], 3 * t1.store.at(0).grad.f32()[0], 1e-5);
+}
+
+TEST(Net, PhaseFilteringAndStages) {
+  const char* text = R"(
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 2 } } }
+layer { name: "tr" type: "ReLU" bottom: "x" top: "a" include { phase: TRAIN } }
+layer { name: "te" type: "TanH" bottom: "x" top: "a" include { phase: TEST } }
+layer { name: "st" type: "Sigmoid" bottom: "a" top: "b" include { stage: "deploy" } }
+)";
+  TestNet tr(text, proto::TRAIN), te(text, proto::TEST);
+  EXPECT_NE(tr.net->graph().find_node("tr"), nullptr);
+  EXPECT_EQ(tr.net->graph().find_node("te"), nullptr);
+  EXPECT_NE(te.net->graph().find_node("te"), nullptr);
+  EXPECT_EQ(te.net->graph().find_node("st"), nullptr);
+}
+
+}  // namespace
+}  // namespace bks

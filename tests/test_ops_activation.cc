@@ -1,0 +1,105 @@
+// Elementwise activations, PReLU and Dropout: forward against the formula, backward by
+// finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "op_harness.h"
+
+namespace bks::test {
+namespace {
+
+struct ActCase {
+  const char* name;
+  std::string layer;
+  std::function<double(double)> f;
+  float lo, hi;  // input range (kept away from kinks and domain edges)
+};
+
+class ActivationTest : public ::testing::TestWithParam<ActCase> {};
+
+TEST_P(ActivationTest, ForwardMatchesFormula) {
+  const auto& a = GetParam();
+  OpHarness h(a.layer, {{2, 3, 4, 5}});
+  h.randomize_inputs(a.lo, a.hi);
+  h.forward();
+  for (int64_t i = 0; i < h.in[0].numel(); ++i)
+    ASSERT_NEAR(h.out[0].f32()[i], a.f(h.in[0].f32()[i]), 1e-5 * std::max(1.0, std::fabs(a.f(h.in[0].f32()[i]))))
+        << a.name << " at x = " << h.in[0].f32()[i];
+}
+
+TEST_P(ActivationTest, GradientsMatchFiniteDifferences) {
+  const auto& a = GetParam();
+  OpHarness h(a.layer, {{2, 3, 4, 5}});
+  h.randomize_inputs(a.lo, a.hi);
+  // Keep inputs away from kinks at 0 (ReLU, AbsVal, ...).
+  for (int64_t i = 0; i < h.in[0].numel(); ++i)
+    if (std::fabs(h.in[0].f32()[i]) < 0.05f) h.in[0].f32()[i] += 0.1f;
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+double sig(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ActivationTest,
+    ::testing::Values(
+        ActCase{"ReLU", "type: 'ReLU'", [](double x) { return x > 0 ? x : 0; }, -2, 2},
+        ActCase{"LeakyReLU", "type: 'ReLU' relu_param { negative_slope: 0.1 }", [](double x) { return x > 0 ? x : 0.1 * x; }, -2, 2},
+        ActCase{"Sigmoid", "type: 'Sigmoid'", sig, -4, 4},
+        ActCase{"TanH", "type: 'TanH'", [](double x) { return std::tanh(x); }, -3, 3},
+        ActCase{"ELU", "type: 'ELU' elu_param { alpha: 0.7 }", [](double x) { return x > 0 ? x : 0.7 * (std::exp(x) - 1); }, -2, 2},
+        ActCase{"AbsVal", "type: 'AbsVal'", [](double x) { return std::fabs(x); }, -2, 2},
+        ActCase{"Power", "type: 'Power' power_param { power: 2 scale: 0.5 shift: 1.5 }",
+                [](double x) { return std::pow(1.5 + 0.5 * x, 2); }, -2, 2},
+        ActCase{"Exp", "type: 'Exp' exp_param { base: 2 scale: 0.5 shift: 0.1 }",
+                [](double x) { return std::pow(2.0, 0.1 + 0.5 * x); }, -2, 2},
+        ActCase{"ExpE", "type: 'Exp'", [](double x) { return std::exp(x); }, -2, 2},
+        ActCase{"Log", "type: 'Log' log_param { base: 10 scale: 2 shift: 5 }",
+                [](double x) { return std::log10(5 + 2 * x); }, -2, 2},
+        ActCase{"BNLL", "type: 'BNLL'", [](double x) { return std::log1p(std::exp(x)); }, -3, 3},
+        ActCase{"Clip", "type: 'Clip' clip_param { min: -0.5 max: 0.7 }",
+                [](double x) { return std::min(std::max(x, -0.5), 0.7); }, -0.45f, 0.65f},
+        ActCase{"Swish", "type: 'Swish' swish_param { beta: 1.5 }", [](double x) { return x * sig(1.5 * x); }, -3, 3}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(PReLU, PerChannelSlopesAndGradients) {
+  OpHarness h("type: 'PReLU'", {{2, 3, 2, 2}});
+  ASSERT_EQ(h.params[0].shape(), (Shape{3}));
+  for (int64_t i = 0; i < h.in[0].numel(); ++i)
+    if (std::fabs(h.in[0].f32()[i]) < 0.05f) h.in[0].f32()[i] += 0.1f;
+  h.forward();
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    float x = h.in[0].f32()[i], a = h.params[0].f32()[(i / 4) % 3];
+    EXPECT_FLOAT_EQ(h.out[0].f32()[i], x > 0 ? x : a * x);
+  }
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+TEST(PReLU, SharedSlope) {
+  OpHarness h("type: 'PReLU' prelu_param { channel_shared: true }", {{2, 3, 2}});
+  ASSERT_EQ(h.params[0].shape(), (Shape{1}));
+  for (int64_t i = 0; i < h.in[0].numel(); ++i)
+    if (std::fabs(h.in[0].f32()[i]) < 0.05f) h.in[0].f32()[i] += 0.1f;
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+TEST(Dropout, TrainDropsAndScalesTestPassesThrough) {
+  OpHarness h("name: 'drop' type: 'Dropout' dropout_param { dropout_ratio: 0.3 }", {{100, 100}});
+  h.in[0].fill(1.f);
+  h.forward();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < h.out[0].numel(); ++i) {
+    float v = h.out[0].f32()[i];
+    ASSERT_TRUE(v == 0.f || std::fabs(v - 1.f / 0.7f) < 1e-6f);
+    kept += v != 0.f;
+  }
+  EXPECT_NEAR(kept / 10000.0, 0.7, 0.02);
+  h.check_gradients(1e-3f, 1e-2f);
+  OpHarness t("type: 'Dropout' dropout_param { dropout_ratio: 0.3 }", {{4, 5}}, proto::TEST);
+  t.forward();
+  expect_close(t.out[0], t.in[0], 0.f, "TEST dropout is identity");
+}
+
+}  // namespace
+}  // namespace bks::test

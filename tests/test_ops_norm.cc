@@ -1,0 +1,117 @@
+// BatchNorm, Scale, Bias and LRN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_harness.h"
+
+namespace bks::test {
+namespace {
+
+TEST(BatchNorm, TrainNormalisesPerChannelAndTracksStatistics) {
+  OpHarness h("type: 'BatchNorm' batch_norm_param { moving_average_fraction: 0.9 }", {{4, 3, 2, 3}});
+  h.randomize_inputs(-2, 5);
+  h.forward();
+  for (int c = 0; c < 3; ++c) {
+    double s = 0, sq = 0, xs = 0, xsq = 0;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 6; ++i) {
+        double y = h.out[0].f32()[(n * 3 + c) * 6 + i], x = h.in[0].f32()[(n * 3 + c) * 6 + i];
+        s += y;
+        sq += y * y;
+        xs += x;
+        xsq += x * x;
+      }
+    EXPECT_NEAR(s / 24, 0.0, 1e-5);
+    EXPECT_NEAR(sq / 24, 1.0, 1e-3);
+    // Running sums start from the random test init; the update is sum*0.9 + batch stat.
+    double mean = xs / 24, var = xsq / 24 - mean * mean;
+    (void)var;
+  }
+  EXPECT_EQ(h.param_grad[0].defined(), false) << "statistics are not learned by the solver";
+}
+
+TEST(BatchNorm, GlobalStatsUseStoredMoments) {
+  OpHarness h("type: 'BatchNorm' batch_norm_param { use_global_stats: true eps: 0.001 }", {{2, 2, 3}});
+  float mean[] = {1.f, -2.f}, var[] = {4.f, 0.25f};
+  for (int c = 0; c < 2; ++c) {
+    h.params[0].f32()[c] = mean[c] * 2;  // stored as sums with normaliser 2
+    h.params[1].f32()[c] = var[c] * 2;
+  }
+  h.params[2].f32()[0] = 2;
+  h.forward();
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < 3; ++i) {
+        int64_t k = (n * 2 + c) * 3 + i;
+        EXPECT_NEAR(h.out[0].f32()[k], (h.in[0].f32()[k] - mean[c]) / std::sqrt(var[c] + 0.001f), 1e-5);
+      }
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+TEST(BatchNorm, GradientsMatchFiniteDifferences) {
+  OpHarness h("type: 'BatchNorm'", {{3, 2, 2, 2}});
+  h.check_gradients(1e-3f, 2e-2f);
+}
+
+TEST(Scale, LearnedFactorAndBias) {
+  OpHarness h("type: 'Scale' scale_param { bias_term: true }", {{2, 3, 2, 2}});
+  ASSERT_EQ(h.params[0].shape(), (Shape{3}));
+  h.forward();
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    int c = static_cast<int>((i / 4) % 3);
+    EXPECT_NEAR(h.out[0].f32()[i], h.in[0].f32()[i] * h.params[0].f32()[c] + h.params[1].f32()[c], 1e-6);
+  }
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+TEST(Scale, SecondBottomAndNumAxes) {
+  OpHarness h("type: 'Scale' scale_param { axis: 1 }", {{2, 3, 4}, {3, 4}});
+  h.check_gradients(1e-3f, 1e-2f);
+  OpHarness g("type: 'Scale' scale_param { axis: 0 num_axes: -1 }", {{2, 3}});
+  ASSERT_EQ(g.params[0].shape(), (Shape{2, 3}));
+  g.check_gradients(1e-3f, 1e-2f);
+}
+
+TEST(Bias, LearnedAndFromBottom) {
+  OpHarness h("type: 'Bias'", {{2, 3, 2}});
+  h.forward();
+  for (int64_t i = 0; i < h.in[0].numel(); ++i)
+    EXPECT_NEAR(h.out[0].f32()[i], h.in[0].f32()[i] + h.params[0].f32()[(i / 2) % 3], 1e-6);
+  h.check_gradients(1e-3f, 1e-2f);
+  OpHarness b("type: 'Bias'", {{2, 3, 2}, {3}});
+  b.check_gradients(1e-3f, 1e-2f);
+}
+
+double lrn_ref(const Tensor& x, int n, int c, int i, int j, int size, double alpha, double beta, double k, bool across) {
+  double s = 0;
+  int half = size / 2;
+  if (across) {
+    for (int cc = c - half; cc <= c + half; ++cc)
+      if (cc >= 0 && cc < x.dim(1)) s += std::pow(at4(x, n, cc, i, j), 2);
+    return at4(x, n, c, i, j) * std::pow(k + alpha / size * s, -beta);
+  }
+  for (int a = i - half; a <= i + half; ++a)
+    for (int b = j - half; b <= j + half; ++b)
+      if (a >= 0 && b >= 0 && a < x.dim(2) && b < x.dim(3)) s += std::pow(at4(x, n, c, a, b), 2);
+  return at4(x, n, c, i, j) * std::pow(1.0 + alpha / (size * size) * s, -beta);
+}
+
+TEST(LRN, AcrossAndWithinChannelsMatchCaffeFormula) {
+  for (bool across : {true, false}) {
+    OpHarness h(fmt::format("type: 'LRN' lrn_param {{ local_size: 3 alpha: 0.5 beta: 0.75 k: 2 norm_region: {} }}",
+                            across ? "ACROSS_CHANNELS" : "WITHIN_CHANNEL"),
+                {{2, 5, 4, 3}});
+    h.forward();
+    for (int n = 0; n < 2; ++n)
+      for (int c = 0; c < 5; ++c)
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 3; ++j)
+            ASSERT_NEAR(at4(h.out[0], n, c, i, j), lrn_ref(h.in[0], n, c, i, j, 3, 0.5, 0.75, 2, across), 1e-4)
+                << (across ? "across" : "within");
+    h.check_gradients(1e-3f, 2e-2f);
+  }
+}
+
+}  // namespace
+}  // namespace bks::test

@@ -1,0 +1,95 @@
+// Pooling: Caffe's MAX and AVE (including its ceil rounding and divisor rules) against a
+// direct loop; backward by finite differences.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+
+#include "op_harness.h"
+
+namespace bks::test {
+namespace {
+
+struct PoolCase {
+  bool max;
+  int n, c, h, w, k, s, p;
+};
+
+Tensor naive_pool(const Tensor& x, const PoolCase& pc) {
+  int64_t oh = static_cast<int64_t>(std::ceil(static_cast<double>(pc.h + 2 * pc.p - pc.k) / pc.s)) + 1;
+  int64_t ow = static_cast<int64_t>(std::ceil(static_cast<double>(pc.w + 2 * pc.p - pc.k) / pc.s)) + 1;
+  if (pc.p > 0) {
+    if ((oh - 1) * pc.s >= pc.h + pc.p) --oh;
+    if ((ow - 1) * pc.s >= pc.w + pc.p) --ow;
+  }
+  Tensor y({pc.n, pc.c, oh, ow});
+  for (int n = 0; n < pc.n; ++n)
+    for (int c = 0; c < pc.c; ++c)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t hs = i * pc.s - pc.p, ws = j * pc.s - pc.p;
+          int64_t he = std::min<int64_t>(hs + pc.k, pc.h + pc.p), we = std::min<int64_t>(ws + pc.k, pc.w + pc.p);
+          int64_t size = (he - hs) * (we - ws);
+          hs = std::max<int64_t>(hs, 0);
+          ws = std::max<int64_t>(ws, 0);
+          he = std::min<int64_t>(he, pc.h);
+          we = std::min<int64_t>(we, pc.w);
+          double acc = pc.max ? -FLT_MAX : 0.0;
+          for (int64_t a = hs; a < he; ++a)
+            for (int64_t b = ws; b < we; ++b) {
+              float v = at4(x, n, c, a, b);
+              acc = pc.max ? std::max<double>(acc, v) : acc + v;
+            }
+          y.f32()[((n * pc.c + c) * oh + i) * ow + j] = static_cast<float>(pc.max ? acc : acc / size);
+        }
+  return y;
+}
+
+std::string pool_text(const PoolCase& pc) {
+  return fmt::format("type: 'Pooling' pooling_param {{ pool: {} kernel_size: {} stride: {} pad: {} }}",
+                     pc.max ? "MAX" : "AVE", pc.k, pc.s, pc.p);
+}
+
+class PoolTest : public ::testing::TestWithParam<PoolCase> {};
+
+TEST_P(PoolTest, ForwardMatchesCaffeRule) {
+  const auto& pc = GetParam();
+  OpHarness h(pool_text(pc), {{pc.n, pc.c, pc.h, pc.w}});
+  h.forward();
+  expect_close(h.out[0], naive_pool(h.in[0], pc), 1e-5f, h.op().kernel_name());
+}
+
+TEST_P(PoolTest, GradientsMatchFiniteDifferences) {
+  const auto& pc = GetParam();
+  OpHarness h(pool_text(pc), {{pc.n, pc.c, pc.h, pc.w}});
+  // Distinct, well-separated values so max pooling has no ties within the step.
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) h.in[0].f32()[i] = static_cast<float>((i * 7919) % 997) * 0.01f;
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
+                         ::testing::Values(PoolCase{true, 2, 3, 8, 8, 2, 2, 0}, PoolCase{true, 1, 2, 7, 9, 3, 2, 0},
+                                           PoolCase{true, 1, 2, 7, 7, 3, 2, 1}, PoolCase{false, 2, 2, 8, 8, 3, 2, 0},
+                                           PoolCase{false, 1, 3, 7, 6, 3, 2, 1}, PoolCase{false, 1, 1, 6, 6, 2, 2, 1},
+                                           PoolCase{false, 1, 2, 5, 5, 3, 1, 1}));
+
+TEST(Pooling, GlobalAverageCoversTheWholePlane) {
+  OpHarness h("type: 'Pooling' pooling_param { pool: AVE global_pooling: true }", {{2, 3, 5, 4}});
+  h.forward();
+  ASSERT_EQ(h.out[0].shape(), (Shape{2, 3, 1, 1}));
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 3; ++c) {
+      double s = 0;
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 4; ++j) s += at4(h.in[0], n, c, i, j);
+      EXPECT_NEAR(h.out[0].f32()[n * 3 + c], s / 20, 1e-5);
+    }
+}
+
+TEST(Pooling, RejectsStochasticAndMissingKernel) {
+  EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: STOCHASTIC kernel_size: 2 }", {{1, 1, 4, 4}}), InputError);
+  EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: MAX }", {{1, 1, 4, 4}}), InputError);
+}
+
+}  // namespace
+}  // namespace bks::test

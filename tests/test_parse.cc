@@ -1,0 +1,129 @@
+// Parsing Caffe files: every example in the repository, and each kind of bad input giving
+// an InputError that names the file and line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "formats/caffe_net.h"
+#include "formats/prototxt.h"
+#include "runtime/net.h"
+
+namespace bks {
+namespace {
+namespace fs = std::filesystem;
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  fs::path p = fs::temp_directory_path() / ("bks_parse_" + name);
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// Expects building `text` as a net to throw InputError whose message contains `needle`.
+void expect_net_error(const std::string& text, const std::string& needle) {
+  std::string path = write_temp("net.prototxt", text);
+  try {
+    NetLoad nl = load_net_file(path);
+    proto::NetState st;
+    st.set_phase(proto::TRAIN);
+    CpuBackend be(1);
+    ParamStore store;
+    Net net(build_caffe_graph(nl, st), proto::TRAIN, store, be, 1);
+    FAIL() << "no error for: " << needle;
+  } catch (const InputError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    EXPECT_NE(m.find(path), std::string::npos) << "names the file: " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
+  }
+}
+
+TEST(Parse, EveryExamplePrototxtBuildsInBothPhases) {
+  int count = 0;
+  for (auto& e : fs::recursive_directory_iterator(fs::path(BKS_SOURCE_DIR) / "examples")) {
+    if (e.path().extension() != ".prototxt") continue;
+    std::string text = read_file(e.path().string(), "example");
+    if (text.find("base_lr") != std::string::npos) {
+      proto::SolverParameter sp;
+      EXPECT_NO_THROW(read_prototxt(e.path().string(), sp)) << e.path();
+      continue;
+    }
+    NetLoad nl = load_net_file(e.path().string());
+    for (Phase ph : {proto::TRAIN, proto::TEST}) {
+      proto::NetState st;
+      st.set_phase(ph);
+      CpuBackend be(1);
+      ParamStore store;
+      EXPECT_NO_THROW(Net(build_caffe_graph(nl, st), ph, store, be, 1)) << e.path() << " " << proto::Phase_Name(ph);
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 2);
+}
+
+TEST(Parse, SyntaxErrorNamesLineAndColumn) {
+  std::string path = write_temp("bad.prototxt", "name: \"x\"\nlayer {\n  name: \"a\"\n  type: \"ReLU\"\n  bottom: \n}\n");
+  proto::NetParameter p;
+  try {
+    read_prototxt(path, p);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":6:1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Parse, UnknownFieldIsAnError) {
+  std::string path = write_temp("field.prototxt", "layer {\n  name: \"a\"\n  type: \"ReLU\"\n  colour: 3\n}\n");
+  proto::NetParameter p;
+  try {
+    read_prototxt(path, p);
+    FAIL();
+  } catch (const InputError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(":4:"), std::string::npos) << m;
+    EXPECT_NE(m.find("colour"), std::string::npos) << m;
+  }
+}
+
+TEST(Parse, SemanticErrors) {
+  const char* input = "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }\n";
+  expect_net_error(std::string(input) + "layer { name: 'q' type: 'Quantum' bottom: 'x' top: 'y' }", "unknown layer type 'Quantum'");
+  expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' bottom: 'nope' top: 'y' }", "bottom 'nope' is not produced");
+  expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x' }\n"
+                                        "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'y' }",
+                   "used twice");
+  expect_net_error(std::string(input) + "layer { name: 'e' type: 'Eltwise' bottom: 'x' bottom: 'y' top: 'z' }\n", "not produced");
+  expect_net_error(std::string(input) +
+                       "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' convolution_param { num_output: 4 kernel_size: 3 } }\n"
+                       "layer { name: 'e' type: 'Eltwise' bottom: 'x' bottom: 'c' top: 'z' }",
+                   "differs from bottom 0");
+  expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' top: 'y' }", "takes 1 bottom");
+  expect_net_error("layer { name: 'd' type: 'Data' top: 'x' top: 'l' data_param { source: '/nonexistent/train-images-idx3-ubyte' batch_size: 4 } }",
+                   "data source not found");
+  expect_net_error(std::string(input) + "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' param { lr_mult: 1 } param { } param { } convolution_param { num_output: 4 kernel_size: 3 } }",
+                   "3 'param' specs");
+}
+
+TEST(Parse, ErrorNamesTheLayerLine) {
+  std::string text =
+      "name: 'n'\n"
+      "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 1 dim: 4 dim: 4 } } }\n"
+      "\n"
+      "layer {\n name: 'p'\n type: 'Pooling'\n bottom: 'x'\n top: 'y'\n pooling_param { pool: MAX kernel_size: 9 }\n}\n";
+  expect_net_error(text, "bks_parse_net.prototxt:4: layer 'p' (Pooling)");
+}
+
+TEST(Parse, NetLevelInputs) {
+  std::string path = write_temp("legacy.prototxt",
+                                "input: 'data'\ninput_dim: 2\ninput_dim: 3\ninput_dim: 4\ninput_dim: 4\n"
+                                "layer { name: 'r' type: 'ReLU' bottom: 'data' top: 'y' }\n");
+  NetLoad nl = load_net_file(path);
+  proto::NetState st;
+  CpuBackend be(1);
+  ParamStore store;
+  Net net(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
+  EXPECT_EQ(net.value("data").shape(), (Shape{2, 3, 4, 4}));
+}
+
+}  // namespace
+}  // namespace bks

@@ -1,0 +1,165 @@
+// Solvers and learning-rate policies against hand-computed updates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "formats/prototxt.h"
+#include "train/lr_policy.h"
+#include "train/solver.h"
+
+namespace bks {
+namespace {
+
+proto::SolverParameter solver(const std::string& text) {
+  proto::SolverParameter p;
+  parse_prototxt_string(text, "solver", p);
+  return p;
+}
+
+TEST(LrPolicy, AllPoliciesMatchFormulas) {
+  auto p = solver("base_lr: 0.1 gamma: 0.5 stepsize: 10 power: 2 max_iter: 100 lr_policy: 'fixed'");
+  EXPECT_FLOAT_EQ(learning_rate(p, 57), 0.1f);
+  p.set_lr_policy("step");
+  EXPECT_FLOAT_EQ(learning_rate(p, 25), 0.1f * 0.25f);
+  p.set_lr_policy("exp");
+  EXPECT_FLOAT_EQ(learning_rate(p, 3), 0.1f * 0.125f);
+  p.set_lr_policy("inv");
+  EXPECT_FLOAT_EQ(learning_rate(p, 4), static_cast<float>(0.1 * std::pow(1 + 0.5 * 4, -2)));
+  p.set_lr_policy("poly");
+  EXPECT_FLOAT_EQ(learning_rate(p, 50), 0.1f * 0.25f);
+  p.set_lr_policy("sigmoid");
+  p.set_gamma(-0.5f);
+  EXPECT_FLOAT_EQ(learning_rate(p, 10), 0.05f);
+  auto m = solver("base_lr: 1 gamma: 0.1 lr_policy: 'multistep' stepvalue: 5 stepvalue: 8");
+  EXPECT_FLOAT_EQ(learning_rate(m, 4), 1.f);
+  EXPECT_FLOAT_EQ(learning_rate(m, 5), 0.1f);
+  EXPECT_NEAR(learning_rate(m, 9), 0.01f, 1e-9);
+  EXPECT_THROW(check_lr_policy(solver("base_lr: 1 lr_policy: 'wavy'"), "s"), InputError);
+  EXPECT_THROW(check_lr_policy(solver("base_lr: 1 lr_policy: 'step'"), "s"), InputError);
+}
+
+// One parameter w = [1, -2] with gradient g = [0.5, 0.25]; two steps, compared with the
+// update rules written out by hand.
+struct OneParam {
+  ParamStore store;
+  int idx;
+  OneParam() {
+    idx = store.add("w.0", "", {2}, true);
+    store.at(idx).data.f32()[0] = 1.f;
+    store.at(idx).data.f32()[1] = -2.f;
+  }
+  void step(Solver& s, float lr, int iter) {
+    store.at(idx).grad.f32()[0] = 0.5f;
+    store.at(idx).grad.f32()[1] = 0.25f;
+    s.step(store, {idx}, lr, iter);
+  }
+  float w(int i) { return store.at(idx).data.f32()[i]; }
+};
+
+TEST(Solver, SgdMomentumAndL2) {
+  auto s = Solver::create(solver("type: 'SGD' momentum: 0.9 weight_decay: 0.1"), "s");
+  OneParam r;
+  r.step(*s, 0.1f, 0);
+  double g0 = 0.5 + 0.1 * 1.0, v0 = 0.1 * g0, w0 = 1.0 - v0;
+  EXPECT_NEAR(r.w(0), w0, 1e-6);
+  r.step(*s, 0.1f, 1);
+  double g1 = 0.5 + 0.1 * w0, v1 = 0.9 * v0 + 0.1 * g1;
+  EXPECT_NEAR(r.w(0), w0 - v1, 1e-6);
+}
+
+TEST(Solver, L1Regularisation) {
+  auto s = Solver::create(solver("type: 'SGD' weight_decay: 0.1 regularization_type: 'L1'"), "s");
+  OneParam r;
+  r.step(*s, 1.f, 0);
+  EXPECT_NEAR(r.w(1), -2.0 - (0.25 - 0.1), 1e-6);
+}
+
+TEST(Solver, Nesterov) {
+  auto s = Solver::create(solver("type: 'Nesterov' momentum: 0.9"), "s");
+  OneParam r;
+  r.step(*s, 0.1f, 0);
+  double v0 = 0.05;
+  EXPECT_NEAR(r.w(0), 1.0 - 1.9 * v0, 1e-6);
+  r.step(*s, 0.1f, 1);
+  double v1 = 0.9 * v0 + 0.05;
+  EXPECT_NEAR(r.w(0), 1.0 - 1.9 * v0 - (1.9 * v1 - 0.9 * v0), 1e-6);
+}
+
+TEST(Solver, AdaGradRMSPropAdaDeltaAdam) {
+  {
+    auto s = Solver::create(solver("type: 'AdaGrad' delta: 1e-8"), "s");
+    OneParam r;
+    r.step(*s, 0.1f, 0);
+    r.step(*s, 0.1f, 1);
+    double w = 1.0 - 0.1 * 0.5 / std::sqrt(0.25) - 0.1 * 0.5 / std::sqrt(0.5);
+    EXPECT_NEAR(r.w(0), w, 1e-5);
+  }
+  {
+    auto s = Solver::create(solver("type: 'RMSProp' rms_decay: 0.9 delta: 1e-8"), "s");
+    OneParam r;
+    r.step(*s, 0.1f, 0);
+    r.step(*s, 0.1f, 1);
+    double h0 = 0.1 * 0.25, h1 = 0.9 * h0 + 0.1 * 0.25;
+    EXPECT_NEAR(r.w(0), 1.0 - 0.1 * 0.5 / std::sqrt(h0) - 0.1 * 0.5 / std::sqrt(h1), 1e-4);
+  }
+  {
+    auto s = Solver::create(solver("type: 'AdaDelta' momentum: 0.95 delta: 1e-6"), "s");
+    OneParam r;
+    r.step(*s, 1.f, 0);
+    double hg = 0.05 * 0.25, u = 0.5 * std::sqrt((0 + 1e-6) / (hg + 1e-6));
+    EXPECT_NEAR(r.w(0), 1.0 - u, 1e-6);
+  }
+  {
+    auto s = Solver::create(solver("type: 'Adam' momentum: 0.9 momentum2: 0.999 delta: 1e-8"), "s");
+    OneParam r;
+    r.step(*s, 0.01f, 0);
+    // First Adam step moves each weight by about lr against the gradient sign.
+    EXPECT_NEAR(r.w(0), 1.0 - 0.01, 1e-5);
+    EXPECT_NEAR(r.w(1), -2.0 - 0.01, 1e-5);
+  }
+  EXPECT_THROW(Solver::create(solver("type: 'AdaGrad' momentum: 0.9"), "s"), InputError);
+  EXPECT_THROW(Solver::create(solver("type: 'Lion'"), "s"), InputError);
+}
+
+TEST(Solver, IterSizeAveragesAccumulatedGradient) {
+  // A gradient summed over 2 micro-batches with iter_size 2 equals one batch's mean.
+  auto s2 = Solver::create(solver("type: 'SGD' iter_size: 2"), "s");
+  auto s1 = Solver::create(solver("type: 'SGD'"), "s");
+  OneParam a, b;
+  a.store.at(a.idx).grad.f32()[0] = 1.0f;  // 0.5 + 0.5
+  a.store.at(a.idx).grad.f32()[1] = 0.5f;
+  s2->step(a.store, {a.idx}, 0.1f, 0);
+  b.step(*s1, 0.1f, 0);
+  EXPECT_FLOAT_EQ(a.w(0), b.w(0));
+  EXPECT_FLOAT_EQ(a.w(1), b.w(1));
+}
+
+TEST(Solver, ClipGradientsScalesToGlobalNorm) {
+  auto s = Solver::create(solver("type: 'SGD' clip_gradients: 0.1"), "s");
+  OneParam r;
+  r.step(*s, 1.f, 0);
+  double norm = std::sqrt(0.25 + 0.0625);
+  EXPECT_NEAR(r.w(0), 1.0 - 0.5 * 0.1 / norm, 1e-6);
+}
+
+TEST(Solver, StateRoundTrip) {
+  auto s = Solver::create(solver("type: 'Adam'"), "s");
+  OneParam r;
+  r.step(*s, 0.01f, 0);
+  TensorFile f;
+  for (auto& [n, t] : s->state()) f.tensors.emplace_back(n, t->clone());
+  auto s2 = Solver::create(solver("type: 'Adam'"), "s");
+  s2->load_state(f, r.store, "state");
+  OneParam r1, r2;
+  r1.store.at(r1.idx).data.copy_from(r.store.at(r.idx).data);
+  r2.store.at(r2.idx).data.copy_from(r.store.at(r.idx).data);
+  r1.step(*s, 0.01f, 1);
+  r2.step(*s2, 0.01f, 1);
+  EXPECT_EQ(r1.w(0), r2.w(0));
+  TensorFile bad;
+  bad.tensors.emplace_back("w.0.h0", Tensor({3}));
+  EXPECT_THROW(s2->load_state(bad, r.store, "state"), InputError);
+}
+
+}  // namespace
+}  // namespace bks
