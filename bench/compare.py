@@ -1,0 +1,98 @@
+"""bakusoku vs PyTorch on this machine, same run, same threads. Prints a table and ratios.
+
+Each measurement runs in its own process; peak resident memory is that process's.
+Usage: compare.py BAKUSOKU_BINARY [--quick]
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = "/usr/bin/python3"  # Debian's python, which has python3-torch
+LENET = os.path.join(ROOT, "examples/fashion_mnist/lenet_train_test.prototxt")
+CIFAR = os.path.join(ROOT, "examples/cifar10/cifar10_quick_train_test.prototxt")
+
+
+def run(cmd, env=None):
+    """Runs cmd, returns (stdout, peak RSS in MiB)."""
+    # Output goes to files, not pipes, so a chatty child never blocks before wait4.
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out}\n{err}")
+    return out, usage.ru_maxrss / 1024.0
+
+
+def torch(what, threads, n):
+    out, rss = run([PY, os.path.join(HERE, "torch_bench.py"), what, str(threads), str(n)])
+    r = json.loads(out.strip().splitlines()[-1])
+    r["rss_mb"] = rss
+    return r
+
+
+def solver(tmp, name, net, max_iter, extra=""):
+    path = os.path.join(tmp, name + ".prototxt")
+    with open(path, "w") as f:
+        f.write(f'net: "{net}"\nbase_lr: 0.01\nmomentum: 0.9\nweight_decay: 0.0005\nlr_policy: "inv"\n'
+                f'gamma: 0.0001\npower: 0.75\ndisplay: 100000\nmax_iter: {max_iter}\nrandom_seed: 1\n'
+                f'snapshot_after_train: false\n{extra}')
+    return path
+
+
+def bks_train(binary, tmp, solver_path, threads):
+    out, rss = run([binary, "train", "--solver", solver_path, "--threads", str(threads),
+                    "--out", os.path.join(tmp, "run-" + os.path.basename(solver_path))])
+    m = re.search(r"\(([\d.]+) s training\): (\d+) images/s", out)
+    acc = re.search(r"accuracy ([\d.]+)", out)
+    wall = re.search(r"iterations in (\S+)", out)
+    return {"images_per_s": float(m.group(2)), "train_s": float(m.group(1)),
+            "accuracy": float(acc.group(1)) if acc else None, "rss_mb": rss, "out": out}
+
+
+def bks_time(binary, model, threads, iters):
+    out, _ = run([binary, "time", "--model", model, "--threads", str(threads), "--iterations", str(iters)])
+    return float(re.search(r"\((\d+) images/s", out).group(1))
+
+
+def main():
+    binary = sys.argv[1]
+    quick = "--quick" in sys.argv
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for threads in (1, 2):
+            b = bks_train(binary, tmp, solver(tmp, f"lenet{threads}", LENET, 600), threads)
+            t = torch("lenet", threads, 600)
+            rows.append((f"LeNet train, batch 64, {threads} thread(s)", "images/s", b["images_per_s"],
+                         t["images_per_s"], ">= 2.0"))
+        # cifar10_quick: forward+backward on a random batch (bakusoku's `time`), against
+        # PyTorch's forward+backward+SGD step.
+        b = bks_time(binary, CIFAR, 2, 30)
+        t = torch("cifar", 2, 30)
+        rows.append(("cifar10_quick train, batch 100, 2 threads", "images/s", b, t["images_per_s"], ">= 1.3"))
+        if not quick:
+            full = os.path.join(ROOT, "examples/fashion_mnist/lenet_solver.prototxt")
+            b = bks_train(binary, tmp, full, 2)
+            t = torch("lenet_full", 2, 10000)
+            rows.append(("LeNet 10,000-iteration solver, 2 threads", "wall s (train)", b["train_s"], t["wall_s"], "<= 0.5"))
+            rows.append(("  test accuracy after 10,000 iterations", "accuracy", b["accuracy"], t["accuracy"], "within 0.005"))
+            rows.append(("  peak resident memory", "MiB", b["rss_mb"], t["rss_mb"], "<= 0.25"))
+    print(f"\n{'benchmark':<46} {'unit':<15} {'bakusoku':>10} {'PyTorch':>10} {'ratio':>7}  target")
+    for name, unit, b, t, target in rows:
+        ratio = b / t if t else float("nan")
+        if unit == "accuracy":
+            ratio = b - t
+        print(f"{name:<46} {unit:<15} {b:>10.4g} {t:>10.4g} {ratio:>7.3f}  {target}")
+    print(f"\nPyTorch {subprocess.run([PY, '-c', 'import torch; print(torch.__version__)'], capture_output=True, text=True).stdout.strip()}"
+          f" (Debian), threads set with torch.set_num_threads; bakusoku --threads.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The PyTorch side of the benchmark: Caffe's LeNet and cifar10_quick, written as a PyTorch
+user would, trained with the same data, batch, schedule and threads as bakusoku."""
+import gzip
+import math
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    nd = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(nd)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+def fashion_mnist(split):
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(f"{FMNIST}/{prefix}-images-idx3-ubyte.gz")
+    y = read_idx(f"{FMNIST}/{prefix}-labels-idx1-ubyte.gz")
+    # Kept as uint8 in memory, like bakusoku; converted per batch.
+    return torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
+
+
+def caffe_xavier(t):
+    # Caffe's xavier: uniform(+-sqrt(3 / fan_in)).
+    fan_in = t[0].numel()
+    s = math.sqrt(3.0 / fan_in)
+    with torch.no_grad():
+        t.uniform_(-s, s)
+
+
+class LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 20, 5)
+        self.conv2 = nn.Conv2d(20, 50, 5)
+        self.ip1 = nn.Linear(800, 500)
+        self.ip2 = nn.Linear(500, 10)
+        for m in (self.conv1, self.conv2, self.ip1, self.ip2):
+            caffe_xavier(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = F.max_pool2d(self.conv1(x), 2, 2)
+        x = F.max_pool2d(self.conv2(x), 2, 2)
+        x = F.relu(self.ip1(x.flatten(1)))
+        return self.ip2(x)
+
+
+class Cifar10Quick(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 32, 5, padding=2)
+        self.conv3 = nn.Conv2d(32, 64, 5, padding=2)
+        self.ip1 = nn.Linear(64 * 4 * 4, 64)
+        self.ip2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(F.max_pool2d(self.conv1(x), 3, 2, ceil_mode=True))
+        x = F.avg_pool2d(F.relu(self.conv2(x)), 3, 2, ceil_mode=True)
+        x = F.avg_pool2d(F.relu(self.conv3(x)), 3, 2, ceil_mode=True)
+        return self.ip2(self.ip1(x.flatten(1)))
+
+
+def caffe_sgd(model, base_lr, momentum, weight_decay):
+    # Caffe's lr_mult 2 for biases.
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    return torch.optim.SGD([{"params": weights, "lr_mult": 1.0}, {"params": biases, "lr_mult": 2.0}],
+                           lr=base_lr, momentum=momentum, weight_decay=weight_decay)
+
+
+def set_lr(opt, lr):
+    for g in opt.param_groups:
+        g["lr"] = lr * g["lr_mult"]
