@@ -69,11 +69,12 @@ Tensor::Tensor(Shape shape, DType dtype, Device dev) : shape_(std::move(shape)),
   storage_ = std::make_shared<Storage>(bytes(), dev);
 }
 
-void Tensor::reshape(const Shape& shape) {
+void Tensor::reshape(const Shape& shape, size_t phys_bytes) {
   Device dev = device();
   shape_ = shape;
-  if (!storage_ || offset_ + bytes() > storage_->bytes()) {
-    storage_ = std::make_shared<Storage>(bytes(), dev);
+  phys_bytes_ = phys_bytes > bytes() ? phys_bytes : 0;
+  if (!storage_ || offset_ + this->phys_bytes() > storage_->bytes()) {
+    storage_ = std::make_shared<Storage>(this->phys_bytes(), dev);
     offset_ = 0;
   }
 }
@@ -91,10 +92,11 @@ void Tensor::alias_of(const Tensor& other, const Shape& shape) {
   offset_ = other.offset_;
   dtype_ = other.dtype_;
   shape_ = shape;
+  phys_bytes_ = shape_numel(shape) == other.numel() ? other.phys_bytes_ : 0;
 }
 
 void Tensor::zero() {
-  if (storage_) std::memset(raw(), 0, bytes());
+  if (storage_) std::memset(raw(), 0, phys_bytes());
 }
 
 void Tensor::fill(float v) {
@@ -105,7 +107,7 @@ void Tensor::fill(float v) {
 void Tensor::copy_from(const Tensor& src) {
   BKS_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy {} {} into {} {}", shape_str(src.shape()),
             dtype_name(src.dtype()), shape_str(shape_), dtype_name(dtype_));
-  if (raw() != src.raw()) std::memcpy(raw(), src.raw(), bytes());
+  if (raw() != src.raw()) std::memcpy(raw(), src.raw(), std::min(phys_bytes(), src.phys_bytes()));
 }
 
 Tensor Tensor::clone() const {

@@ -74,10 +74,15 @@ class Tensor {
   const float* f32() const { return data<float>(); }
 
   // Changes the shape; reallocates only when the buffer is too small (contents then zeroed).
-  void reshape(const Shape& shape);
+  // `phys_bytes` > bytes() reserves room for a padded (blocked) layout of the same shape.
+  void reshape(const Shape& shape, size_t phys_bytes = 0);
+  // Elements the buffer holds in its layout: numel() when plain, more when a blocked layout
+  // pads channels. Elementwise kernels that accept any layout loop over this.
+  int64_t phys_numel() const { return phys_bytes_ ? static_cast<int64_t>(phys_bytes_ / dtype_size(dtype_)) : numel(); }
+  size_t phys_bytes() const { return phys_bytes_ ? phys_bytes_ : bytes(); }
   // Same buffer, new shape of equal element count.
   Tensor view(const Shape& shape) const;
-  // Shares this tensor's buffer (in-place ops) with its own shape.
+  // Shares this tensor's buffer (in-place ops) with its own shape (and other's layout size).
   void alias_of(const Tensor& other, const Shape& shape);
   bool shares_storage(const Tensor& o) const { return storage_ && storage_ == o.storage_; }
 
@@ -91,6 +96,7 @@ class Tensor {
   size_t offset_ = 0;
   Shape shape_;
   DType dtype_ = DType::f32;
+  size_t phys_bytes_ = 0;  // 0: plain layout, bytes() of data
 };
 
 }  // namespace bks

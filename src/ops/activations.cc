@@ -1,4 +1,5 @@
 // Elementwise activations and transforms of Caffe's common set.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/elementwise.h"
@@ -11,8 +12,10 @@ class ReLUOp final : public ElementwiseOp<ReLUOp> {
   explicit ReLUOp(const OpInit& i) : ElementwiseOp(i), slope_(i.node.param.relu_param().negative_slope()) {
     // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
     needs_x_ = slope_ < 0.f;
+    zero_preserving_ = true;
   }
-  float f(float x) const { return x > 0.f ? x : x * slope_; }
+  // Branch-free forms so the loops vectorise.
+  float f(float x) const { return std::max(x, 0.f) + slope_ * std::min(x, 0.f); }
   float grad(float x, float y) const { return (needs_x_ ? x : y) > 0.f ? 1.f : slope_; }
 
  private:
@@ -28,7 +31,10 @@ class SigmoidOp final : public ElementwiseOp<SigmoidOp> {
 
 class TanHOp final : public ElementwiseOp<TanHOp> {
  public:
-  explicit TanHOp(const OpInit& i) : ElementwiseOp(i) { needs_x_ = false; }
+  explicit TanHOp(const OpInit& i) : ElementwiseOp(i) {
+    needs_x_ = false;
+    zero_preserving_ = true;
+  }
   float f(float x) const { return std::tanh(x); }
   float grad(float, float y) const { return 1.f - y * y; }
 };
@@ -37,6 +43,7 @@ class ELUOp final : public ElementwiseOp<ELUOp> {
  public:
   explicit ELUOp(const OpInit& i) : ElementwiseOp(i), alpha_(i.node.param.elu_param().alpha()) {
     needs_x_ = alpha_ <= 0.f;
+    zero_preserving_ = true;
   }
   float f(float x) const { return x > 0.f ? x : alpha_ * (std::exp(x) - 1.f); }
   float grad(float x, float y) const { return (needs_x_ ? x > 0.f : y > 0.f) ? 1.f : y + alpha_; }
@@ -47,7 +54,7 @@ class ELUOp final : public ElementwiseOp<ELUOp> {
 
 class AbsValOp final : public ElementwiseOp<AbsValOp> {
  public:
-  using ElementwiseOp::ElementwiseOp;
+  explicit AbsValOp(const OpInit& i) : ElementwiseOp(i) { zero_preserving_ = true; }
   float f(float x) const { return std::fabs(x); }
   float grad(float x, float) const { return static_cast<float>((x > 0.f) - (x < 0.f)); }
 };
@@ -132,7 +139,9 @@ class ClipOp final : public ElementwiseOp<ClipOp> {
 
 class SwishOp final : public ElementwiseOp<SwishOp> {
  public:
-  explicit SwishOp(const OpInit& i) : ElementwiseOp(i), beta_(i.node.param.swish_param().beta()) {}
+  explicit SwishOp(const OpInit& i) : ElementwiseOp(i), beta_(i.node.param.swish_param().beta()) {
+    zero_preserving_ = true;
+  }
   float f(float x) const { return x / (1.f + std::exp(-beta_ * x)); }
   float grad(float x, float y) const {
     float s = 1.f / (1.f + std::exp(-beta_ * x));

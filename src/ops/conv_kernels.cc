@@ -45,26 +45,75 @@ void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
   if (p.axis() != 1) fail("convolution over axis other than 1 is not supported");
 }
 
-void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training) {
-  bias_ = bias;
-  memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.oc, g.oh, g.ow};
-  memory::dims wei = g.group > 1 ? memory::dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw}
-                                 : memory::dims{g.oc, g.c, g.kh, g.kw};
-  tag wtag = g.group > 1 ? tag::goihw : tag::oihw;
-  memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw};
+namespace {
+
+struct ConvDescs {
+  memory::dims src, dst, wei, strides, dil, pl, pr;
+  memory::format_tag wtag;
+};
+
+ConvDescs conv_descs(const ConvGeometry& g) {
+  ConvDescs d;
+  d.src = {g.n, g.c, g.h, g.w};
+  d.dst = {g.n, g.oc, g.oh, g.ow};
+  d.wei = g.group > 1 ? memory::dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw}
+                      : memory::dims{g.oc, g.c, g.kh, g.kw};
+  d.wtag = g.group > 1 ? tag::goihw : tag::oihw;
+  d.strides = {g.sh, g.sw};
+  d.dil = {g.dh - 1, g.dw - 1};
+  d.pl = {g.ph, g.pw};
   // Right/bottom padding so oneDNN's output size equals Caffe's (floor) rule.
-  memory::dims pr{(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph,
-                  (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw};
+  d.pr = {(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw};
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
+                                                     const memory::desc& src, const memory::desc& dst) {
+  ConvDescs d = conv_descs(g);
+  memory::desc wei_any(d.wei, dt::f32, tag::any);
+  memory::desc bias_md({g.oc}, dt::f32, tag::a);
+  auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  auto desc = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src, wei_any, bias_md,
+                                                     dst, d.strides, d.dil, d.pl, d.pr)
+                   : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src, wei_any, dst,
+                                                     d.strides, d.dil, d.pl, d.pr);
+  return dnnl::convolution_forward::primitive_desc(desc, eng);
+}
+
+bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
+
+}  // namespace
+
+memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training) {
+  // Channels-last: no channel padding (LeNet's 20 and 50 channels would pad to 32 and 64
+  // in 16-blocked layouts) and oneDNN's fastest (brgemm) kernels on AVX-512.
+  return memory::desc({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::nhwc);
+}
+
+namespace {
+}  // namespace
+
+void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
+                          const memory::desc& src_md, const memory::desc& dst_md, bool need_bwd_data) {
+  bias_ = bias;
+  ConvDescs d = conv_descs(g);
+  const auto &src = d.src, &dst = d.dst, &wei = d.wei, &strides = d.strides, &dil = d.dil, &pl = d.pl, &pr = d.pr;
   memory::desc src_any(src, dt::f32, tag::any), dst_any(dst, dt::f32, tag::any), wei_any(wei, dt::f32, tag::any);
   memory::desc bias_md({g.oc}, dt::f32, tag::a);
-  memory::desc src_user(src, dt::f32, tag::nchw), dst_user(dst, dt::f32, tag::nchw), wei_user(wei, dt::f32, wtag);
-
-  auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  auto fdesc = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                                      bias_md, dst_any, strides, dil, pl, pr)
-                    : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                                      dst_any, strides, dil, pl, pr);
-  dnnl::convolution_forward::primitive_desc fpd(fdesc, eng);
+  // With one channel, NCHW and NHWC are the same bytes; saying NHWC lets a channels-last
+  // kernel read a plain single-channel input without a reorder.
+  memory::desc src_user = src_md.data.ndims ? src_md : memory::desc(src, dt::f32, g.c == 1 ? tag::nhwc : tag::nchw);
+  memory::desc dst_user = dst_md.data.ndims ? dst_md : memory::desc(dst, dt::f32, tag::nchw);
+  memory::desc wei_user(wei, dt::f32, d.wtag);
+  // Run on the caller's layouts when oneDNN has a fast kernel for them; otherwise let it
+  // choose and convert at the edges (never a reference kernel when a fast one exists).
+  memory::desc src_k = src_md.data.ndims || g.c == 1 ? src_user : src_any, dst_k = dst_md.data.ndims ? dst_md : dst_any;
+  dnnl::convolution_forward::primitive_desc fpd = forward_pd(eng, g, bias, training, src_k, dst_k);
+  if (is_reference(fpd.impl_info_str())) {
+    src_k = src_any;
+    dst_k = dst_any;
+    fpd = forward_pd(eng, g, bias, training, src_k, dst_k);
+  }
   fwd_ = dnnl::convolution_forward(fpd);
   f_src_.init(eng, src_user, fpd.src_desc());
   f_wei_.init(eng, wei_user, fpd.weights_desc());
@@ -74,18 +123,23 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   has_bwd_ = training;
   if (!training) return;
 
-  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, wei_any, dst_any, strides,
-                                           dil, pl, pr);
-  dnnl::convolution_backward_data::primitive_desc bdpd(bd, eng, fpd);
-  bwd_data_ = dnnl::convolution_backward_data(bdpd);
-  d_ddst_.init(eng, dst_user, bdpd.diff_dst_desc());
-  d_wei_.init(eng, wei_user, bdpd.weights_desc());
-  d_dsrc_.init(eng, src_user, bdpd.diff_src_desc());
+  // Backward kernels see the same layouts as the forward one.
+  memory::desc src_b = fpd.src_desc(), dst_b = fpd.dst_desc();
+  if (need_bwd_data) {
+    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_b, wei_any, dst_b, strides,
+                                             dil, pl, pr);
+    dnnl::convolution_backward_data::primitive_desc bdpd(bd, eng, fpd);
+    bwd_data_ = dnnl::convolution_backward_data(bdpd);
+    d_ddst_.init(eng, dst_user, bdpd.diff_dst_desc());
+    d_wei_.init(eng, wei_user, bdpd.weights_desc());
+    d_dsrc_.init(eng, src_user, bdpd.diff_src_desc());
+    name_ += fmt::format(" / bwd_data {}", bdpd.impl_info_str());
+  }
 
-  auto wdesc = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                                              bias_md, dst_any, strides, dil, pl, pr)
-                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                                              dst_any, strides, dil, pl, pr);
+  auto wdesc = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
+                                                              bias_md, dst_b, strides, dil, pl, pr)
+                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
+                                                              dst_b, strides, dil, pl, pr);
   dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, eng, fpd);
   bwd_wei_ = dnnl::convolution_backward_weights(wpd);
   w_src_.init(eng, src_user, wpd.src_desc());
@@ -93,7 +147,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   w_dwei_.init(eng, wei_user, wpd.diff_weights_desc());
   if (bias) w_dbias_.init(eng, bias_md, wpd.diff_bias_desc());
   w_dbias_bytes_ = static_cast<size_t>(g.oc);
-  name_ += fmt::format(" / bwd_data {} / bwd_weights {}", bdpd.impl_info_str(), wpd.impl_info_str());
+  name_ += fmt::format(" / bwd_weights {}", wpd.impl_info_str());
 }
 
 void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst) {

@@ -29,8 +29,14 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);
 
 class ConvKernels {
  public:
-  // g describes the convolution from src (c channels) to dst (oc channels).
-  void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
+  // g describes the convolution from src (c channels) to dst (oc channels). src_md and
+  // dst_md are the layouts of the caller's buffers (data and gradients alike); empty descs
+  // mean plain NCHW.
+  // need_bwd_data false skips building the backward-data kernel (first layers).
+  void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
+               const memory::desc& src_md = {}, const memory::desc& dst_md = {}, bool need_bwd_data = true);
+  // The destination layout oneDNN's kernel writes fastest for this geometry.
+  static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
   void forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst);
   void backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src);
   // diff_bias may be null.

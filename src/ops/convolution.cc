@@ -36,9 +36,16 @@ class ConvolutionOp final : public Op {
     return d;
   }
 
-  void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
+  LayoutRule layout_rule() const override { return LayoutRule::any_in_any_out; }
+  dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>&) override {
+    return ConvKernels::preferred_dst(static_cast<CpuBackend&>(backend_).engine(), g_, p_.bias_term(),
+                                      phase_ == proto::TRAIN);
+  }
+
+  void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     auto& be = static_cast<CpuBackend&>(backend_);
-    k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN);
+    k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, in_layout_.empty() ? memory::desc() : in_layout_[0],
+               out_layout_.empty() ? memory::desc() : out_layout_[0], needs_input_grad(0));
   }
 
   void forward(OpCall& c) override {

@@ -16,19 +16,18 @@ class DropoutOp final : public Op {
   int min_inputs() const override { return 1; }
   bool allows_inplace() const override { return true; }
   bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    out[0] = in[0];
-    if (phase_ == proto::TRAIN) mask_.reshape(in[0]);
-  }
+  LayoutRule layout_rule() const override { return LayoutRule::any_in_same_out; }
+  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override { out[0] = in[0]; }
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     float* y = c.out[0]->f32();
-    int64_t n = c.in[0]->numel();
+    int64_t n = c.in[0]->phys_numel();
     if (phase_ != proto::TRAIN) {
       if (x != y) c.out[0]->copy_from(*c.in[0]);
       return;
     }
     uint64_t key = stream_key(seed_, name_, c.step);
+    mask_.reshape({n});  // allocates on the first step only
     float* m = mask_.f32();
     float keep_scale = scale_, ratio = ratio_;
 #pragma omp parallel for simd if (n > 32768)
@@ -42,7 +41,7 @@ class DropoutOp final : public Op {
     const float* dy = c.out_grad[0]->f32();
     float* dx = c.in_grad[0]->f32();
     const float* m = mask_.f32();
-    int64_t n = c.in_grad[0]->numel();
+    int64_t n = c.in_grad[0]->phys_numel();
 #pragma omp parallel for simd if (n > 32768)
     for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * m[i];
   }

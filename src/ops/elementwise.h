@@ -17,11 +17,13 @@ class ElementwiseOp : public Op {
   bool allows_inplace() const override { return !needs_x_; }
   bool backward_reads_input() const override { return needs_x_; }
   bool backward_reads_output() const override { return !needs_x_; }
+  // Ops with f(0) == 0 may run on blocked layouts: their padding stays zero.
+  LayoutRule layout_rule() const override { return zero_preserving_ ? LayoutRule::any_in_same_out : LayoutRule::plain_only; }
 
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     float* y = c.out[0]->f32();
-    int64_t n = c.in[0]->numel();
+    int64_t n = c.in[0]->phys_numel();
     const Derived& d = static_cast<const Derived&>(*this);
 #pragma omp parallel for simd if (n > 32768)
     for (int64_t i = 0; i < n; ++i) y[i] = d.f(x[i]);
@@ -33,7 +35,7 @@ class ElementwiseOp : public Op {
     const float* y = c.out[0]->f32();
     const float* dy = c.out_grad[0]->f32();
     float* dx = c.in_grad[0]->f32();
-    int64_t n = c.in[0]->numel();
+    int64_t n = c.in[0]->phys_numel();
     const Derived& d = static_cast<const Derived&>(*this);
 #pragma omp parallel for simd if (n > 32768)
     for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * d.grad(x[i], y[i]);
@@ -41,6 +43,7 @@ class ElementwiseOp : public Op {
 
  protected:
   bool needs_x_ = true;
+  bool zero_preserving_ = false;
 };
 
 }  // namespace bks

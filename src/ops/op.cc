@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/dnnl_util.h"
+
 namespace bks {
 
 Op::Op(const OpInit& init)
@@ -10,6 +12,16 @@ Op::Op(const OpInit& init)
 Op::~Op() = default;
 
 void Op::backward(OpCall&) { fail("has no backward pass"); }
+
+dnnl::memory::desc Op::in_md(int i, const Shape& s) const {
+  if (i < static_cast<int>(in_layout_.size()) && in_layout_[i].data.ndims > 0) return in_layout_[i];
+  return plain_md(s);
+}
+
+dnnl::memory::desc Op::out_md(int j, const Shape& s) const {
+  if (j < static_cast<int>(out_layout_.size()) && out_layout_[j].data.ndims > 0) return out_layout_[j];
+  return plain_md(s);
+}
 
 void Op::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
   int n = static_cast<int>(s.size());

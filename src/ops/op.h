@@ -47,6 +47,14 @@ struct OpCall {
   std::vector<Tensor*> param_grad;
 };
 
+// How an op deals with oneDNN's blocked tensor layouts (e.g. nChw16c), which let
+// convolution, pooling and ReLU chains run without converting to and from plain NCHW.
+enum class LayoutRule {
+  plain_only,       // inputs and outputs are plain row-major (the default)
+  any_in_same_out,  // elementwise: any input layout; the output has the input's layout
+  any_in_any_out,   // converts internally: any input layout, output in its preferred one
+};
+
 class Op {
  public:
   explicit Op(const OpInit& init);
@@ -62,8 +70,21 @@ class Op {
   virtual void infer(const std::vector<Shape>& in, std::vector<Shape>& out) = 0;
   // The parameter blobs in Caffe's order (weights 0, bias 1, ...), given the input shapes.
   virtual std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) { return {}; }
-  // Builds kernels for the shapes last given to infer().
+  // Builds kernels for the shapes last given to infer() and the layouts last given to
+  // set_layouts() (plain when never set).
   virtual void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) {}
+
+  virtual LayoutRule layout_rule() const { return LayoutRule::plain_only; }
+  // any_in_any_out ops: the layout output `j` would best be in, given the input layouts
+  // (an empty desc means plain). Called after infer().
+  virtual dnnl::memory::desc preferred_output_layout(int j, const std::vector<dnnl::memory::desc>& in) { return {}; }
+  // Set by the runtime before prepare(): the layout of every input and output (its data and
+  // its gradient alike). Empty descs mean plain.
+  void set_layouts(std::vector<dnnl::memory::desc> in, std::vector<dnnl::memory::desc> out) {
+    in_layout_ = std::move(in);
+    out_layout_ = std::move(out);
+  }
+  void set_needs_input_grad(std::vector<bool> needs) { needs_in_grad_ = std::move(needs); }
 
   virtual void forward(OpCall& c) = 0;
   virtual void backward(OpCall& c);
@@ -97,8 +118,17 @@ class Op {
   }
   void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
 
+  // Whether backward must produce input i's gradient (set by the runtime before prepare();
+  // true when never set), so kernels that would only serve unused gradients are not built.
+  bool needs_input_grad(int i) const { return i >= static_cast<int>(needs_in_grad_.size()) || needs_in_grad_[i]; }
+  // The layout of input i / output j for a tensor of shape s: the runtime's choice, or plain.
+  dnnl::memory::desc in_md(int i, const Shape& s) const;
+  dnnl::memory::desc out_md(int j, const Shape& s) const;
+
   std::string name_;
   std::string where_;
+  std::vector<dnnl::memory::desc> in_layout_, out_layout_;
+  std::vector<bool> needs_in_grad_;
   Phase phase_;
   uint64_t seed_;
   Backend& backend_;

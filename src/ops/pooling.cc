@@ -62,38 +62,33 @@ class PoolingOp final : public Op {
     ow_ = out_size(w_, kw_, sw_, pw_);
     if (oh_ <= 0 || ow_ <= 0) fail("kernel {}x{} does not fit the {}x{} input", kh_, kw_, h_, w_);
     out[0] = {n_, c_, oh_, ow_};
+    choose_algorithm();
   }
 
-  void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
-    int64_t prh = (oh_ - 1) * sh_ + kh_ - h_ - ph_, prw = (ow_ - 1) * sw_ + kw_ - w_ - pw_;
-    bool overhang = prh > ph_ || prw > pw_;
-    dnnl::algorithm alg;
-    if (max_) {
-      alg = dnnl::algorithm::pooling_max;
-    } else if (ph_ == 0 && pw_ == 0) {
-      alg = dnnl::algorithm::pooling_avg_exclude_padding;
-    } else if (!overhang) {
-      alg = dnnl::algorithm::pooling_avg_include_padding;
-    } else {
-      use_dnnl_ = false;
+  LayoutRule layout_rule() const override { return use_dnnl_ ? LayoutRule::any_in_any_out : LayoutRule::plain_only; }
+  dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
+    Shape s{n_, c_, h_, w_};
+    return forward_pd(in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0]).dst_desc();
+  }
+
+  void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
+    if (!use_dnnl_) {
       name_ = "reference (Caffe AVE divisor with padding and ceil overhang)";
       return;
     }
-    use_dnnl_ = true;
     auto& be = static_cast<CpuBackend&>(backend_);
-    auto src = plain_md({n_, c_, h_, w_}), dst = plain_md({n_, c_, oh_, ow_});
-    memory::dims strides{sh_, sw_}, kernel{kh_, kw_}, pl{ph_, pw_}, pr{std::max<int64_t>(prh, 0), std::max<int64_t>(prw, 0)};
-    bool training = phase_ == proto::TRAIN;
-    auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-    dnnl::pooling_forward::primitive_desc fpd({prop, alg, src, dst, strides, kernel, pl, pr}, be.engine());
+    memory::desc src = in_md(0, in[0]), dst_user = out_md(0, out[0]);
+    auto fpd = forward_pd(src);
     fwd_ = dnnl::pooling_forward(fpd);
     src_m_ = memory(src, be.engine(), nullptr);
-    dst_m_ = memory(dst, be.engine(), nullptr);
+    dst_.init(be.engine(), dst_user, fpd.dst_desc());
+    bool training = phase_ == proto::TRAIN;
     if (training && max_) ws_ = memory(fpd.workspace_desc(), be.engine());
     name_ = fpd.impl_info_str();
     if (training) {
-      dnnl::pooling_backward::primitive_desc bpd({alg, src, dst, strides, kernel, pl, pr}, be.engine(), fpd);
+      dnnl::pooling_backward::primitive_desc bpd({alg_, src, fpd.dst_desc(), strides_, kernel_, pl_, pr_}, be.engine(), fpd);
       bwd_ = dnnl::pooling_backward(bpd);
+      ddst_.init(be.engine(), dst_user, bpd.diff_dst_desc());
     }
   }
 
@@ -101,10 +96,10 @@ class PoolingOp final : public Op {
     if (!use_dnnl_) return ave_forward(c.in[0]->f32(), c.out[0]->f32());
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     src_m_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
-    dst_m_.set_data_handle(c.out[0]->f32());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_m_}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_.write(c.out[0]->f32())}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
     fwd_.execute(s, args);
+    dst_.commit(s);
     s.wait();
   }
 
@@ -113,9 +108,8 @@ class PoolingOp final : public Op {
     if (!use_dnnl_) return ave_backward(c.out_grad[0]->f32(), c.in_grad[0]->f32());
     if (phase_ != proto::TRAIN) fail("backward needs a TRAIN-phase net");
     auto& s = static_cast<CpuBackend&>(backend_).stream();
-    dst_m_.set_data_handle(const_cast<float*>(c.out_grad[0]->f32()));
     src_m_.set_data_handle(c.in_grad[0]->f32());
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, dst_m_}, {DNNL_ARG_DIFF_SRC, src_m_}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, ddst_.read(s, c.out_grad[0]->f32())}, {DNNL_ARG_DIFF_SRC, src_m_}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
     bwd_.execute(s, args);
     s.wait();
@@ -124,6 +118,28 @@ class PoolingOp final : public Op {
   std::string kernel_name() const override { return use_dnnl_ ? "oneDNN " + name_ : name_; }
 
  private:
+  // oneDNN runs MAX always and AVE when its divisor rule equals Caffe's.
+  void choose_algorithm() {
+    int64_t prh = (oh_ - 1) * sh_ + kh_ - h_ - ph_, prw = (ow_ - 1) * sw_ + kw_ - w_ - pw_;
+    bool overhang = prh > ph_ || prw > pw_;
+    use_dnnl_ = true;
+    if (max_) alg_ = dnnl::algorithm::pooling_max;
+    else if (ph_ == 0 && pw_ == 0) alg_ = dnnl::algorithm::pooling_avg_exclude_padding;
+    else if (!overhang) alg_ = dnnl::algorithm::pooling_avg_include_padding;
+    else use_dnnl_ = false;
+    strides_ = {sh_, sw_};
+    kernel_ = {kh_, kw_};
+    pl_ = {ph_, pw_};
+    pr_ = {std::max<int64_t>(prh, 0), std::max<int64_t>(prw, 0)};
+  }
+
+  dnnl::pooling_forward::primitive_desc forward_pd(const memory::desc& src) {
+    auto prop = phase_ == proto::TRAIN ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    memory::desc dst_any({n_, c_, oh_, ow_}, memory::data_type::f32, memory::format_tag::any);
+    return dnnl::pooling_forward::primitive_desc({prop, alg_, src, dst_any, strides_, kernel_, pl_, pr_},
+                                                 static_cast<CpuBackend&>(backend_).engine());
+  }
+
   int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) const {
     int64_t o;
     if (p_.round_mode() == proto::PoolingParameter::CEIL)
@@ -175,7 +191,10 @@ class PoolingOp final : public Op {
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
   dnnl::pooling_forward fwd_;
   dnnl::pooling_backward bwd_;
-  memory src_m_, dst_m_, ws_;
+  dnnl::algorithm alg_ = dnnl::algorithm::pooling_max;
+  memory::dims strides_, kernel_, pl_, pr_;
+  memory src_m_, ws_;
+  DnnlOperand dst_, ddst_;
   std::string name_;
 };
 

@@ -1,18 +1,22 @@
 #include "runtime/net.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/log.h"
+#include "ops/dnnl_util.h"
 #include "runtime/filler.h"
 
 namespace bks {
 namespace {
 
+// Sums over the whole buffer: blocked layouts keep their padding at zero, so this is right
+// for every layout.
 void add_into(Tensor& dst, const Tensor& src) {
   float* d = dst.f32();
   const float* s = src.f32();
-  int64_t n = dst.numel();
+  int64_t n = dst.phys_numel();
 #pragma omp parallel for simd if (n > 65536)
   for (int64_t i = 0; i < n; ++i) d[i] += s[i];
 }
@@ -25,6 +29,7 @@ Net::Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t
   infer_shapes();
   bind_params(seed);
   plan_gradients(force_backward);
+  plan_layouts();
   plan_buffers();
   prepare_kernels();
   build_calls();
@@ -185,6 +190,79 @@ void Net::plan_gradients(bool force_backward) {
   }
 }
 
+void Net::plan_layouts() {
+  int nv = static_cast<int>(graph_.values.size());
+  layout_.assign(nv, dnnl::memory::desc());
+  auto blocked = [&](int v) { return layout_[v].data.ndims > 0; };
+  // Optimistic forward pass: every op gets the layout it prefers. BKS_LAYOUTS=plain turns
+  // layout propagation off (for debugging and comparison).
+  const char* env = std::getenv("BKS_LAYOUTS");
+  bool plain_only = env && std::string(env) == "plain";
+  for (int n = 0; n < num_nodes() && !plain_only; ++n) {
+    const Node& node = graph_.nodes[n];
+    LayoutRule rule = ops_[n]->layout_rule();
+    std::vector<dnnl::memory::desc> in;
+    for (int v : node.inputs) in.push_back(layout_[v]);
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      int v = node.outputs[j];
+      if (rule == LayoutRule::any_in_same_out && !in.empty()) layout_[v] = in[0];
+      else if (rule == LayoutRule::any_in_any_out) layout_[v] = ops_[n]->preferred_output_layout(static_cast<int>(j), in);
+    }
+  }
+  // Fall back to plain wherever a reader needs it, until nothing changes. Demotions only go
+  // one way, so this ends.
+  bool changed = true;
+  auto demote = [&](int v) {
+    if (blocked(v)) {
+      layout_[v] = dnnl::memory::desc();
+      changed = true;
+    }
+  };
+  while (changed) {
+    changed = false;
+    for (int v = 0; v < nv; ++v)
+      if (graph_.values[v].consumers.empty() || loss_weight_[v] != 0.f) demote(v);
+    for (int n = 0; n < num_nodes(); ++n) {
+      const Node& node = graph_.nodes[n];
+      LayoutRule rule = ops_[n]->layout_rule();
+      if (rule == LayoutRule::plain_only)
+        for (int v : node.inputs) demote(v);
+      if (rule == LayoutRule::any_in_same_out && !node.inputs.empty())
+        for (int v : node.outputs)
+          if (!(layout_[v] == layout_[node.inputs[0]])) {
+            demote(v);
+            demote(node.inputs[0]);
+          }
+    }
+  }
+  for (int n = 0; n < num_nodes(); ++n) {
+    std::vector<dnnl::memory::desc> in, out;
+    for (int v : graph_.nodes[n].inputs) in.push_back(layout_[v]);
+    for (int v : graph_.nodes[n].outputs) out.push_back(layout_[v]);
+    ops_[n]->set_layouts(in, out);
+  }
+}
+
+void Net::allocate() {
+  for (int v = 0; v < static_cast<int>(graph_.values.size()); ++v) {
+    const Shape& s = graph_.values[v].shape;
+    size_t phys = blocked_bytes(v);
+    if (data_alias_[v] >= 0) data_[v].alias_of(data_[data_alias_[v]], s);
+    else data_[v].reshape(s, phys);
+    if (!grad_[v].defined()) continue;
+    if (grad_alias_[v] >= 0) grad_[v].alias_of(grad_[grad_alias_[v]], s);
+    else grad_[v].reshape(s, phys);
+  }
+  size_t k = 0;
+  for (int n = 0; n < num_nodes(); ++n)
+    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
+      if (accumulate_in_grad_[n][i]) {
+        int v = graph_.nodes[n].inputs[i];
+        if (k == scratch_.size()) scratch_.emplace_back(Shape{0});
+        scratch_[k++].reshape(graph_.values[v].shape, blocked_bytes(v));
+      }
+}
+
 bool Net::can_write_in_place(int n, int x) const {
   const Op& op = *ops_[n];
   if (!op.allows_inplace()) return false;
@@ -225,7 +303,7 @@ void Net::plan_buffers() {
     if (node.inputs.empty() || node.outputs.empty()) continue;
     int x = node.inputs[0], y = node.outputs[0];
     bool alias = false;
-    if (ops_[n]->output_is_view() && node.inputs.size() == 1) {
+    if (ops_[n]->output_is_view() && node.inputs.size() == 1 && !is_blocked(x)) {
       alias = true;
     } else if (graph_.values[x].name == graph_.values[y].name && can_write_in_place(n, x)) {
       alias = true;
@@ -236,22 +314,8 @@ void Net::plan_buffers() {
         loss_weight_[x] == 0.f)
       grad_alias_[y] = x;
   }
-  for (int v = 0; v < nv; ++v) {
-    const Shape& s = graph_.values[v].shape;
-    if (data_alias_[v] >= 0)
-      data_[v].alias_of(data_[data_alias_[v]], s);
-    else
-      data_[v].reshape(s);
-    if (!grad_[v].defined()) continue;
-    if (grad_alias_[v] >= 0)
-      grad_[v].alias_of(grad_[grad_alias_[v]], s);
-    else
-      grad_[v].reshape(s);
-  }
-  scratch_.assign(0, Tensor());
-  for (int n = 0; n < num_nodes(); ++n)
-    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
-      if (accumulate_in_grad_[n][i]) scratch_.emplace_back(graph_.values[graph_.nodes[n].inputs[i]].shape);
+  scratch_.clear();
+  allocate();
 }
 
 void Net::prepare_kernels() {
@@ -260,6 +324,7 @@ void Net::prepare_kernels() {
     std::vector<Shape> in, out;
     for (int v : node.inputs) in.push_back(graph_.values[v].shape);
     for (int v : node.outputs) out.push_back(graph_.values[v].shape);
+    ops_[n]->set_needs_input_grad(need_in_grad_[n]);
     ops_[n]->prepare(in, out);
     log::debug("{}: {} -> {} [{}]{}", graph_.describe(n), in.empty() ? "" : shape_str(in[0]),
                out.empty() ? "" : shape_str(out[0]), ops_[n]->kernel_name(),
@@ -288,18 +353,8 @@ void Net::build_calls() {
 
 void Net::reshape() {
   infer_shapes();
-  for (int v = 0; v < static_cast<int>(graph_.values.size()); ++v) {
-    const Shape& s = graph_.values[v].shape;
-    if (data_alias_[v] >= 0) data_[v].alias_of(data_[data_alias_[v]], s);
-    else data_[v].reshape(s);
-    if (!grad_[v].defined()) continue;
-    if (grad_alias_[v] >= 0) grad_[v].alias_of(grad_[grad_alias_[v]], s);
-    else grad_[v].reshape(s);
-  }
-  size_t k = 0;
-  for (int n = 0; n < num_nodes(); ++n)
-    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
-      if (accumulate_in_grad_[n][i]) scratch_[k++].reshape(graph_.values[graph_.nodes[n].inputs[i]].shape);
+  plan_layouts();
+  allocate();
   prepare_kernels();
 }
 
@@ -324,7 +379,6 @@ float Net::forward(int64_t step) {
 void Net::backward() {
   for (int v = 0; v < static_cast<int>(loss_weight_.size()); ++v)
     if (loss_weight_[v] != 0.f && grad_[v].defined()) grad_[v].fill(loss_weight_[v]);
-  size_t scratch_end = scratch_.size();
   for (int n = num_nodes() - 1; n >= 0; --n) {
     const Node& node = graph_.nodes[n];
     OpCall& c = calls_[n];
@@ -352,7 +406,6 @@ void Net::backward() {
     if (grad_ready_)
       for (int idx : grad_ready_after_[n]) grad_ready_(idx);
   }
-  (void)scratch_end;
 }
 
 Tensor& Net::value(const std::string& name) {
@@ -369,6 +422,23 @@ std::vector<int> Net::inputs() const {
   return in;
 }
 
+Tensor Net::plain_copy(int v, bool gradient) {
+  Tensor& src = gradient ? grad_[v] : data_[v];
+  Tensor out(graph_.values[v].shape);
+  if (!is_blocked(v)) {
+    out.copy_from(src);
+    return out;
+  }
+  auto& be = static_cast<CpuBackend&>(backend_);
+  dnnl::memory from(layout_[v], be.engine(), src.raw());
+  dnnl::memory to(plain_md(out.shape()), be.engine(), out.raw());
+  dnnl::reorder(from, to).execute(be.stream(), from, to);
+  be.stream().wait();
+  return out;
+}
+
+size_t Net::blocked_bytes(int v) const { return is_blocked(v) ? layout_[v].get_size() : 0; }
+
 std::pair<int64_t, int64_t> Net::data_extent() const {
   for (int n = 0; n < num_nodes(); ++n)
     if (ops_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
@@ -382,9 +452,10 @@ std::string Net::describe() const {
     const Node& node = graph_.nodes[n];
     std::vector<std::string> outs;
     for (int v : node.outputs) outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
-    s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}\n", node.name, node.type, fmt::join(outs, ", "),
-                     ops_[n]->kernel_name(),
-                     (!node.outputs.empty() && data_alias_[node.outputs[0]] >= 0) ? " in-place" : "",
+    bool first_out = !node.outputs.empty();
+    s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
+                     ops_[n]->kernel_name(), first_out && data_alias_[node.outputs[0]] >= 0 ? " in-place" : "",
+                     first_out && is_blocked(node.outputs[0]) ? " blocked-layout" : "",
                      runs_backward_[n] ? "" : " (no backward)");
   }
   return s;

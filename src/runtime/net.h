@@ -55,6 +55,10 @@ class Net {
   void set_profiler(Profiler* p) { profiler_ = p; }
   // Batch size and dataset size of the net's first data layer ({0, 0} without one).
   std::pair<int64_t, int64_t> data_extent() const;
+  // A row-major copy of value v (or of its gradient), whatever layout it is kept in.
+  Tensor plain_copy(int v, bool gradient = false);
+  // Whether value v is in a blocked oneDNN layout (then value(v) is not row-major).
+  bool is_blocked(int v) const { return layout_[v].data.ndims > 0; }
   // One line per node: shapes, kernel, in-place decisions.
   std::string describe() const;
 
@@ -63,10 +67,13 @@ class Net {
   void infer_shapes();
   void bind_params(uint64_t seed);
   void plan_gradients(bool force_backward);
+  void plan_layouts();
+  void allocate();
   void plan_buffers();
   void prepare_kernels();
   void build_calls();
   bool can_write_in_place(int node, int input) const;
+  size_t blocked_bytes(int v) const;  // physical bytes of a blocked value, 0 when plain
 
   Graph graph_;
   Phase phase_;
@@ -83,6 +90,7 @@ class Net {
   std::vector<std::vector<bool>> accumulate_in_grad_;  // write into scratch, then add
   std::vector<std::vector<int>> grad_ready_after_;  // per node: params complete after its backward
   std::vector<int> data_alias_, grad_alias_;        // per value: value whose buffer it shares, or -1
+  std::vector<dnnl::memory::desc> layout_;          // per value (data and gradient); empty = plain
   std::vector<OpCall> calls_;
   std::function<void(int)> grad_ready_;
   Profiler* profiler_ = nullptr;
