@@ -137,7 +137,10 @@ void Net::plan_gradients(bool force_backward) {
   }
   runs_backward_.assign(num_nodes(), false);
   need_in_grad_.assign(num_nodes(), {});
-  for (int n = num_nodes() - 1; n >= 0; --n) {
+  // TEST nets only run forward (unless the net asks for force_backward): no gradient
+  // buffers, no backward kernels.
+  bool any_backward = phase_ == proto::TRAIN || force_backward;
+  for (int n = num_nodes() - 1; n >= 0 && any_backward; --n) {
     const Node& node = graph_.nodes[n];
     bool out_contrib = std::any_of(node.outputs.begin(), node.outputs.end(), [&](int v) { return contrib[v]; });
     need_in_grad_[n].assign(node.inputs.size(), false);
@@ -155,6 +158,7 @@ void Net::plan_gradients(bool force_backward) {
   }
   // Which writes of a value's gradient come second (and so must be summed): the loss seed is
   // written first, then consumers in reverse order.
+  for (int n = 0; n < num_nodes(); ++n) need_in_grad_[n].resize(graph_.nodes[n].inputs.size(), false);
   accumulate_in_grad_.assign(num_nodes(), {});
   std::vector<int> writers(nv, 0);
   for (int v = 0; v < nv; ++v)
