@@ -9,7 +9,8 @@
 
 namespace bks::test {
 
-OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase, int num_outputs) {
+OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase, int num_outputs,
+                     const std::function<void(Op&)>& before_prepare) {
   node_ = std::make_unique<Node>();
   parse_prototxt_string(layer, "test layer", node_->param);
   node_->name = node_->param.name().empty() ? "op" : node_->param.name();
@@ -32,6 +33,7 @@ OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shap
     params.push_back(p);
     param_grad.emplace_back(d.learnable ? Tensor(d.shape) : Tensor());
   }
+  if (before_prepare) before_prepare(*op_);
   op_->prepare(in_shapes, out_shapes);
   for (auto& s : in_shapes) {
     in.emplace_back(s);

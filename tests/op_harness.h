@@ -2,6 +2,7 @@
 // and a finite-difference check of every input and parameter gradient.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,8 +14,9 @@ namespace bks::test {
 class OpHarness {
  public:
   // `layer` is a LayerParameter in text format (without the enclosing "layer { }").
+  // `before_prepare` may set layouts (Op::set_layouts) before kernels are built.
   OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase = proto::TRAIN,
-            int num_outputs = 1);
+            int num_outputs = 1, const std::function<void(Op&)>& before_prepare = {});
   ~OpHarness();
 
   void forward();

@@ -67,6 +67,30 @@ TEST_P(PoolTest, GradientsMatchFiniteDifferences) {
   h.check_gradients(1e-3f, 1e-2f);
 }
 
+// The channels-last kernel (used when a convolution hands over NHWC data) follows the
+// same Caffe rules. Input in NHWC, output converted to plain.
+TEST_P(PoolTest, ChannelsLastKernelMatchesCaffeRule) {
+  const auto& pc = GetParam();
+  auto nhwc = [&](Op& op) {
+    op.set_layouts({dnnl::memory::desc({pc.n, pc.c, pc.h, pc.w}, dnnl::memory::data_type::f32,
+                                       dnnl::memory::format_tag::nhwc)},
+                   {dnnl::memory::desc()});
+  };
+  OpHarness h(pool_text(pc), {{pc.n, pc.c, pc.h, pc.w}}, proto::TRAIN, 1, nhwc);
+  EXPECT_NE(h.op().kernel_name().find("channels-last"), std::string::npos) << h.op().kernel_name();
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) h.in[0].f32()[i] = static_cast<float>((i * 7919) % 997) * 0.01f;
+  // The same logical tensor in NCHW for the reference.
+  Tensor logical({pc.n, pc.c, pc.h, pc.w});
+  for (int n = 0; n < pc.n; ++n)
+    for (int c = 0; c < pc.c; ++c)
+      for (int y = 0; y < pc.h; ++y)
+        for (int x = 0; x < pc.w; ++x)
+          logical.f32()[((n * pc.c + c) * pc.h + y) * pc.w + x] = h.in[0].f32()[((n * pc.h + y) * pc.w + x) * pc.c + c];
+  h.forward();
+  expect_close(h.out[0], naive_pool(logical, pc), 1e-5f, "channels-last");
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
                          ::testing::Values(PoolCase{true, 2, 3, 8, 8, 2, 2, 0}, PoolCase{true, 1, 2, 7, 9, 3, 2, 0},
                                            PoolCase{true, 1, 2, 7, 7, 3, 2, 1}, PoolCase{false, 2, 2, 8, 8, 3, 2, 0},

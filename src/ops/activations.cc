@@ -14,9 +14,13 @@ class ReLUOp final : public ElementwiseOp<ReLUOp> {
     needs_x_ = slope_ < 0.f;
     zero_preserving_ = true;
   }
-  // Branch-free forms so the loops vectorise.
-  float f(float x) const { return std::max(x, 0.f) + slope_ * std::min(x, 0.f); }
-  float grad(float x, float y) const { return (needs_x_ ? x : y) > 0.f ? 1.f : slope_; }
+  struct Kernel {
+    float slope;
+    float ux;  // 1: the sign comes from x, 0: from y (arithmetic, so no load is conditional)
+    float f(float x) const { return std::max(x, 0.f) + slope * std::min(x, 0.f); }
+    float grad(float x, float y) const { return ux * x + (1.f - ux) * y > 0.f ? 1.f : slope; }
+  };
+  Kernel kernel() const { return {slope_, needs_x_ ? 1.f : 0.f}; }
 
  private:
   float slope_;
@@ -25,8 +29,11 @@ class ReLUOp final : public ElementwiseOp<ReLUOp> {
 class SigmoidOp final : public ElementwiseOp<SigmoidOp> {
  public:
   explicit SigmoidOp(const OpInit& i) : ElementwiseOp(i) { needs_x_ = false; }
-  float f(float x) const { return 0.5f * std::tanh(0.5f * x) + 0.5f; }
-  float grad(float, float y) const { return y * (1.f - y); }
+  struct Kernel {
+    float f(float x) const { return 0.5f * std::tanh(0.5f * x) + 0.5f; }
+    float grad(float, float y) const { return y * (1.f - y); }
+  };
+  Kernel kernel() const { return {}; }
 };
 
 class TanHOp final : public ElementwiseOp<TanHOp> {
@@ -35,8 +42,11 @@ class TanHOp final : public ElementwiseOp<TanHOp> {
     needs_x_ = false;
     zero_preserving_ = true;
   }
-  float f(float x) const { return std::tanh(x); }
-  float grad(float, float y) const { return 1.f - y * y; }
+  struct Kernel {
+    float f(float x) const { return std::tanh(x); }
+    float grad(float, float y) const { return 1.f - y * y; }
+  };
+  Kernel kernel() const { return {}; }
 };
 
 class ELUOp final : public ElementwiseOp<ELUOp> {
@@ -45,8 +55,13 @@ class ELUOp final : public ElementwiseOp<ELUOp> {
     needs_x_ = alpha_ <= 0.f;
     zero_preserving_ = true;
   }
-  float f(float x) const { return x > 0.f ? x : alpha_ * (std::exp(x) - 1.f); }
-  float grad(float x, float y) const { return (needs_x_ ? x > 0.f : y > 0.f) ? 1.f : y + alpha_; }
+  struct Kernel {
+    float alpha;
+    bool use_x;
+    float f(float x) const { return x > 0.f ? x : alpha * (std::exp(x) - 1.f); }
+    float grad(float x, float y) const { return (use_x ? x > 0.f : y > 0.f) ? 1.f : y + alpha; }
+  };
+  Kernel kernel() const { return {alpha_, needs_x_}; }
 
  private:
   float alpha_;
@@ -55,8 +70,11 @@ class ELUOp final : public ElementwiseOp<ELUOp> {
 class AbsValOp final : public ElementwiseOp<AbsValOp> {
  public:
   explicit AbsValOp(const OpInit& i) : ElementwiseOp(i) { zero_preserving_ = true; }
-  float f(float x) const { return std::fabs(x); }
-  float grad(float x, float) const { return static_cast<float>((x > 0.f) - (x < 0.f)); }
+  struct Kernel {
+    float f(float x) const { return std::fabs(x); }
+    float grad(float x, float) const { return static_cast<float>((x > 0.f) - (x < 0.f)); }
+  };
+  Kernel kernel() const { return {}; }
 };
 
 class PowerOp final : public ElementwiseOp<PowerOp> {
@@ -67,11 +85,14 @@ class PowerOp final : public ElementwiseOp<PowerOp> {
     scale_ = p.scale();
     shift_ = p.shift();
   }
-  float f(float x) const { return power_ == 1.f ? shift_ + scale_ * x : std::pow(shift_ + scale_ * x, power_); }
-  float grad(float x, float) const {
-    if (power_ == 1.f) return scale_;
-    return power_ * scale_ * std::pow(shift_ + scale_ * x, power_ - 1.f);
-  }
+  struct Kernel {
+    float power, scale, shift;
+    float f(float x) const { return power == 1.f ? shift + scale * x : std::pow(shift + scale * x, power); }
+    float grad(float x, float) const {
+      return power == 1.f ? scale : power * scale * std::pow(shift + scale * x, power - 1.f);
+    }
+  };
+  Kernel kernel() const { return {power_, scale_, shift_}; }
 
  private:
   float power_, scale_, shift_;
@@ -93,8 +114,12 @@ class ExpOp final : public ElementwiseOp<ExpOp> {
     out_scale_ = std::exp(lb * p.shift());
     needs_x_ = false;
   }
-  float f(float x) const { return out_scale_ * std::exp(in_scale_ * x); }
-  float grad(float, float y) const { return y * in_scale_; }
+  struct Kernel {
+    float in_scale, out_scale;
+    float f(float x) const { return out_scale * std::exp(in_scale * x); }
+    float grad(float, float y) const { return y * in_scale; }
+  };
+  Kernel kernel() const { return {in_scale_, out_scale_}; }
 
  private:
   float in_scale_, out_scale_;
@@ -108,8 +133,12 @@ class LogOp final : public ElementwiseOp<LogOp> {
     scale_ = p.scale();
     shift_ = p.shift();
   }
-  float f(float x) const { return std::log(shift_ + scale_ * x) * inv_log_base_; }
-  float grad(float x, float) const { return scale_ * inv_log_base_ / (shift_ + scale_ * x); }
+  struct Kernel {
+    float inv_log_base, scale, shift;
+    float f(float x) const { return std::log(shift + scale * x) * inv_log_base; }
+    float grad(float x, float) const { return scale * inv_log_base / (shift + scale * x); }
+  };
+  Kernel kernel() const { return {inv_log_base_, scale_, shift_}; }
 
  private:
   float inv_log_base_, scale_, shift_;
@@ -118,8 +147,11 @@ class LogOp final : public ElementwiseOp<LogOp> {
 class BNLLOp final : public ElementwiseOp<BNLLOp> {
  public:
   using ElementwiseOp::ElementwiseOp;
-  float f(float x) const { return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
-  float grad(float x, float) const { return 1.f / (1.f + std::exp(-x)); }
+  struct Kernel {
+    float f(float x) const { return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+    float grad(float x, float) const { return 1.f / (1.f + std::exp(-x)); }
+  };
+  Kernel kernel() const { return {}; }
 };
 
 class ClipOp final : public ElementwiseOp<ClipOp> {
@@ -130,8 +162,12 @@ class ClipOp final : public ElementwiseOp<ClipOp> {
     hi_ = i.node.param.clip_param().max();
     if (lo_ > hi_) fail("clip_param.min {} exceeds max {}", lo_, hi_);
   }
-  float f(float x) const { return std::min(std::max(x, lo_), hi_); }
-  float grad(float x, float) const { return (x >= lo_ && x <= hi_) ? 1.f : 0.f; }
+  struct Kernel {
+    float lo, hi;
+    float f(float x) const { return std::min(std::max(x, lo), hi); }
+    float grad(float x, float) const { return (x >= lo && x <= hi) ? 1.f : 0.f; }
+  };
+  Kernel kernel() const { return {lo_, hi_}; }
 
  private:
   float lo_, hi_;
@@ -142,11 +178,15 @@ class SwishOp final : public ElementwiseOp<SwishOp> {
   explicit SwishOp(const OpInit& i) : ElementwiseOp(i), beta_(i.node.param.swish_param().beta()) {
     zero_preserving_ = true;
   }
-  float f(float x) const { return x / (1.f + std::exp(-beta_ * x)); }
-  float grad(float x, float y) const {
-    float s = 1.f / (1.f + std::exp(-beta_ * x));
-    return beta_ * y + s * (1.f - beta_ * y);
-  }
+  struct Kernel {
+    float beta;
+    float f(float x) const { return x / (1.f + std::exp(-beta * x)); }
+    float grad(float x, float y) const {
+      float s = 1.f / (1.f + std::exp(-beta * x));
+      return beta * y + s * (1.f - beta * y);
+    }
+  };
+  Kernel kernel() const { return {beta_}; }
 
  private:
   float beta_;

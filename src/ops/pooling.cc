@@ -3,6 +3,7 @@
 // Caffe's (no padding, or no window reaching past the padded input); otherwise a reference
 // loop computes Caffe's exact averages.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "ops/dnnl_util.h"
@@ -65,19 +66,31 @@ class PoolingOp final : public Op {
     choose_algorithm();
   }
 
-  LayoutRule layout_rule() const override { return use_dnnl_ ? LayoutRule::any_in_any_out : LayoutRule::plain_only; }
+  LayoutRule layout_rule() const override { return LayoutRule::any_in_any_out; }
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
     Shape s{n_, c_, h_, w_};
-    return forward_pd(in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0]).dst_desc();
+    memory::desc src = in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0];
+    if (src == nhwc_md(s)) return nhwc_md({n_, c_, oh_, ow_});
+    return use_dnnl_ ? forward_pd(src).dst_desc() : memory::desc();
   }
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
+    auto& be = static_cast<CpuBackend&>(backend_);
+    memory::desc src = in_md(0, in[0]), dst_user = out_md(0, out[0]);
+    channels_last_ = src == nhwc_md(in[0]);
+    if (channels_last_) {
+      // bakusoku's own kernel: Caffe's exact semantics, vectorised over channels.
+      memory::desc dst_nhwc = nhwc_md(out[0]);
+      dst_.init(be.engine(), dst_user, dst_nhwc);
+      ddst_.init(be.engine(), dst_user, dst_nhwc);
+      if (max_ && phase_ == proto::TRAIN) argmax_.reshape(out[0], 0);
+      name_ = fmt::format("bakusoku channels-last {}", max_ ? "max" : "average");
+      return;
+    }
     if (!use_dnnl_) {
       name_ = "reference (Caffe AVE divisor with padding and ceil overhang)";
       return;
     }
-    auto& be = static_cast<CpuBackend&>(backend_);
-    memory::desc src = in_md(0, in[0]), dst_user = out_md(0, out[0]);
     auto fpd = forward_pd(src);
     fwd_ = dnnl::pooling_forward(fpd);
     src_m_ = memory(src, be.engine(), nullptr);
@@ -93,6 +106,14 @@ class PoolingOp final : public Op {
   }
 
   void forward(OpCall& c) override {
+    if (channels_last_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      float* y = static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle());
+      nhwc_forward(c.in[0]->f32(), y);
+      dst_.commit(s);
+      s.wait();
+      return;
+    }
     if (!use_dnnl_) return ave_forward(c.in[0]->f32(), c.out[0]->f32());
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     src_m_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
@@ -105,6 +126,12 @@ class PoolingOp final : public Op {
 
   void backward(OpCall& c) override {
     if (!c.in_grad[0]) return;
+    if (channels_last_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      const float* dy = static_cast<const float*>(ddst_.read(s, c.out_grad[0]->f32()).get_data_handle());
+      s.wait();
+      return nhwc_backward(dy, c.in_grad[0]->f32());
+    }
     if (!use_dnnl_) return ave_backward(c.out_grad[0]->f32(), c.in_grad[0]->f32());
     if (phase_ != proto::TRAIN) fail("backward needs a TRAIN-phase net");
     auto& s = static_cast<CpuBackend&>(backend_).stream();
@@ -115,7 +142,7 @@ class PoolingOp final : public Op {
     s.wait();
   }
 
-  std::string kernel_name() const override { return use_dnnl_ ? "oneDNN " + name_ : name_; }
+  std::string kernel_name() const override { return use_dnnl_ && !channels_last_ ? "oneDNN " + name_ : name_; }
 
  private:
   // oneDNN runs MAX always and AVE when its divisor rule equals Caffe's.
@@ -149,6 +176,97 @@ class PoolingOp final : public Op {
     // Caffe: the last window must start inside the input or its left padding.
     if (p > 0 && (o - 1) * s >= in + p) --o;
     return o;
+  }
+
+  static memory::desc nhwc_md(const Shape& s) {
+    return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::nhwc);
+  }
+
+  // Window bounds of output (oy, ox): [h0, h1) x [w0, w1) inside the input, and Caffe's
+  // average divisor (padding counts, ceil overhang does not).
+  struct Window {
+    int64_t h0, h1, w0, w1;
+    float size;
+  };
+  Window window(int64_t oy, int64_t ox) const {
+    int64_t hs = oy * sh_ - ph_, ws = ox * sw_ - pw_;
+    int64_t he = std::min(hs + kh_, h_ + ph_), we = std::min(ws + kw_, w_ + pw_);
+    float size = static_cast<float>((he - hs) * (we - ws));
+    return {std::max<int64_t>(hs, 0), std::min(he, h_), std::max<int64_t>(ws, 0), std::min(we, w_), size};
+  }
+
+  // Channels-last pooling: each window position is a contiguous run of C floats, so the
+  // inner loops vectorise over channels.
+  void nhwc_forward(const float* x, float* y) {
+    int32_t* arg = max_ && phase_ == proto::TRAIN ? argmax_.data<int32_t>() : nullptr;
+    const int64_t C = c_;
+#pragma omp parallel for collapse(2)
+    for (int64_t n = 0; n < n_; ++n)
+      for (int64_t oy = 0; oy < oh_; ++oy)
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          Window wd = window(oy, ox);
+          const float* xn = x + n * h_ * w_ * C;
+          float* out = y + ((n * oh_ + oy) * ow_ + ox) * C;
+          int32_t* a = arg ? arg + ((n * oh_ + oy) * ow_ + ox) * C : nullptr;
+          if (max_) {
+            for (int64_t k = 0; k < C; ++k) out[k] = -FLT_MAX;
+            for (int64_t i = wd.h0; i < wd.h1; ++i)
+              for (int64_t j = wd.w0; j < wd.w1; ++j) {
+                const float* p = xn + (i * w_ + j) * C;
+                int32_t pos = static_cast<int32_t>(i * w_ + j);
+                if (a) {
+#pragma omp simd
+                  for (int64_t k = 0; k < C; ++k) {
+                    bool better = p[k] > out[k];
+                    out[k] = better ? p[k] : out[k];
+                    a[k] = better ? pos : a[k];
+                  }
+                } else {
+#pragma omp simd
+                  for (int64_t k = 0; k < C; ++k) out[k] = std::max(out[k], p[k]);
+                }
+              }
+          } else {
+            for (int64_t k = 0; k < C; ++k) out[k] = 0.f;
+            for (int64_t i = wd.h0; i < wd.h1; ++i)
+              for (int64_t j = wd.w0; j < wd.w1; ++j) {
+                const float* p = xn + (i * w_ + j) * C;
+#pragma omp simd
+                for (int64_t k = 0; k < C; ++k) out[k] += p[k];
+              }
+            float inv = 1.f / wd.size;
+#pragma omp simd
+            for (int64_t k = 0; k < C; ++k) out[k] *= inv;
+          }
+        }
+  }
+
+  void nhwc_backward(const float* dy, float* dx) {
+    const int64_t C = c_;
+    // One image per thread: windows overlap within an image, never across images.
+#pragma omp parallel for
+    for (int64_t n = 0; n < n_; ++n) {
+      float* dxn = dx + n * h_ * w_ * C;
+      std::fill_n(dxn, h_ * w_ * C, 0.f);
+      for (int64_t oy = 0; oy < oh_; ++oy)
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          int64_t o = ((n * oh_ + oy) * ow_ + ox) * C;
+          const float* g = dy + o;
+          if (max_) {
+            const int32_t* a = argmax_.data<int32_t>() + o;
+            for (int64_t k = 0; k < C; ++k) dxn[a[k] * C + k] += g[k];
+          } else {
+            Window wd = window(oy, ox);
+            float inv = 1.f / wd.size;
+            for (int64_t i = wd.h0; i < wd.h1; ++i)
+              for (int64_t j = wd.w0; j < wd.w1; ++j) {
+                float* p = dxn + (i * w_ + j) * C;
+#pragma omp simd
+                for (int64_t k = 0; k < C; ++k) p[k] += g[k] * inv;
+              }
+          }
+        }
+    }
   }
 
   // Caffe's average: the divisor counts padding but not the ceil overhang.
@@ -186,7 +304,8 @@ class PoolingOp final : public Op {
   }
 
   proto::PoolingParameter p_;
-  bool global_ = false, max_ = true, use_dnnl_ = true;
+  bool global_ = false, max_ = true, use_dnnl_ = true, channels_last_ = false;
+  Tensor argmax_{Shape{0}, DType::s32};
   int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
   dnnl::pooling_forward fwd_;
