@@ -46,6 +46,26 @@ TEST(Cli, BadPrototxtIsOneLineWithFileAndExitTwo) {
   EXPECT_NE(m.output.find("/nonexistent/net.prototxt"), std::string::npos);
 }
 
+TEST(Cli, SemanticErrorsExitTwoWithFileAndLine) {
+  std::string unknown = write_temp("unknown.prototxt",
+                                   "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 2 } } }\n"
+                                   "layer { name: 'q' type: 'Quantum' bottom: 'x' top: 'y' }\n");
+  auto r = run_cmd("time --model " + unknown);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find(unknown + ":2: layer 'q'"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  std::string nodata = write_temp("nodata.prototxt",
+                                  "layer { name: 'd' type: 'Data' top: 'x' top: 'l'\n"
+                                  "  data_param { source: '/nonexistent/train-images-idx3-ubyte.gz' batch_size: 4 } }\n");
+  r = run_cmd("time --model " + nodata);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("/nonexistent/train-images-idx3-ubyte.gz"), std::string::npos) << r.output;
+  std::string solver = write_temp("badsolver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01\nlr_policy: 'wobbly'\nmax_iter: 10\n");
+  r = run_cmd("train --solver " + solver + " --out " + (fs::temp_directory_path() / "bks_cli_bad").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("wobbly"), std::string::npos) << r.output;
+}
+
 TEST(Cli, CorruptWeightsExitTwo) {
   std::string w = write_temp("corrupt.safetensors", std::string("\x40\x00\x00\x00\x00\x00\x00\x00{\"a\":", 13));
   auto r = run_cmd("test --model " + kLenet + " --weights " + w + " --iterations 1");

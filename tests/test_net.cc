@@ -156,6 +156,23 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "y2" bottom: "t" top: "loss" 
   t.check();
 }
 
+TEST(Net, GradientsAccumulateAcrossBackwardPasses) {
+  // iter_size: without clear_grads() between micro-batches the store sums their gradients.
+  TestNet once(kFanOut), twice(kFanOut);
+  once.store.clear_grads();
+  once.net->forward();
+  once.net->backward();
+  twice.store.clear_grads();
+  for (int k = 0; k < 2; ++k) {
+    twice.net->forward();
+    twice.net->backward();
+  }
+  for (int i = 0; i < once.store.size(); ++i)
+    for (int64_t j = 0; j < once.store.at(i).grad.numel(); ++j)
+      ASSERT_NEAR(twice.store.at(i).grad.f32()[j], 2 * once.store.at(i).grad.f32()[j], 1e-5)
+          << once.store.at(i).key << "[" << j << "]";
+}
+
 TEST(Net, GradReadyHookFiresOncePerParameter) {
   TestNet t(kFanOut);
   std::vector<int> fired;

@@ -3,7 +3,6 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/signals.h"
-#include "train/progress.h"
 #include "train/trainer.h"
 
 namespace bks::cli {
@@ -24,8 +23,8 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
     TrainResult r = train(*opt);
     std::string acc;
     for (auto& [k, v] : r.last_test) acc += fmt::format("  {} {:.4f}", k, v);
-    fmt::print("{} iterations in {} ({:.1f} s training): {:.0f} images/s{}\n", r.trained_iterations,
-               format_duration(r.wall_s), r.train_s, r.images_per_s, acc.empty() ? "" : "\nFinal test:" + acc);
+    fmt::print("{} iterations in {:.1f} s ({:.1f} s training, the rest testing and setup): {:.0f} images/s{}\n",
+               r.trained_iterations, r.wall_s, r.train_s, r.images_per_s, acc.empty() ? "" : "\nFinal test:" + acc);
     fmt::print("Run directory: {}\n", r.run_dir);
     return r.interrupted ? 130 : 0;
   };

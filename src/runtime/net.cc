@@ -447,6 +447,12 @@ std::pair<int64_t, int64_t> Net::data_extent() const {
   for (int n = 0; n < num_nodes(); ++n)
     if (ops_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
       return {data_[graph_.nodes[n].outputs[0]].dim(0), ops_[n]->dataset_size()};
+  // No data layer: the batch is the first axis of the first Input blob.
+  for (int n = 0; n < num_nodes(); ++n)
+    if (ops_[n]->is_external_input() && !graph_.nodes[n].outputs.empty()) {
+      const Tensor& t = data_[graph_.nodes[n].outputs[0]];
+      return {t.ndim() > 0 ? t.dim(0) : 1, 0};
+    }
   return {0, 0};
 }
 

@@ -53,7 +53,8 @@ class Net {
   // complete (all its layers are done): the hook for overlapping allreduce with backward.
   void set_grad_ready_hook(std::function<void(int)> hook) { grad_ready_ = std::move(hook); }
   void set_profiler(Profiler* p) { profiler_ = p; }
-  // Batch size and dataset size of the net's first data layer ({0, 0} without one).
+  // Batch size and dataset size of the net's first data layer; without one, the batch of
+  // its first Input blob and dataset size 0.
   std::pair<int64_t, int64_t> data_extent() const;
   // A row-major copy of value v (or of its gradient), whatever layout it is kept in.
   Tensor plain_copy(int v, bool gradient = false);
