@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -18,13 +19,15 @@ struct TestNet {
   CpuBackend backend{2};
   ParamStore store;
   std::unique_ptr<Net> net;
-  explicit TestNet(const std::string& text, Phase phase = proto::TRAIN) {
+  explicit TestNet(const std::string& text, Phase phase = proto::TRAIN, bool reuse_buffers = true) {
     NetLoad nl;
     nl.source = "net.prototxt";
     parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
     proto::NetState st;
     st.set_phase(phase);
-    net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, store, backend, 5);
+    NetOptions opt;
+    opt.reuse_buffers = reuse_buffers;
+    net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, store, backend, 5, opt);
     Rng rng(9);
     for (int v : net->inputs())
       for (int64_t i = 0; i < net->value(v).numel(); ++i) net->value(v).f32()[i] = rng.uniform(-1, 1);
@@ -119,9 +122,9 @@ TEST(Net, LayoutChainMatchesPlainLayouts) {
   // ReLU and max pooling: the same values and gradients with and without layout
   // propagation. (Dropout is left out: its mask follows memory order, which layouts change.)
   std::string text = layout_chain("ReLU", "MAX", false);
-  TestNet fast(text);
+  TestNet fast(text, proto::TRAIN, false);  // keep every value for comparison
   ::setenv("BKS_LAYOUTS", "plain", 1);
-  TestNet plain(text);
+  TestNet plain(text, proto::TRAIN, false);
   ::unsetenv("BKS_LAYOUTS");
   EXPECT_GE(count_blocked(fast), 3) << fast.net->describe();
   EXPECT_EQ(count_blocked(plain), 0);
@@ -141,6 +144,54 @@ TEST(Net, LayoutChainMatchesPlainLayouts) {
     const Tensor &a = fast.store.at(i).grad, &b = plain.store.at(i).grad;
     for (int64_t k = 0; k < a.numel(); ++k)
       ASSERT_NEAR(a.f32()[k], b.f32()[k], 1e-4f * std::max(1.f, std::fabs(b.f32()[k]))) << fast.store.at(i).key << "[" << k << "]";
+  }
+}
+
+TEST(Net, BufferReuseChangesNothing) {
+  // Liveness-planned memory (one arena shared by a TRAIN and a TEST net, run alternately)
+  // gives bitwise the same losses and gradients as private buffers.
+  std::string text = layout_chain("ReLU", "MAX", true) + R"(
+layer { name: "sum" type: "Reduction" bottom: "y" top: "sum" include { phase: TEST } }
+)";
+  for (const std::string& net : {text, std::string(kFanOut)}) {
+    auto build = [&](ParamStore& store, CpuBackend& be, Phase ph, bool reuse, std::shared_ptr<Arena> arena) {
+      NetLoad nl;
+      nl.source = "net.prototxt";
+      parse_prototxt_string(net, nl.source, nl.param, &nl.layer_lines);
+      proto::NetState st;
+      st.set_phase(ph);
+      NetOptions opt;
+      opt.reuse_buffers = reuse;
+      opt.arena = arena;
+      return std::make_unique<Net>(build_caffe_graph(nl, st), ph, store, be, 5, opt);
+    };
+    CpuBackend be(2);
+    ParamStore s1, s2;
+    auto arena = std::make_shared<Arena>();
+    auto train1 = build(s1, be, proto::TRAIN, true, arena), test1 = build(s1, be, proto::TEST, true, arena);
+    auto train2 = build(s2, be, proto::TRAIN, false, nullptr), test2 = build(s2, be, proto::TEST, false, nullptr);
+    Rng rng(4);
+    for (int v : train1->inputs())
+      for (int64_t i = 0; i < train1->value(v).numel(); ++i) train1->value(v).f32()[i] = rng.uniform(-1, 1);
+    for (size_t k = 0; k < train1->inputs().size(); ++k) {
+      train2->value(train2->inputs()[k]).copy_from(train1->value(train1->inputs()[k]));
+      test1->value(test1->inputs()[k]).copy_from(train1->value(train1->inputs()[k]));
+      test2->value(test2->inputs()[k]).copy_from(train1->value(train1->inputs()[k]));
+    }
+    for (int step = 0; step < 3; ++step) {
+      s1.clear_grads();
+      s2.clear_grads();
+      ASSERT_EQ(train1->forward(step), train2->forward(step));
+      train1->backward();
+      train2->backward();
+      for (int i = 0; i < s1.size(); ++i)
+        if (s1.at(i).learnable)
+          ASSERT_EQ(std::memcmp(s1.at(i).grad.raw(), s2.at(i).grad.raw(), s1.at(i).grad.bytes()), 0) << s1.at(i).key;
+      ASSERT_EQ(test1->forward(step), test2->forward(step));
+      for (size_t k = 0; k < test1->outputs().size(); ++k)
+        ASSERT_EQ(test1->value(test1->outputs()[k]).f32()[0], test2->value(test2->outputs()[k]).f32()[0]);
+    }
+    EXPECT_EQ(arena->size(), std::max(train1->planned_bytes(), test1->planned_bytes())) << "one arena for both";
   }
 }
 

@@ -20,8 +20,9 @@ std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, i
   proto::NetState st = nl.param.state();
   st.set_phase(phase);
   m->backend = std::make_unique<CpuBackend>(threads);
-  m->net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, m->store, *m->backend, seed,
-                                 nl.param.force_backward());
+  NetOptions opt;
+  opt.force_backward = nl.param.force_backward();
+  m->net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, m->store, *m->backend, seed, opt);
   return m;
 }
 

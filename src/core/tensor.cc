@@ -86,6 +86,14 @@ Tensor Tensor::view(const Shape& shape) const {
   return t;
 }
 
+void Tensor::bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes) {
+  shape_ = shape;
+  phys_bytes_ = phys_bytes > bytes() ? phys_bytes : 0;
+  BKS_CHECK(offset + this->phys_bytes() <= storage->bytes(), "bind past the end of a {}-byte buffer", storage->bytes());
+  storage_ = std::move(storage);
+  offset_ = offset;
+}
+
 void Tensor::alias_of(const Tensor& other, const Shape& shape) {
   BKS_CHECK(shape_numel(shape) <= other.numel(), "alias {} of {}", shape_str(shape), shape_str(other.shape_));
   storage_ = other.storage_;

@@ -82,9 +82,12 @@ class Tensor {
   size_t phys_bytes() const { return phys_bytes_ ? phys_bytes_ : bytes(); }
   // Same buffer, new shape of equal element count.
   Tensor view(const Shape& shape) const;
+  // Views `bytes` of `storage` from `offset` (memory planned into a shared arena).
+  void bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes = 0);
   // Shares this tensor's buffer (in-place ops) with its own shape (and other's layout size).
   void alias_of(const Tensor& other, const Shape& shape);
   bool shares_storage(const Tensor& o) const { return storage_ && storage_ == o.storage_; }
+  bool uses_storage(const Storage* s) const { return storage_.get() == s; }
 
   void zero();
   void fill(float v);

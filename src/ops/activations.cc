@@ -12,6 +12,7 @@ class ReLUOp final : public ElementwiseOp<ReLUOp> {
   explicit ReLUOp(const OpInit& i) : ElementwiseOp(i), slope_(i.node.param.relu_param().negative_slope()) {
     // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
     needs_x_ = slope_ < 0.f;
+    reads_y_ = !needs_x_;
     zero_preserving_ = true;
   }
   struct Kernel {
@@ -28,7 +29,10 @@ class ReLUOp final : public ElementwiseOp<ReLUOp> {
 
 class SigmoidOp final : public ElementwiseOp<SigmoidOp> {
  public:
-  explicit SigmoidOp(const OpInit& i) : ElementwiseOp(i) { needs_x_ = false; }
+  explicit SigmoidOp(const OpInit& i) : ElementwiseOp(i) {
+    needs_x_ = false;
+    reads_y_ = true;
+  }
   struct Kernel {
     float f(float x) const { return 0.5f * std::tanh(0.5f * x) + 0.5f; }
     float grad(float, float y) const { return y * (1.f - y); }
@@ -40,6 +44,7 @@ class TanHOp final : public ElementwiseOp<TanHOp> {
  public:
   explicit TanHOp(const OpInit& i) : ElementwiseOp(i) {
     needs_x_ = false;
+    reads_y_ = true;
     zero_preserving_ = true;
   }
   struct Kernel {
@@ -53,6 +58,7 @@ class ELUOp final : public ElementwiseOp<ELUOp> {
  public:
   explicit ELUOp(const OpInit& i) : ElementwiseOp(i), alpha_(i.node.param.elu_param().alpha()) {
     needs_x_ = alpha_ <= 0.f;
+    reads_y_ = true;
     zero_preserving_ = true;
   }
   struct Kernel {
@@ -113,6 +119,7 @@ class ExpOp final : public ElementwiseOp<ExpOp> {
     in_scale_ = lb * p.scale();
     out_scale_ = std::exp(lb * p.shift());
     needs_x_ = false;
+    reads_y_ = true;
   }
   struct Kernel {
     float in_scale, out_scale;
@@ -176,6 +183,7 @@ class ClipOp final : public ElementwiseOp<ClipOp> {
 class SwishOp final : public ElementwiseOp<SwishOp> {
  public:
   explicit SwishOp(const OpInit& i) : ElementwiseOp(i), beta_(i.node.param.swish_param().beta()) {
+    reads_y_ = true;
     zero_preserving_ = true;
   }
   struct Kernel {

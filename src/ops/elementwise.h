@@ -32,10 +32,12 @@ class ElementwiseOp : public Op {
   using Op::Op;
   int min_inputs() const override { return 1; }
   void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override { out[0] = in[0]; }
-  // Derived sets needs_x_ when grad() reads x (then in-place use is refused).
+  // Derived sets needs_x_ when grad() reads x (then in-place use is refused) and reads_y_
+  // when it reads y. Backward passes only what grad() reads: a buffer nobody declared
+  // reading may already hold other data when backward runs.
   bool allows_inplace() const override { return !needs_x_; }
   bool backward_reads_input() const override { return needs_x_; }
-  bool backward_reads_output() const override { return !needs_x_; }
+  bool backward_reads_output() const override { return reads_y_; }
   // Ops with f(0) == 0 may run on blocked layouts: their padding stays zero.
   LayoutRule layout_rule() const override { return zero_preserving_ ? LayoutRule::any_in_same_out : LayoutRule::plain_only; }
 
@@ -52,8 +54,8 @@ class ElementwiseOp : public Op {
 
   void backward(OpCall& c) override {
     if (!c.in_grad[0]) return;
-    const float* x = c.in[0]->f32();
-    const float* y = c.out[0]->f32();
+    const float* x = needs_x_ ? c.in[0]->f32() : c.out[0]->f32();
+    const float* y = reads_y_ ? c.out[0]->f32() : x;
     const float* dy = c.out_grad[0]->f32();
     float* dx = c.in_grad[0]->f32();
     int64_t n = c.in[0]->phys_numel();
@@ -66,6 +68,7 @@ class ElementwiseOp : public Op {
 
  protected:
   bool needs_x_ = true;
+  bool reads_y_ = false;
   bool zero_preserving_ = false;
 };
 

@@ -94,8 +94,11 @@ class Op {
   virtual bool allows_inplace() const { return false; }
   // Backward reads the op's own output (so nothing may overwrite it in place).
   virtual bool backward_reads_output() const { return false; }
-  // Backward reads the op's inputs (so an in-place successor may not overwrite them).
+  // Backward reads the op's inputs (so an in-place successor may not overwrite them, and
+  // the memory planner keeps them alive until then).
   virtual bool backward_reads_input() const { return true; }
+  // Per input, when inputs differ (default: backward_reads_input() for all).
+  virtual bool backward_reads_input_at(int input) const { return backward_reads_input(); }
   virtual float default_loss_weight() const { return 0.f; }
   // The op's output is a reshaped view of its input (Flatten, Reshape): no data moves when
   // the runtime lets them share a buffer.

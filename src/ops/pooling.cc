@@ -208,37 +208,61 @@ class PoolingOp final : public Op {
           const float* xn = x + n * h_ * w_ * C;
           float* out = y + ((n * oh_ + oy) * ow_ + ox) * C;
           int32_t* a = arg ? arg + ((n * oh_ + oy) * ow_ + ox) * C : nullptr;
-          if (max_) {
-            for (int64_t k = 0; k < C; ++k) out[k] = -FLT_MAX;
-            for (int64_t i = wd.h0; i < wd.h1; ++i)
-              for (int64_t j = wd.w0; j < wd.w1; ++j) {
-                const float* p = xn + (i * w_ + j) * C;
-                int32_t pos = static_cast<int32_t>(i * w_ + j);
-                if (a) {
-#pragma omp simd
-                  for (int64_t k = 0; k < C; ++k) {
-                    bool better = p[k] > out[k];
-                    out[k] = better ? p[k] : out[k];
-                    a[k] = better ? pos : a[k];
-                  }
-                } else {
-#pragma omp simd
-                  for (int64_t k = 0; k < C; ++k) out[k] = std::max(out[k], p[k]);
-                }
-              }
-          } else {
-            for (int64_t k = 0; k < C; ++k) out[k] = 0.f;
-            for (int64_t i = wd.h0; i < wd.h1; ++i)
-              for (int64_t j = wd.w0; j < wd.w1; ++j) {
-                const float* p = xn + (i * w_ + j) * C;
-#pragma omp simd
-                for (int64_t k = 0; k < C; ++k) out[k] += p[k];
-              }
-            float inv = 1.f / wd.size;
-#pragma omp simd
-            for (int64_t k = 0; k < C; ++k) out[k] *= inv;
-          }
+          if (max_ && a) max_window_arg(xn, wd, out, a);
+          else if (max_) max_window(xn, wd, out);
+          else ave_window(xn, wd, out);
         }
+  }
+
+  // One output position: the window's rows are runs of (w1 - w0) * C contiguous floats.
+  void max_window_arg(const float* xn, const Window& wd, float* __restrict out, int32_t* __restrict a) const {
+    const int64_t C = c_;
+    const float* first = xn + (wd.h0 * w_ + wd.w0) * C;
+    int32_t first_pos = static_cast<int32_t>(wd.h0 * w_ + wd.w0);
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) {
+      out[k] = first[k];
+      a[k] = first_pos;
+    }
+    for (int64_t i = wd.h0; i < wd.h1; ++i)
+      for (int64_t j = (i == wd.h0 ? wd.w0 + 1 : wd.w0); j < wd.w1; ++j) {
+        const float* p = xn + (i * w_ + j) * C;
+        int32_t pos = static_cast<int32_t>(i * w_ + j);
+#pragma omp simd
+        for (int64_t k = 0; k < C; ++k) {
+          bool better = p[k] > out[k];  // strict: the first maximum wins, as in Caffe
+          out[k] = better ? p[k] : out[k];
+          a[k] = better ? pos : a[k];
+        }
+      }
+  }
+
+  void max_window(const float* xn, const Window& wd, float* __restrict out) const {
+    const int64_t C = c_;
+    const float* first = xn + (wd.h0 * w_ + wd.w0) * C;
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) out[k] = first[k];
+    for (int64_t i = wd.h0; i < wd.h1; ++i)
+      for (int64_t j = wd.w0; j < wd.w1; ++j) {
+        const float* p = xn + (i * w_ + j) * C;
+#pragma omp simd
+        for (int64_t k = 0; k < C; ++k) out[k] = std::max(out[k], p[k]);
+      }
+  }
+
+  void ave_window(const float* xn, const Window& wd, float* __restrict out) const {
+    const int64_t C = c_;
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) out[k] = 0.f;
+    for (int64_t i = wd.h0; i < wd.h1; ++i)
+      for (int64_t j = wd.w0; j < wd.w1; ++j) {
+        const float* p = xn + (i * w_ + j) * C;
+#pragma omp simd
+        for (int64_t k = 0; k < C; ++k) out[k] += p[k];
+      }
+    float inv = 1.f / wd.size;
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) out[k] *= inv;
   }
 
   void nhwc_backward(const float* dy, float* dx) {

@@ -68,6 +68,8 @@ class ScaleOp final : public Op {
   // In place, the input is copied before it is overwritten (its gradient needs x).
   bool allows_inplace() const override { return true; }
   bool backward_reads_input() const override { return false; }
+  // The factor, when it is the second bottom, is read again for the input gradient.
+  bool backward_reads_input_at(int input) const override { return input == 1; }
 
   void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
     fshape_ = factor_shape(*this, in, p_.axis(), p_.num_axes(), axis_);

@@ -1,6 +1,8 @@
 #include "runtime/net.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <numeric>
 
@@ -23,19 +25,20 @@ void add_into(Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-Net::Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t seed, bool force_backward)
-    : graph_(std::move(graph)), phase_(phase), store_(store), backend_(backend) {
+Net::Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t seed, NetOptions options)
+    : graph_(std::move(graph)), phase_(phase), store_(store), backend_(backend), options_(std::move(options)) {
+  if (!options_.arena) options_.arena = std::make_shared<Arena>();
   create_ops(seed);
   infer_shapes();
   bind_params(seed);
-  plan_gradients(force_backward);
+  plan_gradients(options_.force_backward);
   plan_layouts();
   plan_buffers();
   prepare_kernels();
   build_calls();
 }
 
-Net::~Net() = default;
+Net::~Net() { options_.arena->remove_user(this); }
 
 void Net::create_ops(uint64_t seed) {
   auto& reg = OpRegistry::get();
@@ -248,14 +251,131 @@ void Net::plan_layouts() {
 }
 
 void Net::allocate() {
+  plan_memory();
+  options_.arena->add_user(this, [this] { bind_to_arena(); });
+  options_.arena->reserve(arena_bytes_);  // rebinds every user of the arena, this net too
+  bind_to_arena();
+}
+
+namespace {
+
+struct Interval {
+  size_t* offset;  // where the placement is written
+  size_t bytes;
+  int start, end;  // inclusive steps
+};
+
+// First fit, largest first: each buffer goes at the lowest offset free for its whole life.
+size_t place(std::vector<Interval>& items) {
+  std::sort(items.begin(), items.end(), [](const Interval& a, const Interval& b) { return a.bytes > b.bytes; });
+  std::vector<const Interval*> placed;
+  size_t total = 0;
+  for (auto& it : items) {
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (auto* p : placed)
+      if (p->start <= it.end && it.start <= p->end) busy.emplace_back(*p->offset, *p->offset + p->bytes);
+    std::sort(busy.begin(), busy.end());
+    size_t off = 0;
+    for (auto& [b, e] : busy) {
+      if (off + it.bytes <= b) break;
+      off = std::max(off, e);
+    }
+    *it.offset = off;
+    placed.push_back(&it);
+    total = std::max(total, off + it.bytes);
+  }
+  return total;
+}
+
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace
+
+// Liveness on a timeline of 2N steps: node n's forward at step n, its backward at 2N-1-n.
+// A buffer lives from its first write to its last read (reads in backward included, as
+// ops declare them); values read after the pass (net outputs, losses) live to the end.
+void Net::plan_memory() {
+  const int N = num_nodes(), end_of_pass = 2 * N;
+  const int nv = static_cast<int>(graph_.values.size());
+  auto bwd = [&](int n) { return 2 * N - 1 - n; };
+  auto root = [](const std::vector<int>& alias, int v) {
+    while (alias[v] >= 0) v = alias[v];
+    return v;
+  };
+  data_offset_.assign(nv, kDedicated);
+  grad_offset_.assign(nv, kDedicated);
+  std::vector<int> dstart(nv, INT32_MAX), dend(nv, -1), gstart(nv, INT32_MAX), gend(nv, -1);
+  std::vector<bool> keep_data(nv, !options_.reuse_buffers), keep_grad(nv, !options_.reuse_buffers);
+  for (int v = 0; v < nv; ++v) {
+    const Value& val = graph_.values[v];
+    int r = root(data_alias_, v), p = val.producer;
+    if (p < 0 || ops_[p]->is_external_input()) keep_data[r] = true;  // filled by the caller
+    int first = std::max(p, 0), last = first;
+    for (int c : val.consumers) {
+      last = std::max(last, c);
+      const Node& cn = graph_.nodes[c];
+      for (size_t i = 0; i < cn.inputs.size(); ++i)
+        if (cn.inputs[i] == v && runs_backward_[c] && ops_[c]->backward_reads_input_at(static_cast<int>(i)))
+          last = std::max(last, bwd(c));
+    }
+    if (p >= 0 && runs_backward_[p] && ops_[p]->backward_reads_output()) last = std::max(last, bwd(p));
+    if (val.consumers.empty() || loss_weight_[v] != 0.f) last = end_of_pass;
+    dstart[r] = std::min(dstart[r], first);
+    dend[r] = std::max(dend[r], last);
+    if (!grad_[v].defined()) continue;
+    int g = root(grad_alias_, v), gfirst = INT32_MAX, glast = -1;
+    if (loss_weight_[v] != 0.f) gfirst = N;  // seeded before the first backward
+    for (int c : val.consumers) {
+      const Node& cn = graph_.nodes[c];
+      for (size_t i = 0; i < cn.inputs.size(); ++i)
+        if (cn.inputs[i] == v && need_in_grad_[c][i]) gfirst = std::min(gfirst, bwd(c)), glast = std::max(glast, bwd(c));
+    }
+    if (p >= 0 && runs_backward_[p]) glast = std::max(glast, bwd(p));
+    if (gfirst == INT32_MAX) keep_grad[g] = true;  // never written: must stay zero
+    gstart[g] = std::min(gstart[g], gfirst == INT32_MAX ? 0 : gfirst);
+    gend[g] = std::max(gend[g], std::max(glast, gfirst == INT32_MAX ? 0 : gfirst));
+  }
+  std::vector<Interval> items;
+  for (int v = 0; v < nv; ++v) {
+    size_t bytes = aligned(blocked_bytes(v) ? blocked_bytes(v) : static_cast<size_t>(shape_numel(graph_.values[v].shape)) * 4);
+    if (data_alias_[v] < 0 && !keep_data[v]) items.push_back({&data_offset_[v], bytes, dstart[v], dend[v]});
+    if (grad_[v].defined() && grad_alias_[v] < 0 && !keep_grad[v]) items.push_back({&grad_offset_[v], bytes, gstart[v], gend[v]});
+  }
+  scratch_offset_.clear();
+  for (int n = 0; n < N; ++n)
+    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
+      if (accumulate_in_grad_[n][i]) scratch_offset_.push_back(kDedicated);
+  size_t k = 0;
+  for (int n = 0; n < N; ++n)
+    for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
+      if (accumulate_in_grad_[n][i]) {
+        int v = graph_.nodes[n].inputs[i];
+        size_t bytes = aligned(blocked_bytes(v) ? blocked_bytes(v) : static_cast<size_t>(shape_numel(graph_.values[v].shape)) * 4);
+        if (options_.reuse_buffers) items.push_back({&scratch_offset_[k], bytes, bwd(n), bwd(n)});
+        ++k;
+      }
+  arena_bytes_ = place(items);
+}
+
+void Net::bind_to_arena() {
+  const auto& storage = options_.arena->storage();
+  auto bind = [&](Tensor& t, size_t off, const Shape& s, size_t phys) {
+    if (off != kDedicated) {
+      t.bind(storage, off, s, phys);
+      return;
+    }
+    // Own buffer: drop an arena binding first so reshape() cannot land inside the arena.
+    if (storage && t.uses_storage(storage.get())) t = Tensor();
+    t.reshape(s, phys);
+  };
   for (int v = 0; v < static_cast<int>(graph_.values.size()); ++v) {
     const Shape& s = graph_.values[v].shape;
     size_t phys = blocked_bytes(v);
     if (data_alias_[v] >= 0) data_[v].alias_of(data_[data_alias_[v]], s);
-    else data_[v].reshape(s, phys);
+    else bind(data_[v], data_offset_[v], s, phys);
     if (!grad_[v].defined()) continue;
     if (grad_alias_[v] >= 0) grad_[v].alias_of(grad_[grad_alias_[v]], s);
-    else grad_[v].reshape(s, phys);
+    else bind(grad_[v], grad_offset_[v], s, phys);
   }
   size_t k = 0;
   for (int n = 0; n < num_nodes(); ++n)
@@ -263,7 +383,8 @@ void Net::allocate() {
       if (accumulate_in_grad_[n][i]) {
         int v = graph_.nodes[n].inputs[i];
         if (k == scratch_.size()) scratch_.emplace_back(Shape{0});
-        scratch_[k++].reshape(graph_.values[v].shape, blocked_bytes(v));
+        bind(scratch_[k], scratch_offset_[k], graph_.values[v].shape, blocked_bytes(v));
+        ++k;
       }
 }
 

@@ -15,13 +15,23 @@
 #include "graph/graph.h"
 #include "ops/op.h"
 #include "profile/profiler.h"
+#include "runtime/arena.h"
 #include "runtime/param_store.h"
 
 namespace bks {
 
+struct NetOptions {
+  bool force_backward = false;  // compute every gradient (Caffe's force_backward)
+  // Give values with disjoint lifetimes the same memory (in `arena`, which nets that never
+  // run at the same time may share). When false, every value keeps its own buffer, so
+  // intermediate values can be inspected after a pass.
+  bool reuse_buffers = true;
+  std::shared_ptr<Arena> arena;  // null: the net makes its own
+};
+
 class Net {
  public:
-  Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t seed, bool force_backward = false);
+  Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t seed, NetOptions options = {});
   ~Net();
 
   // Runs every node; returns the weighted sum of the loss outputs.
@@ -37,7 +47,8 @@ class Net {
   Tensor& value(const std::string& name);
   Tensor& grad(int v) { return grad_[v]; }
   bool has_grad(int v) const { return grad_[v].defined(); }
-  // Values nobody consumes (loss, accuracy, ...), in graph order.
+  // Values nobody consumes (loss, accuracy, ...), in graph order. With reuse_buffers these
+  // (and Input blobs) are the only values whose contents survive a whole pass.
   const std::vector<int>& outputs() const { return outputs_; }
   // Values produced by Input layers, to be filled by the caller.
   std::vector<int> inputs() const;
@@ -58,6 +69,8 @@ class Net {
   std::pair<int64_t, int64_t> data_extent() const;
   // A row-major copy of value v (or of its gradient), whatever layout it is kept in.
   Tensor plain_copy(int v, bool gradient = false);
+  // Bytes of arena memory this net's plan needs (activations, gradients, scratch).
+  size_t planned_bytes() const { return arena_bytes_; }
   // Whether value v is in a blocked oneDNN layout (then value(v) is not row-major).
   bool is_blocked(int v) const { return layout_[v].data.ndims > 0; }
   // One line per node: shapes, kernel, in-place decisions.
@@ -75,6 +88,9 @@ class Net {
   void build_calls();
   bool can_write_in_place(int node, int input) const;
   size_t blocked_bytes(int v) const;  // physical bytes of a blocked value, 0 when plain
+  void plan_memory();                 // liveness -> offsets in the arena
+  void bind_to_arena();
+  size_t arena_bytes() const { return arena_bytes_; }
 
   Graph graph_;
   Phase phase_;
@@ -94,6 +110,10 @@ class Net {
   std::vector<dnnl::memory::desc> layout_;          // per value (data and gradient); empty = plain
   std::vector<OpCall> calls_;
   std::function<void(int)> grad_ready_;
+  NetOptions options_;
+  static constexpr size_t kDedicated = SIZE_MAX;
+  std::vector<size_t> data_offset_, grad_offset_, scratch_offset_;  // kDedicated: own buffer
+  size_t arena_bytes_ = 0;
   Profiler* profiler_ = nullptr;
 };
 

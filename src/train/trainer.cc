@@ -160,14 +160,22 @@ void TrainerImpl::setup() {
   backend_ = std::make_unique<CpuBackend>(opt_.threads);
   proto::NetState train_state = sp_.train_state();
   train_state.set_phase(proto::TRAIN);
+  // The TRAIN and TEST nets never run at the same time: one arena holds the activations and
+  // gradients of all of them.
+  NetOptions net_opt;
+  net_opt.arena = std::make_shared<Arena>();
+  net_opt.force_backward = ns.train.param.force_backward();
   train_net_ = std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_,
-                                     ns.train.param.force_backward());
+                                     net_opt);
+  net_opt.force_backward = false;
   for (size_t i = 0; i < ns.test.size(); ++i) {
     test_nets_.push_back(std::make_unique<Net>(build_caffe_graph(ns.test[i], ns.test_states[i]), proto::TEST, store_,
-                                               *backend_, seed_));
+                                               *backend_, seed_, net_opt));
     test_iters_.push_back(sp_.test_iter(static_cast<int>(i)));
   }
   log::debug("Train net:\n{}", train_net_->describe());
+  log::debug("Activation and gradient arena: {:.1f} MB (train net plan {:.1f} MB)", net_opt.arena->size() / 1e6,
+             train_net_->planned_bytes() / 1e6);
   solver_ = Solver::create(sp_, opt_.solver);
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
 
