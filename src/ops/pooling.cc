@@ -88,6 +88,11 @@ class PoolingOp final : public Op {
       return;
     }
     if (!use_dnnl_) {
+      // The reference loop works on plain NCHW; other layouts convert at the edges.
+      src_plain_.init(be.engine(), src, plain_md(in[0]));
+      dst_.init(be.engine(), dst_user, plain_md(out[0]));
+      ddst_.init(be.engine(), dst_user, plain_md(out[0]));
+      dsrc_plain_.init(be.engine(), src, plain_md(in[0]));
       name_ = "reference (Caffe AVE divisor with padding and ceil overhang)";
       return;
     }
@@ -114,7 +119,15 @@ class PoolingOp final : public Op {
       s.wait();
       return;
     }
-    if (!use_dnnl_) return ave_forward(c.in[0]->f32(), c.out[0]->f32());
+    if (!use_dnnl_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      const float* x = static_cast<const float*>(src_plain_.read(s, c.in[0]->f32()).get_data_handle());
+      s.wait();
+      ave_forward(x, static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle()));
+      dst_.commit(s);
+      s.wait();
+      return;
+    }
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     src_m_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_.write(c.out[0]->f32())}};
@@ -132,7 +145,15 @@ class PoolingOp final : public Op {
       s.wait();
       return nhwc_backward(dy, c.in_grad[0]->f32());
     }
-    if (!use_dnnl_) return ave_backward(c.out_grad[0]->f32(), c.in_grad[0]->f32());
+    if (!use_dnnl_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      const float* dy = static_cast<const float*>(ddst_.read(s, c.out_grad[0]->f32()).get_data_handle());
+      s.wait();
+      ave_backward(dy, static_cast<float*>(dsrc_plain_.write(c.in_grad[0]->f32()).get_data_handle()));
+      dsrc_plain_.commit(s);
+      s.wait();
+      return;
+    }
     if (phase_ != proto::TRAIN) fail("backward needs a TRAIN-phase net");
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     src_m_.set_data_handle(c.in_grad[0]->f32());
@@ -337,7 +358,7 @@ class PoolingOp final : public Op {
   dnnl::algorithm alg_ = dnnl::algorithm::pooling_max;
   memory::dims strides_, kernel_, pl_, pr_;
   memory src_m_, ws_;
-  DnnlOperand dst_, ddst_;
+  DnnlOperand dst_, ddst_, src_plain_, dsrc_plain_;
   std::string name_;
 };
 
