@@ -1,6 +1,7 @@
 // Dropout (inverted, as Caffe): TRAIN keeps each element with probability 1 - ratio and
 // scales it by 1 / (1 - ratio); TEST passes data through. The mask is a pure function of
 // (seed, layer, step), so resumed runs drop the same units.
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/op.h"
 
@@ -30,11 +31,13 @@ class DropoutOp final : public Op {
     mask_.reshape({n});  // allocates on the first step only
     float* m = mask_.f32();
     float keep_scale = scale_, ratio = ratio_;
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      m[i] = uniform01(key, static_cast<uint64_t>(i)) >= ratio ? keep_scale : 0.f;
-      y[i] = x[i] * m[i];
-    }
+    parallel_ranges(n, [=](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) {
+        m[i] = uniform01(key, static_cast<uint64_t>(i)) >= ratio ? keep_scale : 0.f;
+        y[i] = x[i] * m[i];
+      }
+    });
   }
   void backward(OpCall& c) override {
     if (!c.in_grad[0]) return;
@@ -42,8 +45,10 @@ class DropoutOp final : public Op {
     float* dx = c.in_grad[0]->f32();
     const float* m = mask_.f32();
     int64_t n = c.in_grad[0]->phys_numel();
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * m[i];
+    parallel_ranges(n, [=](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * m[i];
+    });
   }
 
  private:

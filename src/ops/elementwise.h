@@ -4,27 +4,10 @@
 // vectorises them. Ops whose gradient needs only y may run in place.
 #pragma once
 
-#include <omp.h>
-
+#include "core/parallel.h"
 #include "ops/op.h"
 
 namespace bks {
-
-// Runs body(begin, end) over [0, n) split evenly across the OpenMP threads (serially for
-// small n). The body's own `omp simd` loop then vectorises: GCC does not vectorise the
-// combined `parallel for simd` form of these loops.
-template <class Body>
-void parallel_ranges(int64_t n, Body&& body) {
-  if (n < 32768 || omp_get_max_threads() == 1) {
-    body(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    body(n * t / nt, n * (t + 1) / nt);
-  }
-}
 
 template <class Derived>
 class ElementwiseOp : public Op {

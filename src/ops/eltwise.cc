@@ -1,6 +1,7 @@
 // Eltwise: SUM (with per-input coefficients), PROD and MAX of same-shaped inputs.
 #include <cfloat>
 
+#include "core/parallel.h"
 #include "ops/op.h"
 
 namespace bks {
@@ -37,8 +38,10 @@ class EltwiseOp final : public Op {
         for (size_t k = 1; k < c.in.size(); ++k) {
           const float* b = c.in[k]->f32();
           float ck = coeff_[k];
-#pragma omp parallel for simd if (n > 65536)
-          for (int64_t i = 0; i < n; ++i) y[i] += ck * b[i];
+          parallel_ranges(n, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+            for (int64_t i = lo; i < hi; ++i) y[i] += ck * b[i];
+          });
         }
         break;
       }
@@ -79,8 +82,10 @@ class EltwiseOp final : public Op {
       switch (p_.operation()) {
         case proto::EltwiseParameter::SUM: {
           float ck = coeff_[k];
-#pragma omp parallel for simd if (n > 65536)
-          for (int64_t i = 0; i < n; ++i) dx[i] = ck * dy[i];
+          parallel_ranges(n, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+            for (int64_t i = lo; i < hi; ++i) dx[i] = ck * dy[i];
+          });
           break;
         }
         case proto::EltwiseParameter::PROD:

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/log.h"
+#include "core/parallel.h"
 #include "ops/dnnl_util.h"
 #include "runtime/filler.h"
 
@@ -18,9 +19,17 @@ namespace {
 void add_into(Tensor& dst, const Tensor& src) {
   float* d = dst.f32();
   const float* s = src.f32();
-  int64_t n = dst.phys_numel();
-#pragma omp parallel for simd if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  parallel_ranges(dst.phys_numel(), [=](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) d[i] += s[i];
+  });
+}
+
+// "1", "at least 1" or "1 to 3" for arity errors.
+std::string arity_text(int lo, int hi) {
+  if (lo == hi) return fmt::format("{}", lo);
+  if (hi < 0) return fmt::format("at least {}", lo);
+  return fmt::format("{} to {}", lo, hi);
 }
 
 }  // namespace
@@ -48,16 +57,9 @@ void Net::create_ops(uint64_t seed) {
     auto op = reg.create(init);
     int ni = static_cast<int>(node.inputs.size()), no = static_cast<int>(node.outputs.size());
     if (ni < op->min_inputs() || (op->max_inputs() >= 0 && ni > op->max_inputs()))
-      input_error("{}: takes {} bottom blob(s), got {}", init.where,
-                  op->min_inputs() == op->max_inputs() ? fmt::format("{}", op->min_inputs())
-                  : op->max_inputs() < 0 ? fmt::format("at least {}", op->min_inputs())
-                                         : fmt::format("{} to {}", op->min_inputs(), op->max_inputs()),
-                  ni);
+      input_error("{}: takes {} bottom blob(s), got {}", init.where, arity_text(op->min_inputs(), op->max_inputs()), ni);
     if (no < op->min_outputs() || (op->max_outputs() >= 0 && no > op->max_outputs()))
-      input_error("{}: produces {} top blob(s), got {}", init.where,
-                  op->min_outputs() == op->max_outputs() ? fmt::format("{}", op->min_outputs())
-                  : op->max_outputs() < 0 ? fmt::format("at least {}", op->min_outputs())
-                                          : fmt::format("{} to {}", op->min_outputs(), op->max_outputs()),
+      input_error("{}: produces {} top blob(s), got {}", init.where, arity_text(op->min_outputs(), op->max_outputs()),
                   no);
     ops_.push_back(std::move(op));
   }
@@ -76,7 +78,6 @@ void Net::infer_shapes() {
 
 void Net::bind_params(uint64_t seed) {
   node_params_.resize(num_nodes());
-  std::vector<bool> seen(0);
   for (int n = 0; n < num_nodes(); ++n) {
     Node& node = graph_.nodes[n];
     std::vector<Shape> in;
