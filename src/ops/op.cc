@@ -31,6 +31,11 @@ void Op::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
   }
 }
 
+Op::ChannelSplit Op::split_channels(const Shape& s) const {
+  if (s.size() < 2) fail("bottom must have at least 2 axes, got {}", shape_str(s));
+  return {s[0], s[1], shape_count(s, 2, static_cast<int>(s.size()))};
+}
+
 OpRegistry& OpRegistry::get() {
   static OpRegistry r;
   return r;

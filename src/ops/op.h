@@ -120,6 +120,11 @@ class Op {
     throw InputError(where_ + ": " + fmt::format(f, std::forward<A>(a)...));
   }
   void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
+  // Views an (N, C, ...) bottom as N x C x spatial; fails with fewer than 2 axes.
+  struct ChannelSplit {
+    int64_t n, c, spatial;
+  };
+  ChannelSplit split_channels(const Shape& s) const;
 
   // Whether backward must produce input i's gradient (set by the runtime before prepare();
   // true when never set), so kernels that would only serve unused gradients are not built.

@@ -9,10 +9,10 @@ class PReLUOp final : public Op {
   explicit PReLUOp(const OpInit& i) : Op(i), p_(i.node.param.prelu_param()) {}
   int min_inputs() const override { return 1; }
   void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    if (in[0].size() < 2) fail("bottom must have at least 2 axes, got {}", shape_str(in[0]));
-    n_ = in[0][0];
-    c_ = in[0][1];
-    sp_ = shape_count(in[0], 2, static_cast<int>(in[0].size()));
+    auto [n, c, sp] = split_channels(in[0]);
+    n_ = n;
+    c_ = c;
+    sp_ = sp;
     out[0] = in[0];
   }
   std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
