@@ -66,6 +66,21 @@ TEST(Cli, SemanticErrorsExitTwoWithFileAndLine) {
   EXPECT_NE(r.output.find("wobbly"), std::string::npos) << r.output;
 }
 
+TEST(Cli, RefusesToTrainIntoAnExistingRun) {
+  std::string dir = (fs::temp_directory_path() / "bks_cli_existing").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(fs::path(dir) / "metrics.jsonl") << "{}\n";
+  std::string solver = write_temp("existing_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 1\n");
+  auto r = run_cmd("train --solver " + solver + " --out " + dir);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
+  std::ifstream m(fs::path(dir) / "metrics.jsonl");
+  std::string line;
+  std::getline(m, line);
+  EXPECT_EQ(line, "{}") << "the existing run is untouched";
+}
+
 TEST(Cli, CorruptWeightsExitTwo) {
   std::string w = write_temp("corrupt.safetensors", std::string("\x40\x00\x00\x00\x00\x00\x00\x00{\"a\":", 13));
   auto r = run_cmd("test --model " + kLenet + " --weights " + w + " --iterations 1");

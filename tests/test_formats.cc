@@ -61,6 +61,31 @@ TEST(Weights, MismatchedShapeNamesTensor) {
   }
 }
 
+TEST(Weights, ReadsCaffemodel) {
+  proto::NetParameter net;
+  auto* layer = net.add_layer();
+  layer->set_name("ip");
+  layer->set_type("InnerProduct");
+  auto* w = layer->add_blobs();
+  w->mutable_shape()->add_dim(2);
+  w->mutable_shape()->add_dim(3);
+  for (int i = 0; i < 6; ++i) w->add_data(i * 0.5f);
+  auto* b = layer->add_blobs();  // old-style 4-d shape for a 1-d blob
+  b->set_num(1);
+  b->set_channels(1);
+  b->set_height(1);
+  b->set_width(2);
+  b->add_data(7);
+  b->add_data(8);
+  std::ofstream(tmp("m.caffemodel"), std::ios::binary) << net.SerializeAsString();
+  ParamStore s;
+  s.add("ip.0", "", {2, 3}, true);
+  s.add("ip.1", "", {2}, true);
+  EXPECT_EQ(load_weights(tmp("m.caffemodel"), s), 2);
+  EXPECT_EQ(s.at(0).data.f32()[5], 2.5f);
+  EXPECT_EQ(s.at(1).data.f32()[1], 8.f);
+}
+
 void write_idx(const fs::path& p, const std::vector<int>& dims, const std::vector<uint8_t>& data, bool gz) {
   std::string s = {0, 0, 8, static_cast<char>(dims.size())};
   for (int d : dims)

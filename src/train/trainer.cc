@@ -149,6 +149,10 @@ void TrainerImpl::setup() {
     std::string name = ns.train.param.name().empty() ? "net" : ns.train.param.name();
     run_dir_ = (fs::path("runs") / (name + "-" + utc_timestamp())).string();
   }
+  // A fresh run never writes into another run's directory (its metrics would mix);
+  // resuming continues the directory it came from.
+  if (opt_.snapshot.empty() && fs::exists(fs::path(run_dir_) / "metrics.jsonl"))
+    input_error("{}: already holds a run (metrics.jsonl); choose another --out, or resume it with --snapshot", run_dir_);
   make_run_dir(run_dir_);
   log::set_file((fs::path(run_dir_) / "log.txt").string());
   log::info("Run directory: {}", run_dir_);
