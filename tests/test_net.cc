@@ -196,6 +196,28 @@ layer { name: "sum" type: "Reduction" bottom: "y" top: "sum" include { phase: TE
   }
 }
 
+TEST(Net, ResidualAndInceptionStyleBlock) {
+  // conv -> BN -> Scale -> ELU (all in place; ELU is smooth enough for finite differences),
+  // a shortcut summed back, two branches
+  // concatenated, global average pooling: the shapes of ResNet and GoogLeNet.
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 2 dim: 4 dim: 5 dim: 5 } shape { dim: 2 dim: 3 } } }
+layer { name: "a" type: "Convolution" bottom: "x" top: "a" convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "a_bn" type: "BatchNorm" bottom: "a" top: "a" }
+layer { name: "a_sc" type: "Scale" bottom: "a" top: "a" scale_param { bias_term: true } }
+layer { name: "a_act" type: "ELU" bottom: "a" top: "a" }
+layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "x" top: "s" }
+layer { name: "s_relu" type: "TanH" bottom: "s" top: "s" }
+layer { name: "b1" type: "Convolution" bottom: "s" top: "b1" convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "b2" type: "Convolution" bottom: "s" top: "b2" convolution_param { num_output: 2 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "cat" type: "Concat" bottom: "b1" bottom: "b2" top: "cat" }
+layer { name: "gap" type: "Pooling" bottom: "cat" top: "gap" pooling_param { pool: AVE global_pooling: true } }
+layer { name: "ip" type: "InnerProduct" bottom: "gap" top: "y" inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" }
+)");
+  t.check(1e-2f, 3e-2f);
+}
+
 TEST(Net, SharedWeightsSumGradients) {
   TestNet t(R"(
 layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 3 dim: 4 } shape { dim: 3 dim: 4 } } }
