@@ -1,34 +1,92 @@
 // HDF5 datasets as Caffe's HDF5Data layer reads them: one dataset per top blob, first axis
 // is the sample axis, values converted to float.
+//
+// libhdf5 is loaded on first use: Debian's build pulls in curl, GnuTLS, Kerberos and more
+// (about 5 MB of resident pages and start-up time) that runs on IDX data never need.
+#include <dlfcn.h>
 #include <hdf5.h>
 
 #include "core/error.h"
 #include "data/dataset.h"
 
 namespace bks {
+namespace {
+
+struct Hdf5Api {
+  decltype(&H5open) open;
+  decltype(&H5Eset_auto2) eset_auto;
+  decltype(&H5Fopen) fopen;
+  decltype(&H5Fclose) fclose;
+  decltype(&H5Dopen2) dopen;
+  decltype(&H5Dclose) dclose;
+  decltype(&H5Dget_space) dget_space;
+  decltype(&H5Dread) dread;
+  decltype(&H5Sget_simple_extent_ndims) sndims;
+  decltype(&H5Sget_simple_extent_dims) sdims;
+  decltype(&H5Sclose) sclose;
+  hid_t native_float;
+};
+
+// The macros H5F_ACC_RDONLY and H5T_NATIVE_FLOAT call into the library; their values are
+// taken from it here instead.
+constexpr unsigned kReadOnly = 0x0000u;
+
+const Hdf5Api& hdf5() {
+  static const Hdf5Api api = [] {
+    void* lib = dlopen(BKS_HDF5_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) input_error("reading HDF5 needs {} ({})", BKS_HDF5_LIBRARY, dlerror());
+    auto sym = [&](const char* name) {
+      void* p = dlsym(lib, name);
+      if (!p) input_error("{}: missing symbol {}", BKS_HDF5_LIBRARY, name);
+      return p;
+    };
+    Hdf5Api a;
+    a.open = reinterpret_cast<decltype(a.open)>(sym("H5open"));
+    a.eset_auto = reinterpret_cast<decltype(a.eset_auto)>(sym("H5Eset_auto2"));
+    a.fopen = reinterpret_cast<decltype(a.fopen)>(sym("H5Fopen"));
+    a.fclose = reinterpret_cast<decltype(a.fclose)>(sym("H5Fclose"));
+    a.dopen = reinterpret_cast<decltype(a.dopen)>(sym("H5Dopen2"));
+    a.dclose = reinterpret_cast<decltype(a.dclose)>(sym("H5Dclose"));
+    a.dget_space = reinterpret_cast<decltype(a.dget_space)>(sym("H5Dget_space"));
+    a.dread = reinterpret_cast<decltype(a.dread)>(sym("H5Dread"));
+    a.sndims = reinterpret_cast<decltype(a.sndims)>(sym("H5Sget_simple_extent_ndims"));
+    a.sdims = reinterpret_cast<decltype(a.sdims)>(sym("H5Sget_simple_extent_dims"));
+    a.sclose = reinterpret_cast<decltype(a.sclose)>(sym("H5Sclose"));
+    a.open();
+    // A program that links HDF5 itself holds the live copy of this variable (a copy
+    // relocation), so the global scope is searched before the library's own symbol.
+    void* native_float = dlsym(RTLD_DEFAULT, "H5T_NATIVE_FLOAT_g");
+    a.native_float = *static_cast<hid_t*>(native_float ? native_float : sym("H5T_NATIVE_FLOAT_g"));
+    a.eset_auto(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, not printed by HDF5
+    return a;
+  }();
+  return api;
+}
+
+}  // namespace
 
 std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<std::string>& fields) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, not printed by HDF5
-  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const Hdf5Api& h5 = hdf5();
+  hid_t file = h5.fopen(path.c_str(), kReadOnly, H5P_DEFAULT);
   if (file < 0) input_error("{}: cannot open as HDF5", path);
   auto ds = std::make_shared<Dataset>();
   ds->source = path;
   ds->format = "hdf5";
   ds->size = -1;
   for (const auto& name : fields) {
-    hid_t d = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+    hid_t d = h5.dopen(file, name.c_str(), H5P_DEFAULT);
     if (d < 0) {
-      H5Fclose(file);
+      h5.fclose(file);
       input_error("{}: no dataset '{}' in the HDF5 file", path, name);
     }
-    hid_t space = H5Dget_space(d);
-    int nd = H5Sget_simple_extent_ndims(space);
+    hid_t space = h5.dget_space(d);
+    int nd = h5.sndims(space);
     std::vector<hsize_t> dims(std::max(nd, 1));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    H5Sclose(space);
+    h5.sdims(space, dims.data(), nullptr);
+    h5.sclose(space);
     if (nd < 1) {
-      H5Dclose(d);
-      H5Fclose(file);
+      h5.dclose(d);
+      h5.fclose(file);
       input_error("{}: dataset '{}' has no sample axis", path, name);
     }
     DatasetField f;
@@ -37,10 +95,10 @@ std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<st
     for (int i = 1; i < nd; ++i) f.sample_shape.push_back(static_cast<int64_t>(dims[i]));
     int64_t n = static_cast<int64_t>(dims[0]);
     f.bytes.resize(static_cast<size_t>(n * f.sample_numel()) * sizeof(float));
-    herr_t st = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.bytes.data());
-    H5Dclose(d);
+    herr_t st = h5.dread(d, h5.native_float, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.bytes.data());
+    h5.dclose(d);
     if (st < 0) {
-      H5Fclose(file);
+      h5.fclose(file);
       input_error("{}: cannot read dataset '{}' as float", path, name);
     }
     if (ds->size >= 0 && n != ds->size)
@@ -48,7 +106,7 @@ std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<st
     ds->size = n;
     ds->fields.push_back(std::move(f));
   }
-  H5Fclose(file);
+  h5.fclose(file);
   return ds;
 }
 

@@ -47,6 +47,9 @@ class PoolingOp final : public Op {
     max_ = p_.pool() == proto::PoolingParameter::MAX;
   }
   int min_inputs() const override { return 1; }
+  // Max pooling keeps the winners' positions (oneDNN's workspace or our argmax), average
+  // pooling needs nothing: backward never reads the input, so it may be freed early.
+  bool backward_reads_input() const override { return false; }
 
   void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
     expect_ndim(in[0], 4, 4, "bottom");
