@@ -66,6 +66,7 @@ def main():
             t = torch("lenet", threads, 600)
             rows.append((f"LeNet train, batch 64, {threads} thread(s)", "images/s", b["images_per_s"],
                          t["images_per_s"], ">= 2.0"))
+        rows.append(("  peak resident memory of that run", "MiB", b["rss_mb"], t["rss_mb"], "<= 0.25"))
         # cifar10_quick: training steps (forward, backward, SGD update) on one batch of
         # 32x32x3 data held in memory, as PyTorch does below.
         b = bks_train(binary, tmp, solver(tmp, "cifar", CIFAR, 60), 2)
