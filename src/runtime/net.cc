@@ -431,7 +431,8 @@ void Net::plan_buffers() {
     bool alias = false;
     if (ops_[n]->output_is_view() && node.inputs.size() == 1 && !is_blocked(x)) {
       alias = true;
-    } else if (graph_.values[x].name == graph_.values[y].name && can_write_in_place(n, x)) {
+    } else if (graph_.values[x].name == graph_.values[y].name && layout_[x] == layout_[y] &&
+               can_write_in_place(n, x)) {
       alias = true;
     }
     if (!alias) continue;
