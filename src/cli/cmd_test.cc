@@ -4,6 +4,7 @@
 #include "cli/model.h"
 #include "core/log.h"
 #include "formats/weights.h"
+#include "runtime/evaluate.h"
 
 namespace bks::cli {
 
@@ -23,21 +24,10 @@ Runner add_test(CLI::App& app) {
     int loaded = load_weights(o->weights, m->store);
     if (loaded == 0) input_error("{}: none of the net's parameter blobs are in this file", o->weights);
     Net& net = *m->net;
-    const auto& outs = net.outputs();
-    std::vector<double> sums(outs.size(), 0.0);
-    double loss = 0;
-    for (int i = 0; i < o->iterations; ++i) {
-      loss += net.forward(i);
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const Tensor& v = net.value(outs[k]);
-        double s = 0;
-        for (int64_t j = 0; j < v.numel(); ++j) s += v.f32()[j];
-        sums[k] += s / static_cast<double>(std::max<int64_t>(v.numel(), 1));
-      }
-    }
-    for (size_t k = 0; k < outs.size(); ++k)
-      fmt::print("{} = {:.4f}\n", net.graph().values[outs[k]].name, sums[k] / o->iterations);
-    fmt::print("loss = {:.4f}\n", loss / o->iterations);
+    Evaluation ev = evaluate(net, o->iterations, 0);
+    for (size_t k = 0; k < net.outputs().size(); ++k)
+      fmt::print("{} = {:.4f}\n", net.graph().values[net.outputs()[k]].name, ev.output_means[k]);
+    fmt::print("weighted loss sum = {:.4f}\n", ev.loss);
     return 0;
   };
 }

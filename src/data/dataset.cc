@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "profile/profiler.h"
 
 namespace bks {
 
@@ -57,11 +58,11 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& source) {
       case FileKind::gzip: {
         std::string labels = idx_labels_path(source);
         if (labels == source) input_error("{}: cannot tell where its labels file is (name should contain 'images')", source);
-        double t0 = static_cast<double>(clock());
+        double t0 = now_us();
         auto ds = read_idx_pair(source, labels);
         log::info("Loaded {} samples of shape {} from {} ({:.1f} MB in memory, {:.2f} s)", ds->size,
                   shape_str(ds->fields[0].sample_shape), source,
-                  ds->fields[0].bytes.size() / 1e6, (clock() - t0) / CLOCKS_PER_SEC);
+                  ds->fields[0].bytes.size() / 1e6, (now_us() - t0) / 1e6);
         return ds;
       }
       case FileKind::hdf5: return read_hdf5(source, {"data", "label"});

@@ -33,7 +33,6 @@ Transform::Transform(const proto::TransformationParameter& p, const Shape& s, bo
       input_error("{}: {} mean_value entries for {} channels (give 1 or {})", where, p.mean_value_size(), c_, c_);
     for (int64_t k = 0; k < c_; ++k) mean_.push_back(p.mean_value(p.mean_value_size() == 1 ? 0 : static_cast<int>(k)));
   }
-  identity_ = mean_.empty() && scale_ == 1.f && crop == 0 && !mirror_;
 }
 
 template <class T>

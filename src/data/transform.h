@@ -22,13 +22,12 @@ class Transform {
   void apply_u8(const uint8_t* src, float* dst, Rng* rng) const;
   void apply_f32(const float* src, float* dst, Rng* rng) const;
   bool needs_rng() const { return mirror_ || (train_ && (oh_ != h_ || ow_ != w_)); }
-  bool identity() const { return identity_; }
 
  private:
   template <class T> void apply(const T* src, float* dst, Rng* rng) const;
   int64_t c_, h_, w_, oh_, ow_;
   float scale_;
-  bool mirror_, train_, identity_;
+  bool mirror_, train_;
   std::vector<float> mean_;  // per channel (size c) or full image (size c*h*w), or empty
   bool mean_per_pixel_ = false;
 };

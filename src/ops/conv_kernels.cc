@@ -120,7 +120,6 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   f_dst_.init(eng, dst_user, fpd.dst_desc());
   if (bias) f_bias_.init(eng, bias_md, fpd.bias_desc());
   name_ = fpd.impl_info_str();
-  has_bwd_ = training;
   if (!training) return;
 
   // Backward kernels see the same layouts as the forward one.
@@ -146,7 +145,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   w_ddst_.init(eng, dst_user, wpd.diff_dst_desc());
   w_dwei_.init(eng, wei_user, wpd.diff_weights_desc());
   if (bias) w_dbias_.init(eng, bias_md, wpd.diff_bias_desc());
-  w_dbias_bytes_ = static_cast<size_t>(g.oc);
+  oc_ = static_cast<size_t>(g.oc);
   name_ += fmt::format(" / bwd_weights {}", wpd.impl_info_str());
 }
 
@@ -177,7 +176,7 @@ void ConvKernels::backward_weights(dnnl::stream& s, const float* src, const floa
   // scratch buffer.
   if (bias_) {
     if (!diff_bias) {
-      scratch_bias_.resize(w_dbias_bytes_);
+      scratch_bias_.resize(oc_);
       diff_bias = scratch_bias_.data();
     }
     args[DNNL_ARG_DIFF_BIAS] = w_dbias_.write(diff_bias);

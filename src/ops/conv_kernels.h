@@ -52,9 +52,8 @@ class ConvKernels {
   DnnlOperand f_src_, f_wei_, f_dst_, f_bias_;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
-  bool has_bwd_ = false;
   std::vector<float> scratch_bias_;
-  size_t w_dbias_bytes_ = 0;
+  size_t oc_ = 0;  // size of the bias gradient
 };
 
 }  // namespace bks

@@ -317,37 +317,31 @@ class PoolingOp final : public Op {
     }
   }
 
-  // Caffe's average: the divisor counts padding but not the ceil overhang.
+  // The reference AVE path on plain NCHW data (Caffe's divisor, see window()).
   template <class F>
   void for_windows(F&& f) const {
 #pragma omp parallel for
     for (int64_t nc = 0; nc < n_ * c_; ++nc)
       for (int64_t y = 0; y < oh_; ++y)
-        for (int64_t x = 0; x < ow_; ++x) {
-          int64_t hs = y * sh_ - ph_, ws = x * sw_ - pw_;
-          int64_t he = std::min(hs + kh_, h_ + ph_), we = std::min(ws + kw_, w_ + pw_);
-          float size = static_cast<float>((he - hs) * (we - ws));
-          f(nc, y * ow_ + x, std::max<int64_t>(hs, 0), std::min(he, h_), std::max<int64_t>(ws, 0), std::min(we, w_),
-            size);
-        }
+        for (int64_t x = 0; x < ow_; ++x) f(nc, y * ow_ + x, window(y, x));
   }
   void ave_forward(const float* x, float* y) const {
-    for_windows([&](int64_t nc, int64_t o, int64_t h0, int64_t h1, int64_t w0, int64_t w1, float size) {
+    for_windows([&](int64_t nc, int64_t o, const Window& wd) {
       const float* p = x + nc * h_ * w_;
       float s = 0;
-      for (int64_t i = h0; i < h1; ++i)
-        for (int64_t j = w0; j < w1; ++j) s += p[i * w_ + j];
-      y[nc * oh_ * ow_ + o] = s / size;
+      for (int64_t i = wd.h0; i < wd.h1; ++i)
+        for (int64_t j = wd.w0; j < wd.w1; ++j) s += p[i * w_ + j];
+      y[nc * oh_ * ow_ + o] = s / wd.size;
     });
   }
   void ave_backward(const float* dy, float* dx) const {
     std::fill_n(dx, n_ * c_ * h_ * w_, 0.f);
     // Windows of one (n, c) plane are visited by one thread, so the += below never races.
-    for_windows([&](int64_t nc, int64_t o, int64_t h0, int64_t h1, int64_t w0, int64_t w1, float size) {
-      float g = dy[nc * oh_ * ow_ + o] / size;
+    for_windows([&](int64_t nc, int64_t o, const Window& wd) {
+      float g = dy[nc * oh_ * ow_ + o] / wd.size;
       float* p = dx + nc * h_ * w_;
-      for (int64_t i = h0; i < h1; ++i)
-        for (int64_t j = w0; j < w1; ++j) p[i * w_ + j] += g;
+      for (int64_t i = wd.h0; i < wd.h1; ++i)
+        for (int64_t j = wd.w0; j < wd.w1; ++j) p[i * w_ + j] += g;
     });
   }
 

@@ -336,9 +336,12 @@ void Net::plan_memory() {
     gstart[g] = std::min(gstart[g], gfirst == INT32_MAX ? 0 : gfirst);
     gend[g] = std::max(gend[g], std::max(glast, gfirst == INT32_MAX ? 0 : gfirst));
   }
+  auto buffer_bytes = [&](int v) {
+    return aligned(blocked_bytes(v) ? blocked_bytes(v) : static_cast<size_t>(shape_numel(graph_.values[v].shape)) * 4);
+  };
   std::vector<Interval> items;
   for (int v = 0; v < nv; ++v) {
-    size_t bytes = aligned(blocked_bytes(v) ? blocked_bytes(v) : static_cast<size_t>(shape_numel(graph_.values[v].shape)) * 4);
+    size_t bytes = buffer_bytes(v);
     if (data_alias_[v] < 0 && !keep_data[v]) items.push_back({&data_offset_[v], bytes, dstart[v], dend[v]});
     if (grad_[v].defined() && grad_alias_[v] < 0 && !keep_grad[v]) items.push_back({&grad_offset_[v], bytes, gstart[v], gend[v]});
   }
@@ -350,9 +353,8 @@ void Net::plan_memory() {
   for (int n = 0; n < N; ++n)
     for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
       if (accumulate_in_grad_[n][i]) {
-        int v = graph_.nodes[n].inputs[i];
-        size_t bytes = aligned(blocked_bytes(v) ? blocked_bytes(v) : static_cast<size_t>(shape_numel(graph_.values[v].shape)) * 4);
-        if (options_.reuse_buffers) items.push_back({&scratch_offset_[k], bytes, bwd(n), bwd(n)});
+        if (options_.reuse_buffers)
+          items.push_back({&scratch_offset_[k], buffer_bytes(graph_.nodes[n].inputs[i]), bwd(n), bwd(n)});
         ++k;
       }
   arena_bytes_ = place(items);

@@ -13,6 +13,7 @@
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
+#include "runtime/evaluate.h"
 #include "runtime/net.h"
 #include "train/lr_policy.h"
 #include "train/progress.h"
@@ -226,25 +227,14 @@ void TrainerImpl::test_all() {
   for (size_t t = 0; t < test_nets_.size(); ++t) {
     Net& net = *test_nets_[t];
     const auto& outs = net.outputs();
-    std::vector<double> sums(outs.size(), 0.0);
-    double loss = 0;
     int64_t pass = sp_.test_interval() > 0 ? iter_ / sp_.test_interval() : 0;
-    for (int i = 0; i < test_iters_[t]; ++i) {
-      loss += net.forward(pass * test_iters_[t] + i);
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const Tensor& v = net.value(outs[k]);
-        double s = 0;
-        for (int64_t j = 0; j < v.numel(); ++j) s += v.f32()[j];
-        sums[k] += v.numel() == 1 ? s : s / static_cast<double>(v.numel());
-      }
-    }
-    loss /= test_iters_[t];
+    Evaluation ev = evaluate(net, test_iters_[t], pass * test_iters_[t]);
     nlohmann::json rec = {{"time", since_start()}, {"iter", iter_}, {"epoch", epoch()}, {"phase", "test"},
-                          {"lr", learning_rate(sp_, iter_)}, {"loss", loss}};
+                          {"lr", learning_rate(sp_, iter_)}, {"loss", ev.loss}};
     if (test_nets_.size() > 1) rec["test_net"] = t;
     std::string text = fmt::format("Test net #{} @ iter {}:", t, iter_);
     for (size_t k = 0; k < outs.size(); ++k) {
-      double mean = sums[k] / test_iters_[t];
+      double mean = ev.output_means[k];
       std::string name = net.graph().values[outs[k]].name;
       if (net.loss_weight(outs[k]) == 0.f) rec[json_number_key(name)] = mean;
       text += fmt::format(" {} = {:.4f}", name, mean);
