@@ -78,6 +78,8 @@ TEST_P(PoolTest, ChannelsLastKernelMatchesCaffeRule) {
   };
   OpHarness h(pool_text(pc), {{pc.n, pc.c, pc.h, pc.w}}, proto::TRAIN, 1, nhwc);
   EXPECT_NE(h.op().kernel_name().find("channels-last"), std::string::npos) << h.op().kernel_name();
+  bool tiles = pc.max && pc.k == pc.s && pc.p == 0 && pc.h % pc.k == 0 && pc.w % pc.k == 0 && pc.c >= 8;
+  EXPECT_EQ(h.op().kernel_name().find("tiled") != std::string::npos, tiles) << h.op().kernel_name();
   for (int64_t i = 0; i < h.in[0].numel(); ++i) h.in[0].f32()[i] = static_cast<float>((i * 7919) % 997) * 0.01f;
   // The same logical tensor in NCHW for the reference.
   Tensor logical({pc.n, pc.c, pc.h, pc.w});
@@ -95,7 +97,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
                          ::testing::Values(PoolCase{true, 2, 3, 8, 8, 2, 2, 0}, PoolCase{true, 1, 2, 7, 9, 3, 2, 0},
                                            PoolCase{true, 1, 2, 7, 7, 3, 2, 1}, PoolCase{false, 2, 2, 8, 8, 3, 2, 0},
                                            PoolCase{false, 1, 3, 7, 6, 3, 2, 1}, PoolCase{false, 1, 1, 6, 6, 2, 2, 1},
-                                           PoolCase{false, 1, 2, 5, 5, 3, 1, 1}));
+                                           PoolCase{false, 1, 2, 5, 5, 3, 1, 1},
+                                           // Windows tiling the input with 8+ channels: the
+                                           // tiled channels-last kernel, with overlapping
+                                           // last channel blocks (20 = 16 + 4, 9 = 8 + 1).
+                                           PoolCase{true, 2, 20, 6, 6, 2, 2, 0}, PoolCase{true, 1, 9, 6, 9, 3, 3, 0}));
 
 TEST(Pooling, GlobalAverageCoversTheWholePlane) {
   OpHarness h("type: 'Pooling' pooling_param { pool: AVE global_pooling: true }", {{2, 3, 5, 4}});

@@ -8,6 +8,7 @@
 
 #include "ops/dnnl_util.h"
 #include "ops/op.h"
+#include "ops/pooling_tiled.h"
 
 namespace bks {
 namespace {
@@ -87,7 +88,9 @@ class PoolingOp final : public Op {
       dst_.init(be.engine(), dst_user, dst_nhwc);
       ddst_.init(be.engine(), dst_user, dst_nhwc);
       if (max_ && phase_ == proto::TRAIN) argmax_.reshape(out[0], 0);
-      name_ = fmt::format("bakusoku channels-last {}", max_ ? "max" : "average");
+      tiled_ = max_ && ph_ == 0 && pw_ == 0 && sh_ == kh_ && sw_ == kw_ && oh_ * kh_ == h_ && ow_ * kw_ == w_ &&
+               pool_tiled_applies(c_);
+      name_ = fmt::format("bakusoku channels-last {}{}", max_ ? "max" : "average", tiled_ ? " (tiled windows)" : "");
       return;
     }
     if (!use_dnnl_) {
@@ -223,6 +226,7 @@ class PoolingOp final : public Op {
   // inner loops vectorise over channels.
   void nhwc_forward(const float* x, float* y) {
     int32_t* arg = max_ && phase_ == proto::TRAIN ? argmax_.data<int32_t>() : nullptr;
+    if (tiled_) return pool_tiled_max_forward(tiling(), x, y, arg);
     const int64_t C = c_;
 #pragma omp parallel for collapse(2)
     for (int64_t n = 0; n < n_; ++n)
@@ -290,6 +294,7 @@ class PoolingOp final : public Op {
   }
 
   void nhwc_backward(const float* dy, float* dx) {
+    if (tiled_) return pool_tiled_max_backward(tiling(), dy, argmax_.data<int32_t>(), dx);
     const int64_t C = c_;
     // One image per thread: windows overlap within an image, never across images.
 #pragma omp parallel for
@@ -316,6 +321,8 @@ class PoolingOp final : public Op {
         }
     }
   }
+
+  PoolTiling tiling() const { return {n_, c_, oh_, ow_, kh_, kw_}; }
 
   // The reference AVE path on plain NCHW data (Caffe's divisor, see window()).
   template <class F>
@@ -347,6 +354,7 @@ class PoolingOp final : public Op {
 
   proto::PoolingParameter p_;
   bool global_ = false, max_ = true, use_dnnl_ = true, channels_last_ = false;
+  bool tiled_ = false;  // channels-last max pooling whose windows tile the input (see pooling_tiled.h)
   Tensor argmax_{Shape{0}, DType::s32};
   int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
