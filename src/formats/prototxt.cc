@@ -68,20 +68,26 @@ void read_binary_proto(const std::string& path, google::protobuf::Message& msg) 
 }
 
 void write_file_atomic(const std::string& path, const std::string& data) {
+  write_file_atomic(path, std::vector<std::string_view>{data});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) runtime_error("{}: cannot write ({})", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      runtime_error("{}: write failed ({})", tmp, std::strerror(e));
+  for (std::string_view data : pieces) {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        runtime_error("{}: write failed ({})", tmp, std::strerror(e));
+      }
+      done += static_cast<size_t>(w);
     }
-    done += static_cast<size_t>(w);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());

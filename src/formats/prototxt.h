@@ -6,6 +6,8 @@
 
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace bks {
 
@@ -23,5 +25,7 @@ void read_binary_proto(const std::string& path, google::protobuf::Message& msg);
 std::string read_file(const std::string& path, const char* what);
 // Writes atomically: temporary file, fsync, rename.
 void write_file_atomic(const std::string& path, const std::string& data);
+// The same for a file made of pieces, written in order without joining them in memory.
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
 }  // namespace bks

@@ -40,17 +40,15 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8) h.push_back(' ');
-  std::string out;
-  out.resize(8 + h.size() + offset);
+  // Header length, header, then each tensor's bytes straight from the tensor (a snapshot
+  // never holds a second copy of the weights in memory).
+  std::string head(8, '\0');
   uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  std::memcpy(out.data() + 8, h.data(), h.size());
-  size_t pos = 8 + h.size();
-  for (auto& [name, t] : tensors) {
-    std::memcpy(out.data() + pos, t->raw(), t->bytes());
-    pos += t->bytes();
-  }
-  write_file_atomic(path, out);
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  head += h;
+  std::vector<std::string_view> pieces{head};
+  for (auto& [name, t] : tensors) pieces.emplace_back(static_cast<const char*>(t->raw()), t->bytes());
+  write_file_atomic(path, pieces);
 }
 
 TensorFile load_safetensors(const std::string& path) {
