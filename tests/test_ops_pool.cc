@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "op_harness.h"
+#include "ops/pooling_tiled.h"
 
 namespace bks::test {
 namespace {
@@ -119,6 +120,53 @@ TEST(Pooling, GlobalAverageCoversTheWholePlane) {
 TEST(Pooling, RejectsStochasticAndMissingKernel) {
   EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: STOCHASTIC kernel_size: 2 }", {{1, 1, 4, 4}}), InputError);
   EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: MAX }", {{1, 1, 4, 4}}), InputError);
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// The tiled kernel reading oneDNN's channel-blocked layout (what a first-layer convolution
+// writes) gives the same pooled values and winners as from NHWC, and its backward fills
+// the blocked gradient, padding channels included (zero).
+TEST(PoolingTiled, BlockedInputMatchesChannelsLast) {
+  for (int64_t block : {16, 8}) {
+    const int64_t n = 2, c = 20, h = 6, w = 4, kh = 2, kw = 2, oh = h / kh, ow = w / kw;
+    const int64_t blocks = (c + block - 1) / block;
+    std::vector<float> nhwc(n * h * w * c), blocked(n * blocks * h * w * block, 0.f);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t y = 0; y < h; ++y)
+          for (int64_t x = 0; x < w; ++x) {
+            float v = static_cast<float>(((i * 131 + ch * 31 + y * 7 + x * 3) * 7919) % 997) * 0.01f;
+            nhwc[((i * h + y) * w + x) * c + ch] = v;
+            blocked[(((i * blocks + ch / block) * h + y) * w + x) * block + ch % block] = v;
+          }
+    PoolTiling from_nhwc{n, c, oh, ow, kh, kw, 0}, from_blocked{n, c, oh, ow, kh, kw, block};
+    ASSERT_TRUE(pool_tiled_applies(c, block));
+    std::vector<float> y1(n * oh * ow * c), y2(y1.size());
+    std::vector<int32_t> t1(y1.size()), t2(y1.size());
+    pool_tiled_max_forward(from_nhwc, nhwc.data(), y1.data(), t1.data());
+    pool_tiled_max_forward(from_blocked, blocked.data(), y2.data(), t2.data());
+    EXPECT_EQ(y1, y2) << "block " << block;
+    EXPECT_EQ(t1, t2) << "block " << block;
+
+    std::vector<float> dy(y1.size());
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i % 13) - 6.f;
+    std::vector<float> dx1(nhwc.size(), NAN), dx2(blocked.size(), NAN);
+    pool_tiled_max_backward(from_nhwc, dy.data(), t1.data(), dx1.data());
+    pool_tiled_max_backward(from_blocked, dy.data(), t2.data(), dx2.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < blocks * block; ++ch)
+        for (int64_t y = 0; y < h; ++y)
+          for (int64_t x = 0; x < w; ++x) {
+            float b = dx2[(((i * blocks + ch / block) * h + y) * w + x) * block + ch % block];
+            float expect = ch < c ? dx1[((i * h + y) * w + x) * c + ch] : 0.f;
+            ASSERT_EQ(b, expect) << "block " << block << " n " << i << " c " << ch << " y " << y << " x " << x;
+          }
+  }
 }
 
 }  // namespace

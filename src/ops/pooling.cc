@@ -74,23 +74,24 @@ class PoolingOp final : public Op {
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
     Shape s{n_, c_, h_, w_};
     memory::desc src = in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0];
-    if (src == nhwc_md(s)) return nhwc_md({n_, c_, oh_, ow_});
+    if (src == nhwc_md(s) || own_tiled_kernel(src)) return nhwc_md({n_, c_, oh_, ow_});
     return use_dnnl_ ? forward_pd(src).dst_desc() : memory::desc();
   }
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     auto& be = static_cast<CpuBackend&>(backend_);
     memory::desc src = in_md(0, in[0]), dst_user = out_md(0, out[0]);
-    channels_last_ = src == nhwc_md(in[0]);
+    channels_last_ = src == nhwc_md(in[0]) || own_tiled_kernel(src);
     if (channels_last_) {
       // bakusoku's own kernel: Caffe's exact semantics, vectorised over channels.
       memory::desc dst_nhwc = nhwc_md(out[0]);
       dst_.init(be.engine(), dst_user, dst_nhwc);
       ddst_.init(be.engine(), dst_user, dst_nhwc);
       if (max_ && phase_ == proto::TRAIN) argmax_.reshape(out[0], 0);
-      tiled_ = max_ && ph_ == 0 && pw_ == 0 && sh_ == kh_ && sw_ == kw_ && oh_ * kh_ == h_ && ow_ * kw_ == w_ &&
-               pool_tiled_applies(c_);
-      name_ = fmt::format("bakusoku channels-last {}{}", max_ ? "max" : "average", tiled_ ? " (tiled windows)" : "");
+      src_block_ = channel_block(src);
+      tiled_ = windows_tile() && pool_tiled_applies(c_, src_block_);
+      name_ = fmt::format("bakusoku channels-last {}{}", max_ ? "max" : "average",
+                          !tiled_ ? "" : src_block_ ? fmt::format(" (tiled windows, from nChw{}c)", src_block_) : " (tiled windows)");
       return;
     }
     if (!use_dnnl_) {
@@ -322,7 +323,23 @@ class PoolingOp final : public Op {
     }
   }
 
-  PoolTiling tiling() const { return {n_, c_, oh_, ow_, kh_, kw_}; }
+  PoolTiling tiling() const { return {n_, c_, oh_, ow_, kh_, kw_, src_block_}; }
+  bool windows_tile() const {
+    return max_ && ph_ == 0 && pw_ == 0 && sh_ == kh_ && sw_ == kw_ && oh_ * kh_ == h_ && ow_ * kw_ == w_;
+  }
+  // 16 or 8 for oneDNN's nChw16c / nChw8c, else 0.
+  int64_t channel_block(const memory::desc& src) const {
+    memory::dims d{n_, c_, h_, w_};
+    if (src == memory::desc(d, memory::data_type::f32, memory::format_tag::nChw16c)) return 16;
+    if (src == memory::desc(d, memory::data_type::f32, memory::format_tag::nChw8c)) return 8;
+    return 0;
+  }
+  // A channel-blocked input (a first-layer convolution's) that the tiled kernel reads
+  // directly, writing channels-last.
+  bool own_tiled_kernel(const memory::desc& src) const {
+    int64_t b = channel_block(src);
+    return b && windows_tile() && pool_tiled_applies(c_, b);
+  }
 
   // The reference AVE path on plain NCHW data (Caffe's divisor, see window()).
   template <class F>
@@ -354,7 +371,8 @@ class PoolingOp final : public Op {
 
   proto::PoolingParameter p_;
   bool global_ = false, max_ = true, use_dnnl_ = true, channels_last_ = false;
-  bool tiled_ = false;  // channels-last max pooling whose windows tile the input (see pooling_tiled.h)
+  bool tiled_ = false;     // max pooling whose windows tile the input (see pooling_tiled.h)
+  int64_t src_block_ = 0;  // the tiled kernel's input: 0 NHWC, 8/16 nChw8c/nChw16c
   Tensor argmax_{Shape{0}, DType::s32};
   int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
