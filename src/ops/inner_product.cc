@@ -1,15 +1,10 @@
-// InnerProduct: y = x W^T + b over the axes from `axis` on, GEMMs by oneDNN's sgemm.
-#include <oneapi/dnnl/dnnl.hpp>
-
+// InnerProduct: y = x W^T + b over the axes from `axis` on; three fixed-shape GEMMs
+// (forward with the bias fused, weight gradient, input gradient) built at prepare time.
+#include "ops/matmul.h"
 #include "ops/op.h"
 
 namespace bks {
 namespace {
-
-void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float* c, int64_t ldc) {
-  dnnl::sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
-}
 
 class InnerProductOp final : public Op {
  public:
@@ -36,32 +31,31 @@ class InnerProductOp final : public Op {
     return d;
   }
 
-  void forward(OpCall& c) override {
-    const float* x = c.in[0]->f32();
-    const float* w = c.params[0]->f32();
-    float* y = c.out[0]->f32();
-    if (p_.transpose())
-      gemm('N', 'N', m_, n_, k_, x, k_, w, n_, y, n_);
+  void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
+    auto& eng = static_cast<CpuBackend&>(backend_).engine();
+    const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
+    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term());
+    if (phase_ != proto::TRAIN) return;
+    if (t)
+      dw_.prepare(eng, 'T', 'N', k_, n_, m_, false);  // dW[k,n] = x^T dy
     else
-      gemm('N', 'T', m_, n_, k_, x, k_, w, k_, y, n_);
-    if (!p_.bias_term()) return;
-    const float* b = c.params[1]->f32();
-    for (int64_t i = 0; i < m_; ++i) {
-      float* row = y + i * n_;
-#pragma omp simd
-      for (int64_t j = 0; j < n_; ++j) row[j] += b[j];
-    }
+      dw_.prepare(eng, 'T', 'N', n_, k_, m_, false);  // dW[n,k] = dy^T x
+    dx_.prepare(eng, 'N', t ? 'T' : 'N', m_, k_, n_, false);
+  }
+
+  void forward(OpCall& c) override {
+    const float* b = p_.bias_term() ? c.params[1]->f32() : nullptr;
+    fwd_.run(stream(), c.in[0]->f32(), c.params[0]->f32(), c.out[0]->f32(), b);
   }
 
   void backward(OpCall& c) override {
     const float* x = c.in[0]->f32();
-    const float* w = c.params[0]->f32();
     const float* dy = c.out_grad[0]->f32();
     if (c.param_grad[0]) {
       if (p_.transpose())
-        gemm('T', 'N', k_, n_, m_, x, k_, dy, n_, c.param_grad[0]->f32(), n_);
+        dw_.run(stream(), x, dy, c.param_grad[0]->f32());
       else
-        gemm('T', 'N', n_, k_, m_, dy, n_, x, k_, c.param_grad[0]->f32(), k_);
+        dw_.run(stream(), dy, x, c.param_grad[0]->f32());
     }
     if (p_.bias_term() && c.param_grad[1]) {
       float* db = c.param_grad[1]->f32();
@@ -72,18 +66,20 @@ class InnerProductOp final : public Op {
         for (int64_t j = 0; j < n_; ++j) db[j] += row[j];
       }
     }
-    if (c.in_grad[0]) {
-      if (p_.transpose())
-        gemm('N', 'T', m_, k_, n_, dy, n_, w, n_, c.in_grad[0]->f32(), k_);
-      else
-        gemm('N', 'N', m_, k_, n_, dy, n_, w, k_, c.in_grad[0]->f32(), k_);
-    }
+    if (c.in_grad[0]) dx_.run(stream(), dy, c.params[0]->f32(), c.in_grad[0]->f32());
   }
 
-  std::string kernel_name() const override { return "oneDNN sgemm"; }
+  std::string kernel_name() const override {
+    std::string n = "oneDNN matmul " + fwd_.name();
+    if (phase_ == proto::TRAIN) n += " / dW " + dw_.name() + " / dx " + dx_.name();
+    return n;
+  }
 
  private:
+  dnnl::stream& stream() { return static_cast<CpuBackend&>(backend_).stream(); }
+
   proto::InnerProductParameter p_;
+  MatMul fwd_, dw_, dx_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
 };
 

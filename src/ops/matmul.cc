@@ -1,0 +1,57 @@
+#include "ops/matmul.h"
+
+namespace bks {
+
+using dnnl::memory;
+
+void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias) {
+  ta_ = ta;
+  tb_ = tb;
+  m_ = m;
+  n_ = n;
+  k_ = k;
+  has_bias_ = bias;
+  auto f32 = memory::data_type::f32;
+  memory::desc a({m, k}, f32, ta == 'N' ? memory::dims{k, 1} : memory::dims{1, m});
+  memory::desc b({k, n}, f32, tb == 'N' ? memory::dims{n, 1} : memory::dims{1, k});
+  memory::desc c({m, n}, f32, memory::dims{n, 1});
+  memory::desc bd({1, n}, f32, memory::dims{n, 1});
+  auto desc = bias ? dnnl::matmul::desc(a, b, bd, c) : dnnl::matmul::desc(a, b, c);
+  dnnl::matmul::primitive_desc pd(desc, eng);
+  name_ = pd.impl_info_str();
+  fallback_ = name_.find("ref") != std::string::npos;
+  if (fallback_) {
+    name_ = "sgemm";
+    return;
+  }
+  prim_ = dnnl::matmul(pd);
+  a_ = memory(a, eng, nullptr);
+  b_ = memory(b, eng, nullptr);
+  c_ = memory(c, eng, nullptr);
+  if (bias) bias_ = memory(bd, eng, nullptr);
+}
+
+void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias) {
+  if (fallback_) {
+    dnnl::sgemm(ta_, tb_, m_, n_, k_, 1.f, a, ta_ == 'N' ? k_ : m_, b, tb_ == 'N' ? n_ : k_, 0.f, c, n_);
+    if (has_bias_)
+      for (int64_t i = 0; i < m_; ++i) {
+        float* row = c + i * n_;
+#pragma omp simd
+        for (int64_t j = 0; j < n_; ++j) row[j] += bias[j];
+      }
+    return;
+  }
+  a_.set_data_handle(const_cast<float*>(a));
+  b_.set_data_handle(const_cast<float*>(b));
+  c_.set_data_handle(c);
+  if (has_bias_) {
+    bias_.set_data_handle(const_cast<float*>(bias));
+    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_BIAS, bias_}, {DNNL_ARG_DST, c_}});
+  } else {
+    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
+  }
+  s.wait();
+}
+
+}  // namespace bks

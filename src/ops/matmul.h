@@ -1,0 +1,30 @@
+// One row-major GEMM of fixed shape, C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]), as a
+// oneDNN matmul primitive built once. Transposes are strides, never copies. oneDNN's
+// brgemm matmul is as fast as its sgemm here and JITs ~80 KB of code where sgemm JITs
+// ~3.2 MB of kernels for every variant on first use (measured on AVX-512), so every GEMM
+// goes through this; shapes without a fast kernel fall back to sgemm.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <string>
+
+namespace bks {
+
+class MatMul {
+ public:
+  // ta / tb: 'N' or 'T', as in BLAS (A stored [m,k] or [k,m]; B stored [k,n] or [n,k]).
+  void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias);
+  void run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias = nullptr);
+  std::string name() const { return name_; }
+
+ private:
+  dnnl::matmul prim_;
+  dnnl::memory a_, b_, c_, bias_;
+  bool fallback_ = false, has_bias_ = false;
+  char ta_ = 'N', tb_ = 'N';
+  int64_t m_ = 0, n_ = 0, k_ = 0;
+  std::string name_;
+};
+
+}  // namespace bks
