@@ -56,11 +56,11 @@ def cifar_throughput(threads, iters):
     return {"images_per_s": iters * 100 / (time.perf_counter() - t)}
 
 
-def lenet_full(threads, max_iter):
+def lenet_full(threads, max_iter, seed=1):
     """Caffe's LeNet solver: SGD momentum 0.9, wd 5e-4, lr inv(gamma 1e-4, power 0.75),
     batch 64 in file order, test on the 10,000 test images every 500 iterations."""
     torch.set_num_threads(threads)
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     x, y = fashion_mnist("train")
     tx, ty = fashion_mnist("test")
     model = LeNet()
@@ -96,4 +96,5 @@ def lenet_full(threads, max_iter):
 if __name__ == "__main__":
     what, threads, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fn = {"lenet": lenet_throughput, "cifar": cifar_throughput, "lenet_full": lenet_full}[what]
-    print(json.dumps(fn(threads, n)))
+    extra = [int(a) for a in sys.argv[4:]]  # lenet_full: the random seed
+    print(json.dumps(fn(threads, n, *extra)))

@@ -14,5 +14,7 @@ Runner add_train(CLI::App& app, const std::string& command_line);
 Runner add_test(CLI::App& app);
 Runner add_time(CLI::App& app);
 Runner add_device_query(CLI::App& app);
+Runner add_deploy(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace bks::cli

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   add("test", bks::cli::add_test);
   add("time", bks::cli::add_time);
   add("device_query", bks::cli::add_device_query);
+  add("deploy", bks::cli::add_deploy);
+  add("bench", bks::cli::add_bench);
 
   try {
     app.parse(argc, argv);

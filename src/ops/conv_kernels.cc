@@ -68,7 +68,8 @@ ConvDescs conv_descs(const ConvGeometry& g) {
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
-                                                     const memory::desc& src, const memory::desc& dst) {
+                                                     const memory::desc& src, const memory::desc& dst,
+                                                     const dnnl::primitive_attr& attr = {}) {
   ConvDescs d = conv_descs(g);
   memory::desc wei_any(d.wei, dt::f32, tag::any);
   memory::desc bias_md({g.oc}, dt::f32, tag::a);
@@ -77,7 +78,18 @@ dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const Co
                                                      dst, d.strides, d.dil, d.pl, d.pr)
                    : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src, wei_any, dst,
                                                      d.strides, d.dil, d.pl, d.pr);
-  return dnnl::convolution_forward::primitive_desc(desc, eng);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, eng);
+}
+
+// oneDNN post-ops for a fused residual sum (read in the destination's layout) and ReLU.
+dnnl::primitive_attr fusion_attr(const proto::FusionParameter* f, const memory::desc& dst) {
+  dnnl::primitive_attr attr;
+  if (!f) return attr;
+  dnnl::post_ops po;
+  if (f->residual_sum()) po.append_binary(dnnl::algorithm::binary_add, dst);
+  if (f->relu()) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, f->relu_negative_slope(), 0.f);
+  attr.set_post_ops(po);
+  return attr;
 }
 
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
@@ -104,7 +116,8 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
 }
 
 void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
-                          const memory::desc& src_md, const memory::desc& dst_md, bool need_bwd_data) {
+                          const memory::desc& src_md, const memory::desc& dst_md, bool need_bwd_data,
+                          const proto::FusionParameter* fusion, const memory::desc& residual_md) {
   bias_ = bias;
   ConvDescs d = conv_descs(g);
   const auto &src = d.src, &dst = d.dst, &wei = d.wei, &strides = d.strides, &dil = d.dil, &pl = d.pl, &pr = d.pr;
@@ -125,12 +138,20 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     dst_k = dst_any;
     fpd = forward_pd(eng, g, bias, training, src_k, dst_k);
   }
+  if (fusion) {
+    // Post-ops see the layouts just chosen; the residual is read in the destination's.
+    fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc()));
+    residual_ = fusion->residual_sum();
+    if (residual_) f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw), fpd.dst_desc());
+  }
   fwd_ = dnnl::convolution_forward(fpd);
   f_src_.init(eng, src_user, fpd.src_desc());
   f_wei_.init(eng, wei_user, fpd.weights_desc());
   f_dst_.init(eng, dst_user, fpd.dst_desc());
   if (bias) f_bias_.init(eng, bias_md, fpd.bias_desc());
   name_ = fpd.impl_info_str();
+  if (fusion && (fusion->residual_sum() || fusion->relu()))
+    name_ += fmt::format(" (fused{}{})", fusion->residual_sum() ? " +sum" : "", fusion->relu() ? " +relu" : "");
   if (!training) return;
 
   // Backward kernels see the same layouts as the forward one.
@@ -160,11 +181,13 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   name_ += fmt::format(" / bwd_weights {}", wpd.impl_info_str());
 }
 
-void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst) {
+void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst,
+                          const float* residual) {
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f_src_.read(s, src)},
                                        {DNNL_ARG_WEIGHTS, f_wei_.read(s, wei)},
                                        {DNNL_ARG_DST, f_dst_.write(dst)}};
   if (bias_) args[DNNL_ARG_BIAS] = f_bias_.read(s, bias);
+  if (residual_) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = f_residual_.read(s, residual);
   fwd_.execute(s, args);
   f_dst_.commit(s);
   s.wait();

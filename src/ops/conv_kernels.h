@@ -33,11 +33,15 @@ class ConvKernels {
   // dst_md are the layouts of the caller's buffers (data and gradients alike); empty descs
   // mean plain NCHW.
   // need_bwd_data false skips building the backward-data kernel (first layers).
+  // `fusion` (inference only): post-ops on the forward output; with residual_sum, the
+  // residual (layout residual_md, plain when empty) is added before the ReLU.
   void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
-               const memory::desc& src_md = {}, const memory::desc& dst_md = {}, bool need_bwd_data = true);
+               const memory::desc& src_md = {}, const memory::desc& dst_md = {}, bool need_bwd_data = true,
+               const proto::FusionParameter* fusion = nullptr, const memory::desc& residual_md = {});
   // The destination layout oneDNN's kernel writes fastest for this geometry.
   static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
-  void forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst);
+  void forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst,
+               const float* residual = nullptr);
   void backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src);
   // diff_bias may be null.
   void backward_weights(dnnl::stream& s, const float* src, const float* diff_dst, float* diff_wei, float* diff_bias);
@@ -49,7 +53,8 @@ class ConvKernels {
   dnnl::convolution_forward fwd_;
   dnnl::convolution_backward_data bwd_data_;
   dnnl::convolution_backward_weights bwd_wei_;
-  DnnlOperand f_src_, f_wei_, f_dst_, f_bias_;
+  DnnlOperand f_src_, f_wei_, f_dst_, f_bias_, f_residual_;
+  bool residual_ = false;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
   std::vector<float> scratch_bias_;

@@ -11,8 +11,12 @@ class ConvolutionOp final : public Op {
     if (!init.node.param.has_convolution_param()) fail("convolution_param is required");
     if (p_.num_output() == 0) fail("convolution_param.num_output must be positive");
     parse_conv_param(p_, g_, [this](const std::string& m) { fail("convolution_param: {}", m); });
+    fusion_ = init.node.param.fusion_param();
+    fused_ = fusion_.residual_sum() || fusion_.relu();
+    if (fused_ && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
   }
-  int min_inputs() const override { return 1; }
+  // A fused residual sum (bakusoku deploy) reads a second bottom.
+  int min_inputs() const override { return fusion_.residual_sum() ? 2 : 1; }
 
   void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
     expect_ndim(in[0], 4, 4, "bottom");
@@ -28,6 +32,8 @@ class ConvolutionOp final : public Op {
     if (g_.oh <= 0 || g_.ow <= 0)
       fail("kernel {}x{} does not fit the {}x{} input with pad {}x{}", g_.kh, g_.kw, g_.h, g_.w, g_.ph, g_.pw);
     out[0] = {g_.n, g_.oc, g_.oh, g_.ow};
+    if (fusion_.residual_sum() && in[1] != out[0])
+      fail("fused residual has shape {} but the output is {}", shape_str(in[1]), shape_str(out[0]));
   }
 
   std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) override {
@@ -44,13 +50,15 @@ class ConvolutionOp final : public Op {
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     auto& be = static_cast<CpuBackend&>(backend_);
-    k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, in_layout_.empty() ? memory::desc() : in_layout_[0],
-               out_layout_.empty() ? memory::desc() : out_layout_[0], needs_input_grad(0));
+    auto layout = [](const std::vector<memory::desc>& l, size_t i) { return i < l.size() ? l[i] : memory::desc(); };
+    k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
+               needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
   }
 
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
-    k_.forward(s, c.in[0]->f32(), c.params[0]->f32(), p_.bias_term() ? c.params[1]->f32() : nullptr, c.out[0]->f32());
+    k_.forward(s, c.in[0]->f32(), c.params[0]->f32(), p_.bias_term() ? c.params[1]->f32() : nullptr, c.out[0]->f32(),
+               fusion_.residual_sum() ? c.in[1]->f32() : nullptr);
   }
 
   void backward(OpCall& c) override {
@@ -75,6 +83,8 @@ class ConvolutionOp final : public Op {
   ConvGeometry g_;
   ConvKernels k_;
   Tensor wscratch_;
+  proto::FusionParameter fusion_;
+  bool fused_ = false;
 };
 
 }  // namespace

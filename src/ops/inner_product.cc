@@ -10,6 +10,9 @@ class InnerProductOp final : public Op {
  public:
   explicit InnerProductOp(const OpInit& init) : Op(init), p_(init.node.param.inner_product_param()) {
     if (p_.num_output() == 0) fail("inner_product_param.num_output must be positive");
+    fusion_ = init.node.param.fusion_param();
+    if (fusion_.residual_sum()) fail("fusion_param.residual_sum is supported on Convolution only");
+    if (fusion_.relu() && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
   }
   int min_inputs() const override { return 1; }
 
@@ -34,7 +37,7 @@ class InnerProductOp final : public Op {
   void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
-    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term());
+    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope());
     if (phase_ != proto::TRAIN) return;
     if (t)
       dw_.prepare(eng, 'T', 'N', k_, n_, m_, false);  // dW[k,n] = x^T dy
@@ -80,6 +83,7 @@ class InnerProductOp final : public Op {
 
   proto::InnerProductParameter p_;
   MatMul fwd_, dw_, dx_;
+  proto::FusionParameter fusion_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
 };
 

@@ -4,7 +4,10 @@ namespace bks {
 
 using dnnl::memory;
 
-void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias) {
+void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias, bool relu,
+                     float relu_slope) {
+  relu_ = relu;
+  slope_ = relu_slope;
   ta_ = ta;
   tb_ = tb;
   m_ = m;
@@ -17,13 +20,20 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
   memory::desc c({m, n}, f32, memory::dims{n, 1});
   memory::desc bd({1, n}, f32, memory::dims{n, 1});
   auto desc = bias ? dnnl::matmul::desc(a, b, bd, c) : dnnl::matmul::desc(a, b, c);
-  dnnl::matmul::primitive_desc pd(desc, eng);
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, relu_slope, 0.f);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(desc, attr, eng);
   name_ = pd.impl_info_str();
   fallback_ = name_.find("ref") != std::string::npos;
   if (fallback_) {
     name_ = "sgemm";
     return;
   }
+  if (relu) name_ += " (fused +relu)";
   prim_ = dnnl::matmul(pd);
   a_ = memory(a, eng, nullptr);
   b_ = memory(b, eng, nullptr);
@@ -34,12 +44,16 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
 void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias) {
   if (fallback_) {
     dnnl::sgemm(ta_, tb_, m_, n_, k_, 1.f, a, ta_ == 'N' ? k_ : m_, b, tb_ == 'N' ? n_ : k_, 0.f, c, n_);
-    if (has_bias_)
-      for (int64_t i = 0; i < m_; ++i) {
-        float* row = c + i * n_;
+    const float* b = has_bias_ ? bias : nullptr;
+    const float slope = relu_ ? slope_ : 1.f;
+    for (int64_t i = 0; i < m_; ++i) {
+      float* row = c + i * n_;
 #pragma omp simd
-        for (int64_t j = 0; j < n_; ++j) row[j] += bias[j];
+      for (int64_t j = 0; j < n_; ++j) {
+        float v = row[j] + (b ? b[j] : 0.f);
+        row[j] = v > 0.f ? v : v * slope;
       }
+    }
     return;
   }
   a_.set_data_handle(const_cast<float*>(a));

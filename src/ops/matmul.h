@@ -14,14 +14,17 @@ namespace bks {
 class MatMul {
  public:
   // ta / tb: 'N' or 'T', as in BLAS (A stored [m,k] or [k,m]; B stored [k,n] or [n,k]).
-  void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias);
+  // relu: a fused ReLU (with Caffe's negative slope) after the bias.
+  void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias,
+               bool relu = false, float relu_slope = 0.f);
   void run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias = nullptr);
   std::string name() const { return name_; }
 
  private:
   dnnl::matmul prim_;
   dnnl::memory a_, b_, c_, bias_;
-  bool fallback_ = false, has_bias_ = false;
+  bool fallback_ = false, has_bias_ = false, relu_ = false;
+  float slope_ = 0.f;
   char ta_ = 'N', tb_ = 'N';
   int64_t m_ = 0, n_ = 0, k_ = 0;
   std::string name_;

@@ -56,6 +56,8 @@ class Net {
   ParamStore& store() { return store_; }
   // Store indices of the parameters this net's nodes use, each once, in graph order.
   const std::vector<int>& param_indices() const { return param_indices_; }
+  // Store index of node n's i-th parameter blob (shared blobs resolved).
+  int param_index(int node, int i) const { return node_params_.at(node).at(i); }
   Op& op(int node) { return *ops_[node]; }
   int num_nodes() const { return static_cast<int>(ops_.size()); }
   bool node_runs_backward(int node) const { return runs_backward_[node]; }

@@ -1,0 +1,153 @@
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/rng.h"
+#include "engine/deploy.h"
+#include "engine/session.h"
+#include "profile/profiler.h"
+
+namespace bks::cli {
+
+namespace {
+
+struct Latency {
+  double min = 0, mean = 0, median = 0, p90 = 0, p95 = 0, p99 = 0;
+};
+
+Latency summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  auto pct = [&](double p) { return ms[std::min(ms.size() - 1, static_cast<size_t>(std::ceil(p * ms.size())) - 1)]; };
+  Latency l;
+  l.min = ms.front();
+  for (double x : ms) l.mean += x;
+  l.mean /= static_cast<double>(ms.size());
+  l.median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  l.p90 = pct(0.90);
+  l.p95 = pct(0.95);
+  l.p99 = pct(0.99);
+  return l;
+}
+
+void fill_inputs(InferenceSession& s) {
+  Rng rng(1234);
+  for (int v : s.inputs()) {
+    Tensor& t = s.value(v);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f);
+  }
+}
+
+Latency time_session(InferenceSession& s, int iterations) {
+  for (int i = 0; i < std::max(5, iterations / 10); ++i) s.run();  // warm-up
+  std::vector<double> ms;
+  for (int i = 0; i < iterations; ++i) {
+    double t0 = now_us();
+    s.run();
+    ms.push_back((now_us() - t0) / 1000.0);
+  }
+  return summarize(ms);
+}
+
+nlohmann::json to_json(const Latency& l, int64_t batch) {
+  return {{"latency_ms", {{"min", l.min}, {"mean", l.mean}, {"median", l.median}, {"p90", l.p90}, {"p95", l.p95}, {"p99", l.p99}}},
+          {"throughput_per_s", batch / (l.mean / 1000.0)}};
+}
+
+std::vector<int64_t> parse_batches(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int64_t b = 0;
+    try {
+      b = std::stoll(item);
+    } catch (const std::exception&) {
+    }
+    if (b <= 0) input_error("--batch: '{}' is not a positive integer (give e.g. 1,8,64)", item);
+    out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Latency and throughput of a deployment bundle, like trtexec");
+  struct Opts {
+    std::string bundle, batches;
+    std::vector<std::string> compare;
+    int iterations = 100, threads = 0;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("bundle", o->bundle, "Bundle written by bakusoku deploy (.bks)")->required();
+  cmd->add_option("--batch", o->batches, "Batch sizes, comma separated (default: the bundle's)");
+  cmd->add_option("--iterations", o->iterations, "Timed runs per batch size (default 100)")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--compare", o->compare, "NET WEIGHTS: also run the unoptimised graph on the same inputs")->expected(2);
+  cmd->add_flag("--json", o->json, "Print the figures as one JSON object");
+  return [o] {
+    Bundle b = load_bundle(o->bundle);
+    std::vector<int64_t> batches = o->batches.empty() ? std::vector<int64_t>{0} : parse_batches(o->batches);
+    const int threads = CpuBackend(o->threads).threads();
+    nlohmann::json report = {{"bundle", o->bundle}, {"threads", threads}, {"iterations", o->iterations}};
+    if (!o->json)
+      fmt::print("{}: {} threads, {} timed runs per batch size after warm-up\n{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12}\n",
+                 o->bundle, threads, o->iterations, "batch", "min ms", "mean", "median", "p90", "p95", "p99", "items/s");
+    Bundle plain;
+    if (!o->compare.empty()) {
+      DeployOptions d;
+      d.model = o->compare[0];
+      d.weights = o->compare[1];
+      d.threads = o->threads;
+      DeployModel m = load_deploy_model(d);
+      strip_training(m);  // data layers become inputs; nothing is folded or fused
+      plain.net = to_net_parameter(m);
+      plain.weights = weights_by_layer(m);
+    }
+    for (int64_t batch : batches) {
+      InferenceSession s(b, o->bundle, o->threads, batch);
+      fill_inputs(s);
+      Latency l = time_session(s, o->iterations);
+      nlohmann::json row = to_json(l, s.batch());
+      row["batch"] = s.batch();
+      if (!o->json)
+        fmt::print("{:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.0f}\n", s.batch(), l.min, l.mean, l.median,
+                   l.p90, l.p95, l.p99, s.batch() / (l.mean / 1000.0));
+      if (!o->compare.empty()) {
+        InferenceSession u(plain, o->compare[0], o->threads, s.batch());
+        fill_inputs(u);
+        // Same inputs: the outputs must agree (relative to each output's largest value).
+        s.run();
+        u.run();
+        double err = 0;
+        for (size_t k = 0; k < s.outputs().size() && k < u.outputs().size(); ++k) {
+          const Tensor &a = s.value(s.outputs()[k]), &c = u.value(u.outputs()[k]);
+          double scale = 1e-30;
+          for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(c.f32()[i])));
+          for (int64_t i = 0; i < std::min(a.numel(), c.numel()); ++i)
+            err = std::max(err, std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale);
+        }
+        Latency lu = time_session(u, o->iterations);
+        nlohmann::json cmp = to_json(lu, u.batch());
+        cmp["max_relative_difference"] = err;
+        cmp["speedup"] = lu.mean / l.mean;
+        row["unoptimised"] = cmp;
+        if (!o->json)
+          fmt::print("{:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.0f}  unoptimised graph: {:.2f}x slower, "
+                     "outputs differ by {:.1e} (relative)\n",
+                     u.batch(), lu.min, lu.mean, lu.median, lu.p90, lu.p95, lu.p99, u.batch() / (lu.mean / 1000.0),
+                     lu.mean / l.mean, err);
+      }
+      report["results"].push_back(row);
+    }
+    if (o->json) fmt::print("{}\n", report.dump());
+    return 0;
+  };
+}
+
+}  // namespace bks::cli

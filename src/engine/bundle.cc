@@ -1,0 +1,59 @@
+#include "engine/bundle.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "formats/prototxt.h"
+#include "formats/safetensors.h"
+
+namespace bks {
+
+namespace {
+constexpr const char* kFormatKey = "bakusoku_bundle_version";
+}
+
+void save_bundle(const std::string& path, const Bundle& b) {
+  std::map<std::string, std::string> meta = b.info;
+  meta[kFormatKey] = std::to_string(kBundleVersion);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(b.net, &text);
+  meta["net"] = text;
+  std::vector<std::pair<std::string, const Tensor*>> tensors;
+  for (auto& [name, t] : b.weights) tensors.emplace_back(name, &t);
+  save_safetensors(path, tensors, meta);
+}
+
+bool is_bundle_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char head[4096] = {};
+  f.read(head, sizeof head);
+  return std::string(head, static_cast<size_t>(f.gcount())).find(kFormatKey) != std::string::npos;
+}
+
+Bundle load_bundle(const std::string& path) {
+  TensorFile tf = load_safetensors(path);
+  auto it = tf.metadata.find(kFormatKey);
+  if (it == tf.metadata.end()) input_error("{}: not a bakusoku bundle (no {} in its header)", path, kFormatKey);
+  int version = 0;
+  try {
+    version = std::stoi(it->second);
+  } catch (const std::exception&) {
+    input_error("{}: corrupt bundle: format version '{}' is not a number", path, it->second);
+  }
+  if (version > kBundleVersion)
+    input_error("{}: bundle format version {} is newer than this bakusoku reads ({}); deploy it again or upgrade", path,
+                version, kBundleVersion);
+  if (version < 1) input_error("{}: corrupt bundle: format version {}", path, version);
+  Bundle b;
+  auto net = tf.metadata.find("net");
+  if (net == tf.metadata.end()) input_error("{}: corrupt bundle: no graph ('net') in its header", path);
+  parse_prototxt_string(net->second, path + " (bundle graph)", b.net);
+  for (auto& [k, v] : tf.metadata)
+    if (k != "net" && k != kFormatKey) b.info[k] = v;
+  for (auto& [name, t] : tf.tensors) b.weights[name] = t;
+  return b;
+}
+
+}  // namespace bks

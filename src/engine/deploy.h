@@ -1,0 +1,36 @@
+// `bakusoku deploy`: from a trained network (deploy prototxt, or a train/test prototxt whose
+// TEST phase is used) and its weights to an optimised inference bundle.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/bundle.h"
+#include "passes/deploy_model.h"
+
+namespace bks {
+
+struct DeployOptions {
+  std::string model, weights;
+  std::string precision = "fp32";
+  int64_t batch = 0;  // 0: the batch the net declares
+  int threads = 0;
+};
+
+struct DeployResult {
+  Bundle bundle;
+  std::vector<PassReport> reports;
+};
+
+// Builds the TEST-phase model with its weights (the model and weights as loaded, before
+// any pass), for deploy and for comparing against the optimised graph.
+DeployModel load_deploy_model(const DeployOptions& o);
+// Sets every Input's batch (first) dimension.
+void set_input_batch(DeployModel& m, int64_t batch);
+// load_deploy_model + every pass + the bundle. `after_each` sees the model before the first
+// pass (with an empty report) and after each pass.
+DeployResult deploy(const DeployOptions& o,
+                    const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
+
+}  // namespace bks

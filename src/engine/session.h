@@ -1,0 +1,36 @@
+// Runs a deployment bundle: its graph as a TEST-phase Net (layouts, fusion, one arena) with
+// the bundle's blobs. One session serves one thread at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/bundle.h"
+#include "runtime/net.h"
+
+namespace bks {
+
+class InferenceSession {
+ public:
+  // batch > 0 overrides the bundle's batch size. `source` names the bundle in errors.
+  InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch = 0);
+  ~InferenceSession();
+
+  const std::vector<int>& inputs() const { return inputs_; }
+  const std::vector<int>& outputs() const { return net_->outputs(); }
+  const std::string& value_name(int v) const { return net_->graph().values[v].name; }
+  Tensor& value(int v) { return net_->value(v); }
+  void run() { net_->forward(); }
+  Net& net() { return *net_; }
+  int64_t batch() const { return batch_; }
+
+ private:
+  std::unique_ptr<CpuBackend> backend_;
+  ParamStore store_;
+  std::unique_ptr<Net> net_;
+  std::vector<int> inputs_;
+  int64_t batch_ = 0;
+};
+
+}  // namespace bks

@@ -1,0 +1,78 @@
+#include "passes/deploy_model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "graph/graph_edit.h"
+
+namespace bks {
+
+int DeployModel::sole_consumer(int node) const {
+  const Node& n = graph.nodes.at(node);
+  if (n.outputs.empty()) return -1;
+  const auto& c = graph.values[n.outputs[0]].consumers;
+  return c.size() == 1 ? c[0] : -1;
+}
+
+std::vector<PassReport> run_deploy_passes(DeployModel& m,
+                                          const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
+  std::vector<PassReport> reports;
+  for (auto pass : {strip_training, fold_batchnorm, fuse_residual, fuse_relu}) {
+    reports.push_back(pass(m));
+    verify_graph(m.graph, reports.back().pass);
+    if (after_each) after_each(reports.back(), m);
+  }
+  return reports;
+}
+
+proto::NetParameter to_net_parameter(const DeployModel& m) {
+  proto::NetParameter net;
+  net.set_name(m.graph.name);
+  for (const Node& node : m.graph.nodes) {
+    proto::LayerParameter* l = net.add_layer();
+    *l = node.param;
+    l->set_name(node.name);
+    l->set_type(node.type);
+    l->clear_bottom();
+    l->clear_top();
+    for (int v : node.inputs) l->add_bottom(m.graph.values[v].name);
+    for (int v : node.outputs) l->add_top(m.graph.values[v].name);
+    // Training-only fields; blobs travel separately, unshared.
+    l->clear_include();
+    l->clear_exclude();
+    l->clear_param();
+    l->clear_blobs();
+    l->clear_loss_weight();
+    l->clear_propagate_down();
+    l->clear_phase();
+  }
+  return net;
+}
+
+std::map<std::string, Tensor> weights_by_layer(const DeployModel& m) {
+  std::map<std::string, Tensor> out;
+  for (const Node& node : m.graph.nodes)
+    for (size_t i = 0; i < node.params.size(); ++i)
+      out[fmt::format("{}.{}", node.name, i)] = m.weights.at(node.params[i].key);
+  return out;
+}
+
+std::string describe_graph(const DeployModel& m) {
+  std::string s;
+  for (const Node& node : m.graph.nodes) {
+    std::string in, out;
+    for (int v : node.inputs) in += (in.empty() ? "" : ", ") + m.graph.values[v].name;
+    for (int v : node.outputs)
+      out += (out.empty() ? "" : ", ") + m.graph.values[v].name + " " + shape_str(m.graph.values[v].shape);
+    std::string fused;
+    if (node.param.has_fusion_param()) {
+      const auto& f = node.param.fusion_param();
+      if (f.residual_sum()) fused += " +sum";
+      if (f.relu()) fused += " +relu";
+    }
+    s += fmt::format("  {:<18} {:<20} {} -> {}{}\n", node.type, node.name, in.empty() ? "()" : in, out, fused);
+  }
+  return s;
+}
+
+}  // namespace bks

@@ -1,0 +1,58 @@
+// What the deployment passes rewrite: an inference graph and its parameter blobs.
+//
+// Passes are Graph -> Graph rewrites in place (each in its own file); every one returns
+// what it changed, in words, and the graph is verified after each (run_passes).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "caffe.pb.h"
+#include "core/tensor.h"
+#include "graph/graph.h"
+
+namespace bks {
+
+struct DeployModel {
+  Graph graph;  // shapes inferred; node.params[i].key names each blob in `weights`
+  std::map<std::string, Tensor> weights;
+
+  Tensor& blob(int node, int i) { return weights.at(graph.nodes.at(node).params.at(i).key); }
+  // The node's only reader of its first output, or -1 (none, several, or a net output).
+  int sole_consumer(int node) const;
+};
+
+struct PassReport {
+  std::string pass;
+  std::vector<std::string> changes;  // one line per rewrite
+};
+
+// Removes what only training needs: Dropout, Accuracy, Silence; SoftmaxWithLoss becomes
+// Softmax (output "prob"), SigmoidCrossEntropyLoss becomes Sigmoid, other losses go; data
+// layers become Input layers of the same shape (their labels dropped).
+PassReport strip_training(DeployModel& m);
+// Folds inference BatchNorm and per-channel Scale layers into the preceding Convolution or
+// InnerProduct's weights and bias.
+PassReport fold_batchnorm(DeployModel& m);
+// Convolution followed by an Eltwise SUM (coefficients 1) with another branch: the sum
+// becomes the convolution's post-op, reading the other branch as a second bottom.
+PassReport fuse_residual(DeployModel& m);
+// Convolution / InnerProduct followed by a ReLU that is its output's only reader: the ReLU
+// becomes a post-op.
+PassReport fuse_relu(DeployModel& m);
+
+// All of the above, in order. `after_each` sees the model after every pass (for
+// --print-graph); the graph is verified after each.
+std::vector<PassReport> run_deploy_passes(DeployModel& m,
+                                          const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
+
+// The model as a Caffe NetParameter (blobs not included; layer names and tops as in the
+// graph) and its blobs named "<layer>.<index>", as weights files name them.
+proto::NetParameter to_net_parameter(const DeployModel& m);
+std::map<std::string, Tensor> weights_by_layer(const DeployModel& m);
+// One line per node: type, name, bottoms -> tops with shapes, fused post-ops.
+std::string describe_graph(const DeployModel& m);
+
+}  // namespace bks

@@ -1,0 +1,120 @@
+// Pass: fold inference BatchNorm and per-channel Scale into the preceding Convolution or
+// InnerProduct. Both are y = a[c] * x + b[c] per output channel c, so the layer's weights
+// for channel c scale by a[c] and its bias becomes a[c] * bias[c] + b[c].
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "graph/graph_edit.h"
+#include "passes/deploy_model.h"
+
+namespace bks {
+namespace {
+
+bool foldable_producer(const DeployModel& m, int p) {
+  const Node& n = m.graph.nodes[p];
+  if (n.param.has_fusion_param()) return false;
+  if (n.type == "Convolution") return true;
+  // InnerProduct's channels are its last axis; folding needs them on axis 1 of a 2-d output.
+  return n.type == "InnerProduct" && m.graph.values[n.outputs[0]].shape.size() == 2;
+}
+
+// The per-channel affine map (a, b) of a BatchNorm / Scale node, or false when it is not
+// one (BatchNorm computing batch statistics, Scale with a second bottom or other axes).
+bool channel_affine(DeployModel& m, int n, int64_t channels, std::vector<double>& a, std::vector<double>& b) {
+  const Node& node = m.graph.nodes[n];
+  a.assign(channels, 1.0);
+  b.assign(channels, 0.0);
+  if (node.type == "BatchNorm") {
+    const auto& bp = node.param.batch_norm_param();
+    if (bp.has_use_global_stats() && !bp.use_global_stats()) return false;
+    const Tensor &mean = m.blob(n, 0), &var = m.blob(n, 1), &factor = m.blob(n, 2);
+    if (mean.numel() != channels) return false;
+    double f = factor.f32()[0] == 0.f ? 0.0 : 1.0 / factor.f32()[0];  // Caffe's moving-average normaliser
+    for (int64_t c = 0; c < channels; ++c) {
+      double inv_std = 1.0 / std::sqrt(var.f32()[c] * f + bp.eps());
+      a[c] = inv_std;
+      b[c] = -mean.f32()[c] * f * inv_std;
+    }
+    return true;
+  }
+  if (node.type == "Scale") {
+    const auto& sp = node.param.scale_param();
+    if (node.inputs.size() != 1 || sp.axis() != 1 || sp.num_axes() != 1) return false;
+    const Tensor& gamma = m.blob(n, 0);
+    if (gamma.numel() != channels) return false;
+    for (int64_t c = 0; c < channels; ++c) a[c] = gamma.f32()[c];
+    if (sp.bias_term())
+      for (int64_t c = 0; c < channels; ++c) b[c] = m.blob(n, 1).f32()[c];
+    return true;
+  }
+  return false;
+}
+
+// Applies y = a * layer(x) + b to producer p's weights and bias (adding a bias if needed).
+void fold_into(DeployModel& m, int p, const std::vector<double>& a, const std::vector<double>& b) {
+  Node& node = m.graph.nodes[p];
+  const bool conv = node.type == "Convolution";
+  const bool transposed = !conv && node.param.inner_product_param().transpose();
+  const int64_t channels = static_cast<int64_t>(a.size());
+  Tensor& w = m.blob(p, 0);
+  const int64_t per = w.numel() / channels;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    int64_t c = transposed ? i % channels : i / per;  // IP transposed: weights [k, n]
+    w.f32()[i] = static_cast<float>(w.f32()[i] * a[c]);
+  }
+  bool has_bias = conv ? node.param.convolution_param().bias_term() : node.param.inner_product_param().bias_term();
+  if (!has_bias) {
+    if (conv)
+      node.param.mutable_convolution_param()->set_bias_term(true);
+    else
+      node.param.mutable_inner_product_param()->set_bias_term(true);
+    ParamRef ref;
+    ref.key = fmt::format("{}.1", node.name);
+    node.params.push_back(ref);
+    Tensor zero({channels});
+    for (int64_t c = 0; c < channels; ++c) zero.f32()[c] = 0.f;
+    m.weights[ref.key] = zero;
+  }
+  Tensor& bias = m.blob(p, 1);
+  for (int64_t c = 0; c < channels; ++c) bias.f32()[c] = static_cast<float>(bias.f32()[c] * a[c] + b[c]);
+}
+
+}  // namespace
+
+PassReport fold_batchnorm(DeployModel& m) {
+  PassReport r{"fold-batchnorm", {}};
+  Graph& g = m.graph;
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    Node& node = g.nodes[n];
+    if (node.type != "BatchNorm" && node.type != "Scale") continue;
+    int p = g.values[node.inputs[0]].producer;
+    if (p < 0 || dead[p] || !foldable_producer(m, p) || m.sole_consumer(p) != n) continue;
+    const Node& prod = g.nodes[p];
+    int64_t channels = g.values[prod.outputs[0]].shape.at(1);
+    std::vector<double> a, b;
+    if (!channel_affine(m, n, channels, a, b)) continue;
+    // Weights shared with another layer cannot change for this one alone.
+    bool shared = false;
+    for (int q = 0; q < static_cast<int>(g.nodes.size()); ++q)
+      if (q != p)
+        for (const ParamRef& ref : g.nodes[q].params)
+          if (!prod.params.empty() && ref.key == prod.params[0].key) shared = true;
+    if (shared) continue;
+    // Private copies: the blobs may alias tensors the caller still uses.
+    for (const ParamRef& ref : prod.params) m.weights[ref.key] = m.weights[ref.key].clone();
+    fold_into(m, p, a, b);
+    // The producer now writes the folded layer's output.
+    g.nodes[p].outputs[0] = node.outputs[0];
+    r.changes.push_back(fmt::format("folded {} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
+    dead[n] = true;
+    node.inputs.clear();
+    node.outputs.clear();
+    relink(g);
+  }
+  erase_nodes(g, dead);
+  return r;
+}
+
+}  // namespace bks

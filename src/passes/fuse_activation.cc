@@ -1,0 +1,83 @@
+// Passes: fold a residual Eltwise SUM and a ReLU into the Convolution / InnerProduct
+// before them, as oneDNN post-ops (FusionParameter in the layer's parameters).
+#include <fmt/format.h>
+
+#include "graph/graph_edit.h"
+#include "passes/deploy_model.h"
+
+namespace bks {
+namespace {
+
+// The producer of node n's first input, when that producer is a layer type `types`
+// accepts and n is the only reader of its output.
+int fusable_producer(const DeployModel& m, int n, int input, bool conv_only) {
+  const Graph& g = m.graph;
+  int p = g.values[g.nodes[n].inputs[input]].producer;
+  if (p < 0 || m.sole_consumer(p) != n) return -1;
+  const std::string& t = g.nodes[p].type;
+  if (t != "Convolution" && (conv_only || t != "InnerProduct")) return -1;
+  return p;
+}
+
+// Node n's output becomes producer p's; n goes.
+void absorb(Graph& g, int p, int n, std::vector<bool>& dead) {
+  g.nodes[p].outputs[0] = g.nodes[n].outputs[0];
+  g.nodes[n].inputs.clear();
+  g.nodes[n].outputs.clear();
+  dead[n] = true;
+  relink(g);
+}
+
+}  // namespace
+
+PassReport fuse_residual(DeployModel& m) {
+  PassReport r{"fuse-residual", {}};
+  Graph& g = m.graph;
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    Node& node = g.nodes[n];
+    if (node.type != "Eltwise" || node.inputs.size() != 2) continue;
+    const auto& ep = node.param.eltwise_param();
+    if (ep.operation() != proto::EltwiseParameter::SUM) continue;
+    bool unit = true;
+    for (float c : ep.coeff()) unit = unit && c == 1.f;
+    if (!unit) continue;
+    // Prefer the branch computed last: the other one is then ready when it runs.
+    for (int side : {1, 0}) {
+      int p = fusable_producer(m, n, side, true);
+      if (p < 0 || g.nodes[p].param.has_fusion_param()) continue;
+      int other = node.inputs[1 - side];
+      if (g.values[other].producer >= p) continue;  // not computed before the convolution
+      if (g.values[other].shape != g.values[node.outputs[0]].shape) continue;
+      g.nodes[p].inputs.push_back(other);
+      g.nodes[p].param.mutable_fusion_param()->set_residual_sum(true);
+      r.changes.push_back(fmt::format("Eltwise SUM '{}' into Convolution '{}' (+ '{}')", node.name, g.nodes[p].name,
+                                      g.values[other].name));
+      absorb(g, p, n, dead);
+      break;
+    }
+  }
+  erase_nodes(g, dead);
+  return r;
+}
+
+PassReport fuse_relu(DeployModel& m) {
+  PassReport r{"fuse-relu", {}};
+  Graph& g = m.graph;
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    Node& node = g.nodes[n];
+    if (node.type != "ReLU") continue;
+    int p = fusable_producer(m, n, 0, false);
+    if (p < 0 || g.nodes[p].param.fusion_param().relu()) continue;
+    auto* f = g.nodes[p].param.mutable_fusion_param();
+    f->set_relu(true);
+    f->set_relu_negative_slope(node.param.relu_param().negative_slope());
+    r.changes.push_back(fmt::format("ReLU '{}' into {} '{}'", node.name, g.nodes[p].type, g.nodes[p].name));
+    absorb(g, p, n, dead);
+  }
+  erase_nodes(g, dead);
+  return r;
+}
+
+}  // namespace bks

@@ -1,0 +1,288 @@
+// Deployment: each pass on small hand-built graphs (what must fuse and what must not), the
+// optimised graph against the training graph's TEST outputs, and the bundle file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "cli_util.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "engine/deploy.h"
+#include "engine/session.h"
+#include "formats/caffe_net.h"
+#include "formats/prototxt.h"
+#include "formats/weights.h"
+
+namespace bks::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("bks_deploy_" + name)).string(); }
+
+std::string input_layer(const std::string& top, std::vector<int> dims) {
+  std::string d;
+  for (int x : dims) d += " dim: " + std::to_string(x);
+  return "layer { name: '" + top + "_in' type: 'Input' top: '" + top + "' input_param { shape {" + d + " } } }\n";
+}
+
+// Writes `net` and random weights for it; BatchNorm gets positive variances.
+DeployOptions write_model(const std::string& name, const std::string& net) {
+  DeployOptions o;
+  o.model = temp_path(name + ".prototxt");
+  o.weights = temp_path(name + ".safetensors");
+  std::ofstream(o.model) << net;
+  NetLoad nl = load_net_file(o.model);
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  CpuBackend be(1);
+  ParamStore store;
+  Net n(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
+  Rng rng(5);
+  for (auto& p : store.all())
+    for (int64_t i = 0; i < p.data.numel(); ++i) p.data.f32()[i] = rng.uniform(-1.f, 1.f);
+  for (int k = 0; k < n.num_nodes(); ++k) {
+    if (n.graph().nodes[k].type != "BatchNorm") continue;
+    Tensor& var = store.at(n.param_index(k, 1)).data;
+    for (int64_t i = 0; i < var.numel(); ++i) var.f32()[i] = std::fabs(var.f32()[i]) + 0.5f;
+    store.at(n.param_index(k, 2)).data.f32()[0] = 2.f;  // Caffe's moving-average normaliser
+  }
+  save_weights(o.weights, store);
+  return o;
+}
+
+std::vector<std::string> types(const DeployModel& m) {
+  std::vector<std::string> t;
+  for (const Node& n : m.graph.nodes) t.push_back(n.type);
+  return t;
+}
+
+const Node& node(const DeployModel& m, const std::string& name) {
+  const Node* n = m.graph.find_node(name);
+  EXPECT_NE(n, nullptr) << name;
+  return *n;
+}
+
+// Runs the unoptimised TEST net and the bundle of the optimised model on the same random
+// input; returns the largest difference relative to the output's largest magnitude.
+double max_relative_difference(const DeployOptions& o, const DeployModel& optimised) {
+  NetLoad nl = load_net_file(o.model);
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  CpuBackend be(2);
+  ParamStore store;
+  Net ref(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
+  load_weights(o.weights, store);
+  Bundle b;
+  b.net = to_net_parameter(optimised);
+  b.weights = weights_by_layer(optimised);
+  InferenceSession s(b, "test bundle", 2);
+  Rng rng(9);
+  for (size_t k = 0; k < s.inputs().size(); ++k) {
+    Tensor& x = s.value(s.inputs()[k]);
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1.f, 1.f);
+    ref.value(ref.inputs()[k]).copy_from(x);
+  }
+  ref.forward();
+  s.run();
+  EXPECT_EQ(ref.outputs().size(), s.outputs().size());
+  double worst = 0;
+  for (size_t k = 0; k < s.outputs().size(); ++k) {
+    const Tensor &a = ref.value(ref.outputs()[k]), &c = s.value(s.outputs()[k]);
+    EXPECT_EQ(a.shape(), c.shape());
+    double scale = 1e-12;
+    for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
+    for (int64_t i = 0; i < a.numel(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale);
+  }
+  return worst;
+}
+
+const char* kConvBnScaleRelu = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1'
+        convolution_param { num_output: 6 kernel_size: 3 pad: 1 bias_term: false } }
+layer { name: 'bn1' type: 'BatchNorm' bottom: 'conv1' top: 'conv1' }
+layer { name: 'scale1' type: 'Scale' bottom: 'conv1' top: 'conv1' scale_param { bias_term: true } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'conv2' type: 'Convolution' bottom: 'conv1' top: 'conv2' convolution_param { num_output: 4 kernel_size: 3 } }
+)";
+
+TEST(DeployPasses, FoldBatchNormAndScaleThenFuseRelu) {
+  DeployOptions o = write_model("bn", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution"}));
+  EXPECT_TRUE(node(m, "conv1").param.convolution_param().bias_term());
+  EXPECT_TRUE(node(m, "conv1").param.fusion_param().relu());
+  EXPECT_FALSE(node(m, "conv2").param.has_fusion_param());
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
+TEST(DeployPasses, ReluWhoseInputIsReadElsewhereIsNotFused) {
+  DeployOptions o = write_model("shared_relu", input_layer("data", {1, 2, 6, 6}) + R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 3 kernel_size: 3 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'r1' }
+layer { name: 'conv2' type: 'Convolution' bottom: 'conv1' top: 'conv2' convolution_param { num_output: 3 kernel_size: 1 } }
+layer { name: 'sum' type: 'Eltwise' bottom: 'r1' bottom: 'conv2' top: 'out' eltwise_param { coeff: 1 coeff: 2 } }
+)");
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "ReLU", "Convolution", "Eltwise"}));
+  EXPECT_FALSE(node(m, "conv1").param.has_fusion_param());
+  // coeff 2: not a plain residual sum, so the Eltwise stays.
+  EXPECT_FALSE(node(m, "conv2").param.has_fusion_param());
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
+TEST(DeployPasses, ResidualSumAndReluFuseIntoTheLastConvolution) {
+  DeployOptions o = write_model("residual", input_layer("data", {2, 4, 7, 7}) + R"(
+layer { name: 'a' type: 'Convolution' bottom: 'data' top: 'a' convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: 'a_relu' type: 'ReLU' bottom: 'a' top: 'a' }
+layer { name: 'b' type: 'Convolution' bottom: 'a' top: 'b' convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: 'b_bn' type: 'BatchNorm' bottom: 'b' top: 'b' }
+layer { name: 'sum' type: 'Eltwise' bottom: 'a' bottom: 'b' top: 'sum' }
+layer { name: 'sum_relu' type: 'ReLU' bottom: 'sum' top: 'sum' }
+)");
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution"}));
+  const auto& f = node(m, "b").param.fusion_param();
+  EXPECT_TRUE(f.residual_sum());
+  EXPECT_TRUE(f.relu());
+  EXPECT_TRUE(node(m, "a").param.fusion_param().relu());
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
+TEST(DeployPasses, StripTrainingOnlyLayers) {
+  DeployOptions o = write_model("strip", input_layer("data", {4, 8}) + input_layer("label", {4}) + R"(
+layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'ip1' inner_product_param { num_output: 6 } }
+layer { name: 'drop' type: 'Dropout' bottom: 'ip1' top: 'ip1' }
+layer { name: 'ip2' type: 'InnerProduct' bottom: 'ip1' top: 'ip2' inner_product_param { num_output: 3 } }
+layer { name: 'acc' type: 'Accuracy' bottom: 'ip2' bottom: 'label' top: 'acc' }
+layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 'loss' }
+)");
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "InnerProduct", "InnerProduct", "Softmax"}));
+  ASSERT_EQ(m.graph.outputs().size(), 1u);
+  EXPECT_EQ(m.graph.values[m.graph.outputs()[0]].name, "prob");
+  // The label input is gone with the layers that read it.
+  for (const auto& v : m.graph.values) EXPECT_NE(v.name, "label");
+}
+
+// LeNet from the example prototxt (data layers, accuracy, loss): the bundle's
+// probabilities equal softmax(ip2) of the training graph's TEST phase on the same batch.
+TEST(DeployLeNet, BundleMatchesTrainingGraph) {
+  DeployOptions o;
+  o.model = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
+  {
+    NetLoad nl = load_net_file(o.model);
+    proto::NetState st;
+    st.set_phase(proto::TRAIN);
+    CpuBackend be(1);
+    ParamStore store;
+    Net n(build_caffe_graph(nl, st), proto::TRAIN, store, be, 3);  // Caffe's fillers
+    o.weights = temp_path("lenet.safetensors");
+    save_weights(o.weights, store);
+  }
+  DeployResult r = deploy(o);
+  std::string path = temp_path("lenet.bks");
+  save_bundle(path, r.bundle);
+  InferenceSession s(load_bundle(path), path, 2);
+
+  NetLoad nl = load_net_file(o.model);
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  CpuBackend be(2);
+  ParamStore store;
+  NetOptions keep;
+  keep.reuse_buffers = false;
+  Net ref(build_caffe_graph(nl, st), proto::TEST, store, be, 1, keep);
+  load_weights(o.weights, store);
+  ref.forward(0);
+  s.value(s.inputs()[0]).copy_from(ref.value("data"));
+  s.run();
+  const Tensor& prob = s.value(s.outputs()[0]);
+  const Tensor& ip2 = ref.value("ip2");
+  ASSERT_EQ(prob.shape(), ip2.shape());
+  for (int64_t i = 0; i < ip2.dim(0); ++i) {
+    const float* z = ip2.f32() + i * 10;
+    double mx = *std::max_element(z, z + 10), sum = 0;
+    for (int k = 0; k < 10; ++k) sum += std::exp(z[k] - mx);
+    for (int k = 0; k < 10; ++k) {
+      double p = std::exp(z[k] - mx) / sum;
+      ASSERT_NEAR(prob.f32()[i * 10 + k], p, 1e-4 * std::max(p, 1e-3)) << "image " << i << " class " << k;
+    }
+  }
+}
+
+TEST(DeployBundle, CorruptTruncatedAndNewerBundlesAreClearErrors) {
+  DeployOptions o = write_model("bundle", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
+  DeployResult r = deploy(o);
+  std::string good = temp_path("good.bks");
+  save_bundle(good, r.bundle);
+  EXPECT_NO_THROW(InferenceSession(load_bundle(good), good, 1));
+
+  std::string bytes = read_file(good, "bundle");
+  std::string cut = temp_path("cut.bks");
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_THROW(load_bundle(cut), InputError);
+
+  Bundle newer = r.bundle;
+  std::string future = temp_path("future.bks");
+  save_bundle(future, newer);
+  std::string fb = read_file(future, "bundle");
+  auto at = fb.find("\"bakusoku_bundle_version\":\"1\"");
+  ASSERT_NE(at, std::string::npos);
+  fb.replace(at, 29, "\"bakusoku_bundle_version\":\"9\"");
+  std::ofstream(future, std::ios::binary) << fb;
+  try {
+    load_bundle(future);
+    FAIL() << "newer bundle accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+
+  Bundle wrong = r.bundle;
+  wrong.weights.begin()->second = Tensor({1});
+  EXPECT_THROW(InferenceSession(wrong, "wrong", 1), InputError);
+
+  // Through the command line: exit code 2 and one line naming the file.
+  CmdResult c = run_cmd("bench " + cut + " --iterations 1");
+  EXPECT_EQ(c.code, 2) << c.output;
+  EXPECT_NE(c.output.find(cut), std::string::npos) << c.output;
+}
+
+TEST(DeployCli, DeployThenBenchWithComparison) {
+  DeployOptions o = write_model("cli", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
+  std::string out = temp_path("cli.bks");
+  CmdResult d = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --print-graph");
+  ASSERT_EQ(d.code, 0) << d.output;
+  EXPECT_NE(d.output.find("folded BatchNorm 'bn1' into Convolution 'conv1'"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("+relu"), std::string::npos) << d.output;
+  CmdResult b = run_cmd("bench " + out + " --batch 1,3 --iterations 5 --json --compare " + o.model + " " + o.weights);
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_NE(b.output.find("\"batch\":3"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("max_relative_difference"), std::string::npos) << b.output;
+  CmdResult bad = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --precision int4");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+}
+
+TEST(DeployPasses, FusedLayersRefuseTraining) {
+  std::string net = input_layer("data", {1, 1, 4, 4}) +
+                    "layer { name: 'c' type: 'Convolution' bottom: 'data' top: 'c' convolution_param { num_output: 1 "
+                    "kernel_size: 3 } fusion_param { relu: true } }\n";
+  std::string path = temp_path("fused_train.prototxt");
+  std::ofstream(path) << net;
+  NetLoad nl = load_net_file(path);
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  CpuBackend be(1);
+  ParamStore store;
+  EXPECT_THROW(Net(build_caffe_graph(nl, st), proto::TRAIN, store, be, 1), InputError);
+}
+
+}  // namespace
+}  // namespace bks::test
