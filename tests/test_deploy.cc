@@ -218,6 +218,24 @@ TEST(DeployLeNet, BundleMatchesTrainingGraph) {
   }
 }
 
+// The program in examples/embed runs the bundle from two threads at once and checks every
+// result against a single-threaded run.
+TEST(DeployEmbed, ExampleRunsFromTwoThreads) {
+  DeployOptions o = write_model("embed", input_layer("data", {4, 3, 9, 9}) + kConvBnScaleRelu);
+  std::string path = temp_path("embed.bks");
+  save_bundle(path, deploy(o).bundle);
+  std::string cmd = std::string(BKS_EMBED_EXAMPLE) + " " + path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_NE(out.find("every result equals the single-threaded run"), std::string::npos) << out;
+}
+
 TEST(DeployBundle, CorruptTruncatedAndNewerBundlesAreClearErrors) {
   DeployOptions o = write_model("bundle", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
   DeployResult r = deploy(o);
