@@ -174,19 +174,22 @@ layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 
 
 // LeNet from the example prototxt (data layers, accuracy, loss): the bundle's
 // probabilities equal softmax(ip2) of the training graph's TEST phase on the same batch.
-TEST(DeployLeNet, BundleMatchesTrainingGraph) {
+DeployOptions lenet_with_initial_weights() {
   DeployOptions o;
   o.model = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
-  {
-    NetLoad nl = load_net_file(o.model);
-    proto::NetState st;
-    st.set_phase(proto::TRAIN);
-    CpuBackend be(1);
-    ParamStore store;
-    Net n(build_caffe_graph(nl, st), proto::TRAIN, store, be, 3);  // Caffe's fillers
-    o.weights = temp_path("lenet.safetensors");
-    save_weights(o.weights, store);
-  }
+  NetLoad nl = load_net_file(o.model);
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  CpuBackend be(1);
+  ParamStore store;
+  Net n(build_caffe_graph(nl, st), proto::TRAIN, store, be, 3);  // Caffe's fillers
+  o.weights = temp_path("lenet.safetensors");
+  save_weights(o.weights, store);
+  return o;
+}
+
+TEST(DeployLeNet, BundleMatchesTrainingGraph) {
+  DeployOptions o = lenet_with_initial_weights();
   DeployResult r = deploy(o);
   std::string path = temp_path("lenet.bks");
   save_bundle(path, r.bundle);
@@ -300,6 +303,37 @@ TEST(DeployPasses, FusedLayersRefuseTraining) {
   CpuBackend be(1);
   ParamStore store;
   EXPECT_THROW(Net(build_caffe_graph(nl, st), proto::TRAIN, store, be, 1), InputError);
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// `test` scores a bundle on the data its net was tested on, like the prototxt and weights.
+TEST(DeployCli, TestVerbScoresABundleLikeTheTrainingGraph) {
+  DeployOptions o = lenet_with_initial_weights();
+  std::string bundle = temp_path("lenet_test.bks");
+  save_bundle(bundle, deploy(o).bundle);
+  CmdResult b = run_cmd("test --model " + bundle + " --iterations 3");
+  ASSERT_EQ(b.code, 0) << b.output;
+  CmdResult p = run_cmd("test --model " + o.model + " --weights " + o.weights + " --iterations 3");
+  ASSERT_EQ(p.code, 0) << p.output;
+  auto accuracy = [](const std::string& out) {
+    auto at = out.find("\naccuracy = ");
+    return at == std::string::npos ? std::string("none") : out.substr(at + 12, 6);
+  };
+  EXPECT_EQ(accuracy(b.output), accuracy(p.output)) << b.output << p.output;
+  EXPECT_NE(b.output.find("accuracy_top5"), std::string::npos) << b.output;
+
+  // A bundle deployed from a deploy prototxt has no data to score on.
+  DeployOptions d = write_model("nodata", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
+  std::string nodata = temp_path("nodata.bks");
+  save_bundle(nodata, deploy(d).bundle);
+  CmdResult e = run_cmd("test --model " + nodata);
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("records no data layer"), std::string::npos) << e.output;
 }
 
 }  // namespace

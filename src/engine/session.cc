@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "formats/caffe_net.h"
+#include "formats/prototxt.h"
 
 namespace bks {
 
@@ -18,7 +19,16 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
   st.set_phase(proto::TEST);
   backend_ = std::make_unique<CpuBackend>(threads);
   net_ = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, store_, *backend_, 1);
-  for (auto& p : store_.all()) {
+  copy_bundle_weights(b, source, store_);
+  inputs_ = net_->inputs();
+  if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
+  batch_ = net_->graph().values[inputs_[0]].shape.at(0);
+}
+
+InferenceSession::~InferenceSession() = default;
+
+void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore& store) {
+  for (auto& p : store.all()) {
     auto it = b.weights.find(p.key);
     if (it == b.weights.end()) input_error("{}: corrupt bundle: no tensor '{}'", source, p.key);
     if (it->second.shape() != p.data.shape() || it->second.dtype() != DType::f32)
@@ -26,11 +36,45 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
                   dtype_name(it->second.dtype()), shape_str(it->second.shape()), shape_str(p.data.shape()));
     p.data.copy_from(it->second);
   }
-  inputs_ = net_->inputs();
-  if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
-  batch_ = net_->graph().values[inputs_[0]].shape.at(0);
 }
 
-InferenceSession::~InferenceSession() = default;
+proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source) {
+  auto it = b.info.find("data_layers");
+  if (it == b.info.end())
+    input_error("{}: the bundle records no data layer (it was deployed from a deploy prototxt); "
+                "score it from a train/test prototxt's bundle", source);
+  proto::NetParameter data;
+  parse_prototxt_string(it->second, source + " (recorded data layers)", data);
+  if (data.layer_size() == 0) input_error("{}: corrupt bundle: empty data_layers", source);
+  proto::NetParameter net;
+  net.set_name(b.net.name());
+  proto::LayerParameter d = data.layer(0);
+  if (!data_source.empty()) {
+    if (d.has_hdf5_data_param())
+      d.mutable_hdf5_data_param()->set_source(data_source);
+    else
+      d.mutable_data_param()->set_source(data_source);
+  }
+  d.clear_include();
+  d.clear_exclude();
+  if (d.top_size() < 2) input_error("{}: the recorded data layer has no label top", source);
+  *net.add_layer() = d;
+  std::string prob;
+  for (const auto& l : b.net.layer()) {
+    if (l.type() == "Input") continue;  // the data layer produces these blobs now
+    *net.add_layer() = l;
+    if (l.top_size() > 0) prob = l.top(0);
+  }
+  for (int k : {1, 5}) {
+    auto* acc = net.add_layer();
+    acc->set_name(k == 1 ? "accuracy" : "accuracy_top5");
+    acc->set_type("Accuracy");
+    acc->add_bottom(prob);
+    acc->add_bottom(d.top(1));
+    acc->add_top(acc->name());
+    acc->mutable_accuracy_param()->set_top_k(k);
+  }
+  return net;
+}
 
 }  // namespace bks

@@ -11,6 +11,15 @@
 
 namespace bks {
 
+// Copies the bundle's blobs into every parameter of `store` (all must be present, F32, of
+// the graph's shapes; InputError naming `source` otherwise).
+void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore& store);
+
+// A net that scores the bundle on its recorded TEST data layers (`data_source`, when not
+// empty, replaces their source): data layer -> bundle graph -> Accuracy (top-1 and top-5)
+// against the label. InputError when the bundle records no data layer.
+proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
+
 class InferenceSession {
  public:
   // batch > 0 overrides the bundle's batch size. `source` names the bundle in errors.

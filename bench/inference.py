@@ -1,0 +1,64 @@
+"""Deployed-model inference: `bakusoku deploy` + `bakusoku bench` against PyTorch eager
+(eval, no_grad), same machine, same run, same threads. FP32 only so far.
+Usage: inference.py BAKUSOKU_BINARY [--threads N]"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+NETS = {
+    "lenet": (os.path.join(ROOT, "examples/fashion_mnist/lenet_train_test.prototxt"), "1,256"),
+    "cifar": (os.path.join(ROOT, "examples/cifar10/cifar10_quick_train_test.prototxt"), "1,64"),
+}
+
+
+def sh(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def weights_for(binary, tmp, net):
+    """Weights of the right shapes: the net's initial values after one training step (the
+    speed of inference does not depend on them)."""
+    solver = os.path.join(tmp, os.path.basename(net) + ".solver")
+    with open(solver, "w") as f:
+        f.write(f'net: "{net}"\nbase_lr: 0.001\nmax_iter: 1\nlr_policy: "fixed"\nrandom_seed: 1\n')
+    out = os.path.join(tmp, "run-" + os.path.basename(net))
+    sh([binary, "train", "--solver", solver, "--out", out, "--threads", "2"])
+    return os.path.join(out, "snapshots", "iter_1.safetensors")
+
+
+def main():
+    binary = sys.argv[1]
+    threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 2
+    iters = 200
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (net, batches) in NETS.items():
+            w = weights_for(binary, tmp, net)
+            bundle = os.path.join(tmp, name + ".bks")
+            sh([binary, "deploy", "--model", net, "--weights", w, "-o", bundle, "--threads", str(threads)])
+            b = json.loads(sh([binary, "bench", bundle, "--batch", batches, "--iterations", str(iters), "--threads",
+                               str(threads), "--json"]).strip().splitlines()[-1])
+            t = json.loads(sh([PY, os.path.join(HERE, "torch_infer.py"), name, str(threads), str(iters), batches])
+                           .strip().splitlines()[-1])
+            for r in b["results"]:
+                batch = r["batch"]
+                tr = t[str(batch)]
+                rows.append((f"{name} FP32 batch {batch} throughput", "items/s", r["throughput_per_s"],
+                             tr["throughput_per_s"]))
+                rows.append((f"{name} FP32 batch {batch} median latency", "ms", r["latency_ms"]["median"],
+                             tr["median_ms"]))
+    print(f"\n{'benchmark (' + str(threads) + ' threads)':<44} {'unit':<8} {'bakusoku':>10} {'PyTorch':>10} {'ratio':>7}")
+    for name, unit, b, t in rows:
+        print(f"{name:<44} {unit:<8} {b:>10.4g} {t:>10.4g} {b / t:>7.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""PyTorch inference timing, one measurement per process: eager mode, eval(), no_grad().
+Prints one JSON line: latency percentiles (ms) and throughput per batch size."""
+import json
+import sys
+import time
+
+import torch
+
+from torch_models import LeNet, Cifar10Quick
+
+
+def main():
+    what, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    batches = [int(b) for b in sys.argv[4].split(",")]
+    torch.set_num_threads(threads)
+    model = {"lenet": LeNet, "cifar": Cifar10Quick}[what]().eval()
+    shape = {"lenet": (1, 28, 28), "cifar": (3, 32, 32)}[what]
+    out = {}
+    with torch.no_grad():
+        for b in batches:
+            x = torch.rand(b, *shape)
+            for _ in range(max(5, iters // 10)):
+                model(x)
+            ms = []
+            for _ in range(iters):
+                t = time.perf_counter()
+                model(x)
+                ms.append((time.perf_counter() - t) * 1000)
+            ms.sort()
+            mean = sum(ms) / len(ms)
+            out[str(b)] = {"median_ms": ms[len(ms) // 2], "mean_ms": mean, "throughput_per_s": b / (mean / 1000)}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
