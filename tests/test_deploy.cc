@@ -338,3 +338,55 @@ TEST(DeployCli, TestVerbScoresABundleLikeTheTrainingGraph) {
 
 }  // namespace
 }  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// examples/resnet (ResNet-18 for 32x32): every BatchNorm and Scale folds, every shortcut
+// sum and ReLU fuses, and the optimised graph computes what the training graph does.
+TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
+  std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/resnet/resnet18_cifar.prototxt", "prototxt");
+  for (auto [from, to] : {std::pair<std::string, std::string>{"dim: 64 dim: 3", "dim: 2 dim: 3"}, {"shape { dim: 64 }", "shape { dim: 2 }"}}) {
+    auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  }
+  DeployOptions o = write_model("resnet18", text);
+  DeployModel m = load_deploy_model(o);
+  auto reports = run_deploy_passes(m);
+  std::map<std::string, int> count;
+  for (const Node& n : m.graph.nodes) ++count[n.type];
+  EXPECT_EQ(count, (std::map<std::string, int>{{"Input", 1}, {"Convolution", 20}, {"Pooling", 1}, {"InnerProduct", 1}, {"Softmax", 1}}));
+  int sums = 0, relus = 0;
+  for (const Node& n : m.graph.nodes) {
+    sums += n.param.fusion_param().residual_sum();
+    relus += n.param.fusion_param().relu();
+  }
+  EXPECT_EQ(sums, 8);
+  EXPECT_EQ(relus, 17);
+  // The training graph's TEST phase with only the training layers stripped (data in,
+  // logits out) against the optimised graph, on the same input: compare the logits.
+  DeployModel plain = load_deploy_model(o);
+  strip_training(plain);
+  auto session = [](const DeployModel& d) {
+    Bundle b;
+    b.net = to_net_parameter(d);
+    b.weights = weights_by_layer(d);
+    return std::make_unique<InferenceSession>(b, "resnet", 2);
+  };
+  auto ref = session(plain), opt = session(m);
+  Rng rng(4);
+  Tensor& x = ref->value(ref->inputs()[0]);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1.f, 1.f);
+  opt->value(opt->inputs()[0]).copy_from(x);
+  ref->run();
+  opt->run();
+  const Tensor &a = ref->net().value("fc"), &b = opt->net().value("fc");
+  double scale = 1e-12, worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
+  EXPECT_LE(worst / scale, 1e-4) << "largest logit " << scale;
+}
+
+}  // namespace
+}  // namespace bks::test
