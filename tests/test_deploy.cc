@@ -287,6 +287,17 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_NE(b.output.find("\"batch\":3"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("max_relative_difference"), std::string::npos) << b.output;
+  // --batch auto: timed candidates up to the memory cap, the choice written into the bundle.
+  CmdResult a = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --batch auto");
+  ASSERT_EQ(a.code, 0) << a.output;
+  auto chosen = a.output.find("chosen: batch ");
+  ASSERT_NE(chosen, std::string::npos) << a.output;
+  int64_t batch = std::stoll(a.output.substr(chosen + 14));
+  EXPECT_EQ(InferenceSession(load_bundle(out), out, 1).batch(), batch);
+  CmdResult tiny = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out +
+                           " --batch auto --memory-cap 0.0001");
+  EXPECT_EQ(tiny.code, 2) << tiny.output;
+  EXPECT_NE(tiny.output.find("--memory-cap"), std::string::npos) << tiny.output;
   CmdResult bad = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --precision int4");
   EXPECT_EQ(bad.code, 2) << bad.output;
 }

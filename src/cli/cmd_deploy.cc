@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
+#include "profile/profiler.h"
 
 namespace bks::cli {
 
@@ -17,6 +18,50 @@ std::string op_counts(const DeployModel& m) {
   return fmt::format("{} ops: {}", m.graph.nodes.size(), s);
 }
 
+struct BatchChoice {
+  int64_t batch = 1;
+  std::string table;
+};
+
+// Times the bundle at batch 1, 2, 4, ... while its activation arena fits `cap_bytes`, and
+// stops once two sizes in a row give no more throughput than the best so far.
+BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, double cap_bytes) {
+  BatchChoice c;
+  double best = 0;
+  int worse = 0;
+  c.table = "batch auto: items/s by batch size (activation arena)\n";
+  for (int64_t batch = 1; batch <= 4096 && worse < 2; batch *= 2) {
+    InferenceSession s(b, name, threads, batch);
+    double arena = static_cast<double>(s.net().planned_bytes());
+    if (arena > cap_bytes) {
+      if (batch == 1)
+        input_error("--memory-cap {:.3f} MB: even batch 1 needs {:.3f} MB of activations", cap_bytes / 1e6, arena / 1e6);
+      c.table += fmt::format("  {:>5}  arena {:.1f} MB exceeds the cap\n", batch, arena / 1e6);
+      break;
+    }
+    for (int v : s.inputs()) s.value(v).fill(0.5f);
+    for (int i = 0; i < 3; ++i) s.run();
+    int runs = 0;
+    double t0 = now_us(), elapsed = 0;
+    while (runs < 5 || elapsed < 2e5) {  // at least 5 runs and 0.2 s
+      s.run();
+      ++runs;
+      elapsed = now_us() - t0;
+    }
+    double rate = batch * runs / (elapsed / 1e6);
+    c.table += fmt::format("  {:>5}  {:>10.0f} items/s  ({:.1f} MB)\n", batch, rate, arena / 1e6);
+    if (rate > best * 1.02) {
+      best = rate;
+      c.batch = batch;
+      worse = 0;
+    } else {
+      ++worse;
+    }
+  }
+  c.table += fmt::format("  chosen: batch {}\n", c.batch);
+  return c;
+}
+
 }  // namespace
 
 Runner add_deploy(CLI::App& app) {
@@ -25,13 +70,18 @@ Runner add_deploy(CLI::App& app) {
     std::string model, weights, out, precision = "fp32", batch;
     bool print_graph = false;
     int threads = 0;
+    double memory_cap_mb = 1024;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
   cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel)")->required();
   cmd->add_option("-o,--output", o->out, "Bundle file to write (.bks)")->required();
   cmd->add_option("--precision", o->precision, "fp32 (bf16 and int8 are not implemented yet)");
-  cmd->add_option("--batch", o->batch, "Batch size of the bundle's inputs (default: the net's)");
+  cmd->add_option("--batch", o->batch,
+                  "Batch size of the bundle's inputs (default: the net's); 'auto': the highest-throughput batch "
+                  "whose activation arena fits --memory-cap");
+  cmd->add_option("--memory-cap", o->memory_cap_mb, "MB of activations allowed to --batch auto (default 1024)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--print-graph", o->print_graph, "Show the graph before and after each pass");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   return [o] {
@@ -40,13 +90,14 @@ Runner add_deploy(CLI::App& app) {
     d.weights = o->weights;
     d.precision = o->precision;
     d.threads = o->threads;
-    if (!o->batch.empty()) {
+    const bool auto_batch = o->batch == "auto";
+    if (!o->batch.empty() && !auto_batch) {
       try {
         d.batch = std::stoll(o->batch);
       } catch (const std::exception&) {
         d.batch = 0;
       }
-      if (d.batch <= 0) input_error("--batch must be a positive integer, got '{}'", o->batch);
+      if (d.batch <= 0) input_error("--batch must be a positive integer or 'auto', got '{}'", o->batch);
     }
     auto show = [&](const PassReport& r, const DeployModel& m) {
       if (r.pass == "input") {
@@ -60,6 +111,15 @@ Runner add_deploy(CLI::App& app) {
       if (!r.changes.empty()) fmt::print("{}", describe_graph(m));
     };
     DeployResult r = deploy(d, show);
+    if (auto_batch) {
+      BatchChoice c = choose_batch(r.bundle, o->out, o->threads, o->memory_cap_mb * 1e6);
+      r.bundle.info["batch_tuning"] = c.table;
+      fmt::print("{}", c.table);
+      for (auto& l : *r.bundle.net.mutable_layer())
+        if (l.type() == "Input")
+          for (auto& sh : *l.mutable_input_param()->mutable_shape())
+            if (sh.dim_size() > 0) sh.set_dim(0, c.batch);
+    }
     // Build the bundle's net once: it checks the graph runs, and shows the kernels chosen.
     InferenceSession s(r.bundle, o->out, o->threads);
     Net& net = s.net();
