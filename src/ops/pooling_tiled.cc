@@ -78,6 +78,17 @@ std::vector<int64_t> tap_offsets(const PoolTiling& t, const SrcStrides& s) {
   return off;
 }
 
+// Calls f(window, o) for every output position, in parallel over output rows: `window` is
+// the offset of the window's top-left input element, `o` that of the output pixel.
+template <class F>
+void for_each_window(const PoolTiling& t, const SrcStrides& st, F&& f) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < t.n * t.oh; ++r) {
+    const int64_t row = (r / t.oh) * st.img + (r % t.oh) * t.kh * st.row;
+    for (int64_t ox = 0; ox < t.ow; ++ox) f(row + ox * t.kw * st.pix, (r * t.ow + ox) * t.c);
+  }
+}
+
 template <int L, bool kTrack>
 void forward_impl(const PoolTiling& t, const float* x, float* y, int32_t* tap) {
   using F = typename V<L>::f;
@@ -85,33 +96,27 @@ void forward_impl(const PoolTiling& t, const float* x, float* y, int32_t* tap) {
   const SrcStrides st = src_strides(t);
   const auto groups = channel_groups(t, L);
   const auto off = tap_offsets(t, st);
-  const int64_t taps = static_cast<int64_t>(off.size()), C = t.c;
-#pragma omp parallel for
-  for (int64_t r = 0; r < t.n * t.oh; ++r) {
-    const int64_t n = r / t.oh, oy = r % t.oh;
-    const float* xr = x + n * st.img + oy * t.kh * st.row;
-    for (int64_t ox = 0; ox < t.ow; ++ox) {
-      const float* win = xr + ox * t.kw * st.pix;
-      const int64_t o = (r * t.ow + ox) * C;
-      for (const Group& g : groups) {
-        F m = load<F>(win + g.src);
-        I a = I{};
-        for (int64_t s = 1; s < taps; ++s) {
-          F v = load<F>(win + g.src + off[s]);
-          I better = v > m;  // strict: the first maximum wins, as in Caffe
-          m = better ? v : m;
-          if constexpr (kTrack) a = better ? I{} + static_cast<int32_t>(s) : a;
-        }
-        if (g.lanes == L) {
-          store(y + o + g.dst, m);
-          if constexpr (kTrack) store(tap + o + g.dst, a);
-        } else {
-          store_part(y + o + g.dst, m, g.lanes);
-          if constexpr (kTrack) store_part(tap + o + g.dst, a, g.lanes);
-        }
+  const int64_t taps = static_cast<int64_t>(off.size());
+  for_each_window(t, st, [&](int64_t window, int64_t o) {
+    const float* win = x + window;
+    for (const Group& g : groups) {
+      F m = load<F>(win + g.src);
+      I a = I{};
+      for (int64_t s = 1; s < taps; ++s) {
+        F v = load<F>(win + g.src + off[s]);
+        I better = v > m;  // strict: the first maximum wins, as in Caffe
+        m = better ? v : m;
+        if constexpr (kTrack) a = better ? I{} + static_cast<int32_t>(s) : a;
+      }
+      if (g.lanes == L) {
+        store(y + o + g.dst, m);
+        if constexpr (kTrack) store(tap + o + g.dst, a);
+      } else {
+        store_part(y + o + g.dst, m, g.lanes);
+        if constexpr (kTrack) store_part(tap + o + g.dst, a, g.lanes);
       }
     }
-  }
+  });
 }
 
 template <int L>
@@ -121,22 +126,16 @@ void backward_impl(const PoolTiling& t, const float* dy, const int32_t* tap, flo
   const SrcStrides st = src_strides(t);
   const auto groups = channel_groups(t, L);
   const auto off = tap_offsets(t, st);
-  const int64_t taps = static_cast<int64_t>(off.size()), C = t.c;
-#pragma omp parallel for
-  for (int64_t r = 0; r < t.n * t.oh; ++r) {
-    const int64_t n = r / t.oh, oy = r % t.oh;
-    float* dxr = dx + n * st.img + oy * t.kh * st.row;
-    for (int64_t ox = 0; ox < t.ow; ++ox) {
-      float* win = dxr + ox * t.kw * st.pix;
-      const int64_t o = (r * t.ow + ox) * C;
-      for (const Group& g : groups) {
-        // Padding lanes of a blocked layout get tap -1: they never win, so they stay zero.
-        F gv = g.lanes == L ? load<F>(dy + o + g.dst) : load_part<F>(dy + o + g.dst, g.lanes, 0.f);
-        I a = g.lanes == L ? load<I>(tap + o + g.dst) : load_part<I>(tap + o + g.dst, g.lanes, int32_t{-1});
-        for (int64_t s = 0; s < taps; ++s) store(win + g.src + off[s], a == static_cast<int32_t>(s) ? gv : F{});
-      }
+  const int64_t taps = static_cast<int64_t>(off.size());
+  for_each_window(t, st, [&](int64_t window, int64_t o) {
+    float* win = dx + window;
+    for (const Group& g : groups) {
+      // Padding lanes of a blocked layout get tap -1: they never win, so they stay zero.
+      F gv = g.lanes == L ? load<F>(dy + o + g.dst) : load_part<F>(dy + o + g.dst, g.lanes, 0.f);
+      I a = g.lanes == L ? load<I>(tap + o + g.dst) : load_part<I>(tap + o + g.dst, g.lanes, int32_t{-1});
+      for (int64_t s = 0; s < taps; ++s) store(win + g.src + off[s], a == static_cast<int32_t>(s) ? gv : F{});
     }
-  }
+  });
 }
 
 }  // namespace

@@ -14,6 +14,14 @@ int DeployModel::sole_consumer(int node) const {
   return c.size() == 1 ? c[0] : -1;
 }
 
+void absorb_into(Graph& g, int producer, int n, std::vector<bool>& dead) {
+  g.nodes[producer].outputs[0] = g.nodes[n].outputs[0];
+  g.nodes[n].inputs.clear();
+  g.nodes[n].outputs.clear();
+  dead[n] = true;
+  relink(g);
+}
+
 std::vector<PassReport> run_deploy_passes(DeployModel& m,
                                           const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
   std::vector<PassReport> reports;

@@ -24,6 +24,10 @@ struct DeployModel {
   int sole_consumer(int node) const;
 };
 
+// Node n (a BatchNorm, Scale, Eltwise or ReLU after `producer`) is merged into producer:
+// producer now writes n's output, n is emptied and marked dead (erase it with erase_nodes).
+void absorb_into(Graph& g, int producer, int n, std::vector<bool>& dead);
+
 struct PassReport {
   std::string pass;
   std::vector<std::string> changes;  // one line per rewrite

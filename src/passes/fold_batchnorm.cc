@@ -105,13 +105,8 @@ PassReport fold_batchnorm(DeployModel& m) {
     // Private copies: the blobs may alias tensors the caller still uses.
     for (const ParamRef& ref : prod.params) m.weights[ref.key] = m.weights[ref.key].clone();
     fold_into(m, p, a, b);
-    // The producer now writes the folded layer's output.
-    g.nodes[p].outputs[0] = node.outputs[0];
     r.changes.push_back(fmt::format("folded {} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
-    dead[n] = true;
-    node.inputs.clear();
-    node.outputs.clear();
-    relink(g);
+    absorb_into(g, p, n, dead);
   }
   erase_nodes(g, dead);
   return r;

@@ -19,15 +19,6 @@ int fusable_producer(const DeployModel& m, int n, int input, bool conv_only) {
   return p;
 }
 
-// Node n's output becomes producer p's; n goes.
-void absorb(Graph& g, int p, int n, std::vector<bool>& dead) {
-  g.nodes[p].outputs[0] = g.nodes[n].outputs[0];
-  g.nodes[n].inputs.clear();
-  g.nodes[n].outputs.clear();
-  dead[n] = true;
-  relink(g);
-}
-
 }  // namespace
 
 PassReport fuse_residual(DeployModel& m) {
@@ -53,7 +44,7 @@ PassReport fuse_residual(DeployModel& m) {
       g.nodes[p].param.mutable_fusion_param()->set_residual_sum(true);
       r.changes.push_back(fmt::format("Eltwise SUM '{}' into Convolution '{}' (+ '{}')", node.name, g.nodes[p].name,
                                       g.values[other].name));
-      absorb(g, p, n, dead);
+      absorb_into(g, p, n, dead);
       break;
     }
   }
@@ -74,7 +65,7 @@ PassReport fuse_relu(DeployModel& m) {
     f->set_relu(true);
     f->set_relu_negative_slope(node.param.relu_param().negative_slope());
     r.changes.push_back(fmt::format("ReLU '{}' into {} '{}'", node.name, g.nodes[p].type, g.nodes[p].name));
-    absorb(g, p, n, dead);
+    absorb_into(g, p, n, dead);
   }
   erase_nodes(g, dead);
   return r;
