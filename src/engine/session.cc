@@ -18,7 +18,9 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
   proto::NetState st;
   st.set_phase(proto::TEST);
   backend_ = std::make_unique<CpuBackend>(threads);
-  net_ = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, store_, *backend_, 1);
+  NetOptions opt;
+  opt.constant_params = true;  // weights are the bundle's, fixed
+  net_ = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, store_, *backend_, 1, opt);
   copy_bundle_weights(b, source, store_);
   inputs_ = net_->inputs();
   if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);

@@ -184,7 +184,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
 void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst,
                           const float* residual) {
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f_src_.read(s, src)},
-                                       {DNNL_ARG_WEIGHTS, f_wei_.read(s, wei)},
+                                       {DNNL_ARG_WEIGHTS, constant_weights_ ? f_wei_.read_constant(s, wei) : f_wei_.read(s, wei)},
                                        {DNNL_ARG_DST, f_dst_.write(dst)}};
   if (bias_) args[DNNL_ARG_BIAS] = f_bias_.read(s, bias);
   if (residual_) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = f_residual_.read(s, residual);

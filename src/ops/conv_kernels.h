@@ -46,6 +46,8 @@ class ConvKernels {
   // diff_bias may be null.
   void backward_weights(dnnl::stream& s, const float* src, const float* diff_dst, float* diff_wei, float* diff_bias);
   std::string name() const { return name_; }
+  // Weights never change after the first forward (inference): reordered once.
+  void set_constant_weights(bool c) { constant_weights_ = c; }
 
  private:
   std::string name_;
@@ -55,6 +57,7 @@ class ConvKernels {
   dnnl::convolution_backward_weights bwd_wei_;
   DnnlOperand f_src_, f_wei_, f_dst_, f_bias_, f_residual_;
   bool residual_ = false;
+  bool constant_weights_ = false;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
   std::vector<float> scratch_bias_;

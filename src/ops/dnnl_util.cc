@@ -41,6 +41,14 @@ memory& DnnlOperand::read(dnnl::stream& s, const void* user) {
   return kernel_;
 }
 
+memory& DnnlOperand::read_constant(dnnl::stream& s, const void* user) {
+  if (!reorder_ || converted_ != user) {
+    read(s, user);
+    converted_ = user;
+  }
+  return kernel_;
+}
+
 memory& DnnlOperand::write(void* user) {
   user_.set_data_handle(user);
   return kernel_;

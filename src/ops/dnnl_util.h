@@ -22,6 +22,8 @@ class DnnlOperand {
   bool reorders() const { return reorder_ != nullptr; }
   // Input: memory holding the data in the kernel's layout (reordered from `user` if needed).
   memory& read(dnnl::stream& s, const void* user);
+  // read() for data that never changes: converts on the first call only.
+  memory& read_constant(dnnl::stream& s, const void* user);
   // Output: memory the kernel writes into; call commit() after the primitive ran.
   memory& write(void* user);
   void commit(dnnl::stream& s);
@@ -29,6 +31,7 @@ class DnnlOperand {
  private:
   memory user_, kernel_;
   std::unique_ptr<dnnl::reorder> reorder_, back_;
+  const void* converted_ = nullptr;  // read_constant: the buffer last converted
 };
 
 }  // namespace bks

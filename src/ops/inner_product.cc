@@ -37,7 +37,8 @@ class InnerProductOp final : public Op {
   void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
-    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope());
+    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
+                 constant_params_ && phase_ != proto::TRAIN);
     if (phase_ != proto::TRAIN) return;
     if (t)
       dw_.prepare(eng, 'T', 'N', k_, n_, m_, false);  // dW[k,n] = x^T dy

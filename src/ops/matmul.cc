@@ -5,7 +5,7 @@ namespace bks {
 using dnnl::memory;
 
 void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias, bool relu,
-                     float relu_slope) {
+                     float relu_slope, bool constant_b) {
   relu_ = relu;
   slope_ = relu_slope;
   ta_ = ta;
@@ -19,7 +19,8 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
   memory::desc b({k, n}, f32, tb == 'N' ? memory::dims{n, 1} : memory::dims{1, k});
   memory::desc c({m, n}, f32, memory::dims{n, 1});
   memory::desc bd({1, n}, f32, memory::dims{n, 1});
-  auto desc = bias ? dnnl::matmul::desc(a, b, bd, c) : dnnl::matmul::desc(a, b, c);
+  memory::desc b_kernel = constant_b ? memory::desc({k, n}, f32, memory::format_tag::any) : b;
+  auto desc = bias ? dnnl::matmul::desc(a, b_kernel, bd, c) : dnnl::matmul::desc(a, b_kernel, c);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops po;
@@ -37,6 +38,10 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
   prim_ = dnnl::matmul(pd);
   a_ = memory(a, eng, nullptr);
   b_ = memory(b, eng, nullptr);
+  if (constant_b && pd.weights_desc() != b) {
+    b_packed_ = memory(pd.weights_desc(), eng);
+    pack_ = std::make_unique<dnnl::reorder>(b_, b_packed_);
+  }
   c_ = memory(c, eng, nullptr);
   if (bias) bias_ = memory(bd, eng, nullptr);
 }
@@ -58,12 +63,17 @@ void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, cons
   }
   a_.set_data_handle(const_cast<float*>(a));
   b_.set_data_handle(const_cast<float*>(b));
+  if (pack_ && packed_from_ != b) {
+    pack_->execute(s, b_, b_packed_);
+    packed_from_ = b;
+  }
+  dnnl::memory& weights = pack_ ? b_packed_ : b_;
   c_.set_data_handle(c);
   if (has_bias_) {
     bias_.set_data_handle(const_cast<float*>(bias));
-    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_BIAS, bias_}, {DNNL_ARG_DST, c_}});
+    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias_}, {DNNL_ARG_DST, c_}});
   } else {
-    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
+    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c_}});
   }
   s.wait();
 }

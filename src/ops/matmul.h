@@ -7,6 +7,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <memory>
 #include <string>
 
 namespace bks {
@@ -14,15 +15,20 @@ namespace bks {
 class MatMul {
  public:
   // ta / tb: 'N' or 'T', as in BLAS (A stored [m,k] or [k,m]; B stored [k,n] or [n,k]).
-  // relu: a fused ReLU (with Caffe's negative slope) after the bias.
+  // relu: a fused ReLU (with Caffe's negative slope) after the bias. constant_b: B never
+  // changes after the first run (inference weights), so it is packed once into the layout
+  // the kernel reads fastest.
   void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias,
-               bool relu = false, float relu_slope = 0.f);
+               bool relu = false, float relu_slope = 0.f, bool constant_b = false);
   void run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias = nullptr);
   std::string name() const { return name_; }
 
  private:
   dnnl::matmul prim_;
   dnnl::memory a_, b_, c_, bias_;
+  dnnl::memory b_packed_;
+  std::unique_ptr<dnnl::reorder> pack_;
+  const float* packed_from_ = nullptr;
   bool fallback_ = false, has_bias_ = false, relu_ = false;
   float slope_ = 0.f;
   char ta_ = 'N', tb_ = 'N';

@@ -7,7 +7,12 @@
 namespace bks {
 
 Op::Op(const OpInit& init)
-    : name_(init.node.name), where_(init.where), phase_(init.phase), seed_(init.seed), backend_(init.backend) {}
+    : name_(init.node.name),
+      where_(init.where),
+      phase_(init.phase),
+      seed_(init.seed),
+      backend_(init.backend),
+      constant_params_(init.constant_params) {}
 
 Op::~Op() = default;
 

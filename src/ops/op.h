@@ -32,6 +32,9 @@ struct OpInit {
   Phase phase;
   uint64_t seed;      // run seed; ops derive their own streams from it
   Backend& backend;
+  // The parameters never change after the first forward (inference sessions): ops may keep
+  // them in their kernels' layouts, converted once.
+  bool constant_params = false;
 };
 
 struct OpCall {
@@ -140,6 +143,7 @@ class Op {
   Phase phase_;
   uint64_t seed_;
   Backend& backend_;
+  bool constant_params_ = false;
 };
 
 using OpFactory = std::function<std::unique_ptr<Op>(const OpInit&)>;

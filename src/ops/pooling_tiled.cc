@@ -1,5 +1,7 @@
 #include "ops/pooling_tiled.h"
 
+#include "core/parallel.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -82,7 +84,8 @@ std::vector<int64_t> tap_offsets(const PoolTiling& t, const SrcStrides& s) {
 // the offset of the window's top-left input element, `o` that of the output pixel.
 template <class F>
 void for_each_window(const PoolTiling& t, const SrcStrides& st, F&& f) {
-#pragma omp parallel for
+  const bool parallel = t.n * t.oh * t.ow * t.c * t.kh * t.kw >= kSerialBelow;
+#pragma omp parallel for if (parallel)
   for (int64_t r = 0; r < t.n * t.oh; ++r) {
     const int64_t row = (r / t.oh) * st.img + (r % t.oh) * t.kh * st.row;
     for (int64_t ox = 0; ox < t.ow; ++ox) f(row + ox * t.kw * st.pix, (r * t.ow + ox) * t.c);

@@ -27,6 +27,9 @@ struct NetOptions {
   // intermediate values can be inspected after a pass.
   bool reuse_buffers = true;
   std::shared_ptr<Arena> arena;  // null: the net makes its own
+  // Parameters are fixed once the first forward runs (inference): kernels may convert
+  // weights to their own layouts once instead of on every call.
+  bool constant_params = false;
 };
 
 class Net {
