@@ -1,6 +1,6 @@
 """Deployed-model inference: `bakusoku deploy` + `bakusoku bench` against PyTorch eager
 (eval, no_grad), same machine, same run, same threads. FP32 only so far.
-Usage: inference.py BAKUSOKU_BINARY [--threads N]"""
+Usage: inference.py BAKUSOKU_BINARY [--threads N] [--iterations N]"""
 import json
 import os
 import subprocess
@@ -13,6 +13,7 @@ PY = "/usr/bin/python3"
 NETS = {
     "lenet": (os.path.join(ROOT, "examples/fashion_mnist/lenet_train_test.prototxt"), "1,256"),
     "cifar": (os.path.join(ROOT, "examples/cifar10/cifar10_quick_train_test.prototxt"), "1,64"),
+    "resnet18": (os.path.join(ROOT, "examples/resnet/resnet18_cifar.prototxt"), "1,64"),
 }
 
 
@@ -37,7 +38,7 @@ def weights_for(binary, tmp, net):
 def main():
     binary = sys.argv[1]
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 2
-    iters = 200
+    iters = int(sys.argv[sys.argv.index("--iterations") + 1]) if "--iterations" in sys.argv else 100
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (net, batches) in NETS.items():

@@ -6,15 +6,15 @@ import time
 
 import torch
 
-from torch_models import LeNet, Cifar10Quick
+from torch_models import LeNet, Cifar10Quick, ResNet18Cifar
 
 
 def main():
     what, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     batches = [int(b) for b in sys.argv[4].split(",")]
     torch.set_num_threads(threads)
-    model = {"lenet": LeNet, "cifar": Cifar10Quick}[what]().eval()
-    shape = {"lenet": (1, 28, 28), "cifar": (3, 32, 32)}[what]
+    model = {"lenet": LeNet, "cifar": Cifar10Quick, "resnet18": ResNet18Cifar}[what]().eval()
+    shape = {"lenet": (1, 28, 28), "cifar": (3, 32, 32), "resnet18": (3, 32, 32)}[what]
     out = {}
     with torch.no_grad():
         for b in batches:

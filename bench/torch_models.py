@@ -79,3 +79,40 @@ def caffe_sgd(model, base_lr, momentum, weight_decay):
 def set_lr(opt, lr):
     for g in opt.param_groups:
         g["lr"] = lr * g["lr_mult"]
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.a = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.a_bn = nn.BatchNorm2d(cout)
+        self.b = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b_bn = nn.BatchNorm2d(cout)
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.a_bn(self.a(x)))
+        y = self.b_bn(self.b(y))
+        return F.relu(y + (self.proj(x) if self.proj is not None else x))
+
+
+class ResNet18Cifar(nn.Module):
+    """examples/resnet/resnet18_cifar.prototxt in PyTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        layers, cin = [], 64
+        for stage, cout in enumerate([64, 128, 256, 512]):
+            for i in range(2):
+                layers.append(BasicBlock(cin, cout, 2 if stage > 0 and i == 0 else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, 10)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))

@@ -287,6 +287,17 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_NE(b.output.find("\"batch\":3"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("max_relative_difference"), std::string::npos) << b.output;
+  // Autotuning's choice for each convolution is saved in the bundle.
+  Bundle saved = load_bundle(out);
+  int convs = 0;
+  for (const auto& l : saved.net.layer())
+    if (l.type() == "Convolution") {
+      ++convs;
+      EXPECT_TRUE(l.kernel_choice() == "direct" || l.kernel_choice() == "winograd") << l.name() << ": " << l.kernel_choice();
+    }
+  EXPECT_EQ(convs, 2);
+  saved.net.mutable_layer(1)->set_kernel_choice("fastest");
+  EXPECT_THROW(InferenceSession(saved, "bad choice", 1), InputError);
   // --batch auto: timed candidates up to the memory cap, the choice written into the bundle.
   CmdResult a = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --batch auto");
   ASSERT_EQ(a.code, 0) << a.output;

@@ -123,6 +123,16 @@ Runner add_deploy(CLI::App& app) {
     // Build the bundle's net once: it checks the graph runs, and shows the kernels chosen.
     InferenceSession s(r.bundle, o->out, o->threads);
     Net& net = s.net();
+    // Save what autotuning chose, so loading the bundle does not time kernels again (and
+    // every session of an embedding runs the same kernels).
+    int tuned = 0;
+    for (int n = 0; n < net.num_nodes() && n < r.bundle.net.layer_size(); ++n) {
+      std::string choice = net.op(n).tuning_decision();
+      if (choice.empty()) continue;
+      r.bundle.net.mutable_layer(n)->set_kernel_choice(choice);
+      tuned += choice != "direct";
+    }
+    fmt::print("autotuning: {} layer(s) run a non-default kernel\n", tuned);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", net.describe());
     save_bundle(o->out, r.bundle);
     fmt::print("wrote {}: {} precision, batch {}, {} ops, activation arena {:.2f} MB\n", o->out, d.precision, s.batch(),

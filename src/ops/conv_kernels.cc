@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstring>
+
 namespace bks {
 
 using tag = memory::format_tag;
@@ -69,15 +72,14 @@ ConvDescs conv_descs(const ConvGeometry& g) {
 
 dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
                                                      const memory::desc& src, const memory::desc& dst,
-                                                     const dnnl::primitive_attr& attr = {}) {
+                                                     const dnnl::primitive_attr& attr = {},
+                                                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
   ConvDescs d = conv_descs(g);
   memory::desc wei_any(d.wei, dt::f32, tag::any);
   memory::desc bias_md({g.oc}, dt::f32, tag::a);
   auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  auto desc = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src, wei_any, bias_md,
-                                                     dst, d.strides, d.dil, d.pl, d.pr)
-                   : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src, wei_any, dst,
-                                                     d.strides, d.dil, d.pl, d.pr);
+  auto desc = bias ? dnnl::convolution_forward::desc(prop, alg, src, wei_any, bias_md, dst, d.strides, d.dil, d.pl, d.pr)
+                   : dnnl::convolution_forward::desc(prop, alg, src, wei_any, dst, d.strides, d.dil, d.pl, d.pr);
   return dnnl::convolution_forward::primitive_desc(desc, attr, eng);
 }
 
@@ -93,6 +95,42 @@ dnnl::primitive_attr fusion_attr(const proto::FusionParameter* f, const memory::
 }
 
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
+
+// Milliseconds one forward call takes with this kernel, converting from and to the
+// caller's layouts as the real call would (best of 3 after a warm-up, on scratch buffers).
+double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitive_desc& pd, const memory::desc& src_user,
+                    const memory::desc& dst_user, bool bias, bool residual) {
+  dnnl::stream s(eng);
+  memory us(src_user, eng), ud(dst_user, eng), ks(pd.src_desc(), eng), kd(pd.dst_desc(), eng), w(pd.weights_desc(), eng);
+  for (memory* m : {&us, &ks, &w}) std::memset(m->get_data_handle(), 0, m->get_desc().get_size());
+  dnnl::convolution_forward conv(pd);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ks}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, kd}};
+  if (bias) {
+    memory b(pd.bias_desc(), eng);
+    std::memset(b.get_data_handle(), 0, b.get_desc().get_size());
+    args[DNNL_ARG_BIAS] = b;
+  }
+  if (residual) {
+    memory r(pd.dst_desc(), eng);
+    std::memset(r.get_data_handle(), 0, r.get_desc().get_size());
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = r;
+  }
+  const bool in = src_user != pd.src_desc(), out = dst_user != pd.dst_desc();
+  std::unique_ptr<dnnl::reorder> rin, rout;
+  if (in) rin = std::make_unique<dnnl::reorder>(us, ks);
+  if (out) rout = std::make_unique<dnnl::reorder>(kd, ud);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (in) rin->execute(s, us, ks);
+    conv.execute(s, args);
+    if (out) rout->execute(s, kd, ud);
+    s.wait();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::min(best, ms);
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -144,12 +182,44 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     residual_ = fusion->residual_sum();
     if (residual_) f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw), fpd.dst_desc());
   }
+  algorithm_ = "direct";
+  if (constant_weights_ && !training && choice_ != "direct") {
+    // Inference: time oneDNN's Winograd kernel (3x3, stride 1; its own blocked layouts,
+    // converted at the edges) against the direct one and keep the faster, unless deploy
+    // already chose.
+    try {
+      auto probe = forward_pd(eng, g, bias, false, src_any, dst_any, {}, dnnl::algorithm::convolution_winograd);
+      auto wpd = forward_pd(eng, g, bias, false, probe.src_desc(), probe.dst_desc(),
+                            fusion ? fusion_attr(fusion, probe.dst_desc()) : dnnl::primitive_attr(),
+                            dnnl::algorithm::convolution_winograd);
+      {  // its weights layout must be reachable from Caffe's (throws when not)
+        memory from(wei_user, eng), to(wpd.weights_desc(), eng);
+        dnnl::reorder check(from, to);
+      }
+      double direct = 1, wino = 0;
+      if (choice_.empty()) {
+        direct = time_forward(eng, fpd, src_user, dst_user, bias, residual_);
+        wino = time_forward(eng, wpd, src_user, dst_user, bias, residual_);
+        tuning_ = fmt::format(" (autotuned: {} {:.3f} ms vs {} {:.3f} ms)", wino < direct ? "winograd" : "direct",
+                              std::min(wino, direct), wino < direct ? "direct" : "winograd", std::max(wino, direct));
+      } else {
+        tuning_ = " (winograd, as deploy chose)";
+      }
+      if (wino < direct) {
+        algorithm_ = "winograd";
+        fpd = wpd;
+        if (residual_) f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw), fpd.dst_desc());
+      }
+    } catch (const dnnl::error&) {
+      // No Winograd kernel for this shape or ISA: direct it is.
+    }
+  }
   fwd_ = dnnl::convolution_forward(fpd);
   f_src_.init(eng, src_user, fpd.src_desc());
   f_wei_.init(eng, wei_user, fpd.weights_desc());
   f_dst_.init(eng, dst_user, fpd.dst_desc());
   if (bias) f_bias_.init(eng, bias_md, fpd.bias_desc());
-  name_ = fpd.impl_info_str();
+  name_ = fpd.impl_info_str() + tuning_;
   if (fusion && (fusion->residual_sum() || fusion->relu()))
     name_ += fmt::format(" (fused{}{})", fusion->residual_sum() ? " +sum" : "", fusion->relu() ? " +relu" : "");
   if (!training) return;

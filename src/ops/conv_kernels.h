@@ -46,8 +46,13 @@ class ConvKernels {
   // diff_bias may be null.
   void backward_weights(dnnl::stream& s, const float* src, const float* diff_dst, float* diff_wei, float* diff_bias);
   std::string name() const { return name_; }
-  // Weights never change after the first forward (inference): reordered once.
+  // Weights never change after the first forward (inference): reordered once, and prepare()
+  // times the candidate kernels and keeps the fastest. Call before prepare().
   void set_constant_weights(bool c) { constant_weights_ = c; }
+  // "direct" or "winograd" skips the timing (a choice saved by deploy); "" times both.
+  void set_algorithm_choice(const std::string& a) { choice_ = a; }
+  // The algorithm the forward kernel runs ("direct" or "winograd").
+  const std::string& algorithm() const { return algorithm_; }
 
  private:
   std::string name_;
@@ -58,6 +63,8 @@ class ConvKernels {
   DnnlOperand f_src_, f_wei_, f_dst_, f_bias_, f_residual_;
   bool residual_ = false;
   bool constant_weights_ = false;
+  std::string tuning_;  // what autotuning measured, for name()
+  std::string choice_, algorithm_ = "direct";
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
   std::vector<float> scratch_bias_;

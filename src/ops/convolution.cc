@@ -12,6 +12,9 @@ class ConvolutionOp final : public Op {
     if (p_.num_output() == 0) fail("convolution_param.num_output must be positive");
     parse_conv_param(p_, g_, [this](const std::string& m) { fail("convolution_param: {}", m); });
     fusion_ = init.node.param.fusion_param();
+    choice_ = init.node.param.kernel_choice();
+    if (!choice_.empty() && choice_ != "direct" && choice_ != "winograd")
+      fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice_);
     fused_ = fusion_.residual_sum() || fusion_.relu();
     if (fused_ && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
   }
@@ -51,9 +54,10 @@ class ConvolutionOp final : public Op {
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     auto& be = static_cast<CpuBackend&>(backend_);
     auto layout = [](const std::vector<memory::desc>& l, size_t i) { return i < l.size() ? l[i] : memory::desc(); };
+    k_.set_constant_weights(constant_params_ && phase_ != proto::TRAIN);
+    k_.set_algorithm_choice(choice_);
     k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
                needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
-    k_.set_constant_weights(constant_params_ && phase_ != proto::TRAIN);
   }
 
   void forward(OpCall& c) override {
@@ -78,6 +82,7 @@ class ConvolutionOp final : public Op {
   }
 
   std::string kernel_name() const override { return "oneDNN " + k_.name(); }
+  std::string tuning_decision() const override { return constant_params_ ? k_.algorithm() : ""; }
 
  private:
   proto::ConvolutionParameter p_;
@@ -86,6 +91,7 @@ class ConvolutionOp final : public Op {
   Tensor wscratch_;
   proto::FusionParameter fusion_;
   bool fused_ = false;
+  std::string choice_;
 };
 
 }  // namespace

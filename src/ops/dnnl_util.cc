@@ -1,5 +1,7 @@
 #include "ops/dnnl_util.h"
 
+#include "core/error.h"
+
 namespace bks {
 
 memory::dims to_dims(const Shape& s) { return memory::dims(s.begin(), s.end()); }
@@ -26,23 +28,38 @@ void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const 
   user_ = memory(user, eng, nullptr);
   reorder_.reset();
   back_.reset();
+  converts_ = false;
+  converted_ = nullptr;
   if (user == kernel) {
     kernel_ = user_;
     return;
   }
   kernel_ = memory(kernel, eng);
-  reorder_ = std::make_unique<dnnl::reorder>(user_, kernel_);
-  back_ = std::make_unique<dnnl::reorder>(kernel_, user_);
+  converts_ = true;
+  // Some kernel layouts convert one way only (Winograd weights are never read back); a
+  // direction oneDNN cannot do fails when it is used, not here.
+  try {
+    reorder_ = std::make_unique<dnnl::reorder>(user_, kernel_);
+  } catch (const dnnl::error&) {
+  }
+  try {
+    back_ = std::make_unique<dnnl::reorder>(kernel_, user_);
+  } catch (const dnnl::error&) {
+  }
+  if (!reorder_ && !back_) throw dnnl::error(dnnl_unimplemented, "no reorder between the two layouts");
 }
 
 memory& DnnlOperand::read(dnnl::stream& s, const void* user) {
   user_.set_data_handle(const_cast<void*>(user));
-  if (reorder_) reorder_->execute(s, user_, kernel_);
+  if (converts_) {
+    BKS_CHECK(reorder_ != nullptr, "no reorder into the kernel's layout");
+    reorder_->execute(s, user_, kernel_);
+  }
   return kernel_;
 }
 
 memory& DnnlOperand::read_constant(dnnl::stream& s, const void* user) {
-  if (!reorder_ || converted_ != user) {
+  if (!converts_ || converted_ != user) {
     read(s, user);
     converted_ = user;
   }
@@ -55,7 +72,9 @@ memory& DnnlOperand::write(void* user) {
 }
 
 void DnnlOperand::commit(dnnl::stream& s) {
-  if (back_) back_->execute(s, kernel_, user_);
+  if (!converts_) return;
+  BKS_CHECK(back_ != nullptr, "no reorder out of the kernel's layout");
+  back_->execute(s, kernel_, user_);
 }
 
 }  // namespace bks

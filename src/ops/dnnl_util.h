@@ -19,7 +19,7 @@ memory::format_tag plain_tag(int ndim);
 class DnnlOperand {
  public:
   void init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel);
-  bool reorders() const { return reorder_ != nullptr; }
+  bool reorders() const { return converts_; }
   // Input: memory holding the data in the kernel's layout (reordered from `user` if needed).
   memory& read(dnnl::stream& s, const void* user);
   // read() for data that never changes: converts on the first call only.
@@ -32,6 +32,7 @@ class DnnlOperand {
   memory user_, kernel_;
   std::unique_ptr<dnnl::reorder> reorder_, back_;
   const void* converted_ = nullptr;  // read_constant: the buffer last converted
+  bool converts_ = false;            // user and kernel layouts differ
 };
 
 }  // namespace bks
