@@ -9,6 +9,7 @@
 #include "cli_util.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/sysinfo.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
@@ -408,6 +409,42 @@ TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
   for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
   for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
   EXPECT_LE(worst / scale, 1e-4) << "largest logit " << scale;
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// BF16 where the CPU has it: the bundle records the precision, its kernels are bf16, and
+// its outputs stay within bfloat16's precision of FP32's. Elsewhere: a clear error.
+TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
+  DeployOptions o = write_model("bf16", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
+  o.precision = "bf16";
+  SysInfo si = query_sysinfo();
+  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) {
+    EXPECT_THROW(deploy(o), InputError);
+    GTEST_SKIP() << "no bfloat16 instructions on this CPU";
+  }
+  DeployResult r = deploy(o);
+  EXPECT_EQ(r.bundle.info.at("precision"), "bf16");
+  o.precision = "fp32";
+  DeployResult f = deploy(o);
+  InferenceSession a(r.bundle, "bf16", 2), b(f.bundle, "fp32", 2);
+  EXPECT_NE(a.net().describe().find("bf16"), std::string::npos) << a.net().describe();
+  Rng rng(2);
+  Tensor& x = b.value(b.inputs()[0]);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1.f, 1.f);
+  a.value(a.inputs()[0]).copy_from(x);
+  a.run();
+  b.run();
+  const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
+  double scale = 1e-12, worst = 0;
+  for (int64_t i = 0; i < yb.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(yb.f32()[i])));
+  for (int64_t i = 0; i < yb.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+  EXPECT_GT(worst, 0.0);           // it did compute in bf16
+  EXPECT_LE(worst / scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
   cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel)")->required();
   cmd->add_option("-o,--output", o->out, "Bundle file to write (.bks)")->required();
-  cmd->add_option("--precision", o->precision, "fp32 (bf16 and int8 are not implemented yet)");
+  cmd->add_option("--precision", o->precision, "fp32 or bf16 (AVX-512 BF16 / AMX CPUs); int8 is not implemented yet");
   cmd->add_option("--batch", o->batch,
                   "Batch size of the bundle's inputs (default: the net's); 'auto': the highest-throughput batch "
                   "whose activation arena fits --memory-cap");

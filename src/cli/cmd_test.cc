@@ -23,11 +23,14 @@ int test_bundle(const std::string& path, const std::string& data, int iterations
   st.set_phase(proto::TEST);
   CpuBackend backend(threads);
   ParamStore store;
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 1);
+  NetOptions opt;
+  opt.constant_params = true;
+  opt.bf16 = bundle_precision(b) == "bf16";
+  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 1, opt);
   copy_bundle_weights(b, path, store);
   auto [batch, samples] = net.data_extent();
   Evaluation ev = evaluate(net, iterations, 0);
-  auto precision = b.info.count("precision") ? b.info.at("precision") : "fp32";
+  std::string precision = bundle_precision(b);
   fmt::print("{} ({} precision): {} batches of {} from a set of {}\n", path, precision, iterations, batch, samples);
   for (size_t k = 0; k < net.outputs().size(); ++k)
     fmt::print("{} = {:.4f}\n", net.graph().values[net.outputs()[k]].name, ev.output_means[k]);

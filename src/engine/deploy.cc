@@ -3,15 +3,24 @@
 #include <google/protobuf/text_format.h>
 
 #include "core/error.h"
+#include "core/sysinfo.h"
 #include "formats/caffe_net.h"
 #include "formats/weights.h"
 #include "runtime/net.h"
 
 namespace bks {
 
+void require_bf16() {
+  SysInfo si = query_sysinfo();
+  if (!si.has("avx512_bf16") && !si.has("amx_bf16"))
+    input_error("--precision bf16: this CPU ({}) has neither AVX-512 BF16 nor AMX-BF16 instructions", si.cpu_model);
+}
+
 DeployModel load_deploy_model(const DeployOptions& o) {
-  if (o.precision != "fp32")
-    input_error("--precision {}: only fp32 is implemented so far (bf16 and int8 are not yet)", o.precision);
+  if (o.precision == "int8") input_error("--precision int8: not implemented yet (fp32 and bf16 are)");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    input_error("--precision must be fp32, bf16 or int8, got '{}'", o.precision);
+  if (o.precision == "bf16") require_bf16();
   NetLoad nl = load_net_file(o.model);
   proto::NetState st = nl.param.state();
   st.set_phase(proto::TEST);

@@ -23,6 +23,8 @@ struct DeployResult {
   std::vector<PassReport> reports;
 };
 
+// InputError unless this CPU has bfloat16 instructions (AVX-512 BF16 or AMX).
+void require_bf16();
 // Builds the TEST-phase model with its weights (the model and weights as loaded, before
 // any pass), for deploy and for comparing against the optimised graph.
 DeployModel load_deploy_model(const DeployOptions& o);

@@ -20,6 +20,7 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
   backend_ = std::make_unique<CpuBackend>(threads);
   NetOptions opt;
   opt.constant_params = true;  // weights are the bundle's, fixed
+  opt.bf16 = bundle_precision(b) == "bf16";
   net_ = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, store_, *backend_, 1, opt);
   copy_bundle_weights(b, source, store_);
   inputs_ = net_->inputs();
@@ -28,6 +29,11 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
 }
 
 InferenceSession::~InferenceSession() = default;
+
+std::string bundle_precision(const Bundle& b) {
+  auto it = b.info.find("precision");
+  return it == b.info.end() ? "fp32" : it->second;
+}
 
 void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore& store) {
   for (auto& p : store.all()) {

@@ -13,6 +13,8 @@ namespace bks {
 
 // Copies the bundle's blobs into every parameter of `store` (all must be present, F32, of
 // the graph's shapes; InputError naming `source` otherwise).
+// "fp32" or "bf16", as deploy recorded it.
+std::string bundle_precision(const Bundle& b);
 void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore& store);
 
 // A net that scores the bundle on its recorded TEST data layers (`data_source`, when not

@@ -1,5 +1,7 @@
 #include "ops/conv_kernels.h"
 
+#include "core/error.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -73,9 +75,10 @@ ConvDescs conv_descs(const ConvGeometry& g) {
 dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
                                                      const memory::desc& src, const memory::desc& dst,
                                                      const dnnl::primitive_attr& attr = {},
-                                                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+                                                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct,
+                                                     bool bf16 = false) {
   ConvDescs d = conv_descs(g);
-  memory::desc wei_any(d.wei, dt::f32, tag::any);
+  memory::desc wei_any(d.wei, bf16 ? dt::bf16 : dt::f32, tag::any);
   memory::desc bias_md({g.oc}, dt::f32, tag::a);
   auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   auto desc = bias ? dnnl::convolution_forward::desc(prop, alg, src, wei_any, bias_md, dst, d.strides, d.dil, d.pl, d.pr)
@@ -170,7 +173,15 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   // Run on the caller's layouts when oneDNN has a fast kernel for them; otherwise let it
   // choose and convert at the edges (never a reference kernel when a fast one exists).
   memory::desc src_k = src_md.data.ndims || g.c == 1 ? src_user : src_any, dst_k = dst_md.data.ndims ? dst_md : dst_any;
-  dnnl::convolution_forward::primitive_desc fpd = forward_pd(eng, g, bias, training, src_k, dst_k);
+  if (bf16_ && !training) {
+    // bf16 kernels in oneDNN's own layouts; the operands below convert f32 <-> bf16.
+    src_k = memory::desc(src, dt::bf16, tag::any);
+    dst_k = memory::desc(dst, dt::bf16, tag::any);
+  }
+  dnnl::convolution_forward::primitive_desc fpd = forward_pd(eng, g, bias, training, src_k, dst_k, {},
+                                                             dnnl::algorithm::convolution_direct, bf16_ && !training);
+  if (bf16_ && !training && is_reference(fpd.impl_info_str()))
+    throw InputError("bfloat16 convolution: oneDNN has no fast kernel for it on this CPU");
   if (is_reference(fpd.impl_info_str())) {
     src_k = src_any;
     dst_k = dst_any;
@@ -178,12 +189,13 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   }
   if (fusion) {
     // Post-ops see the layouts just chosen; the residual is read in the destination's.
-    fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc()));
+    fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc()),
+                     dnnl::algorithm::convolution_direct, bf16_ && !training);
     residual_ = fusion->residual_sum();
     if (residual_) f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw), fpd.dst_desc());
   }
   algorithm_ = "direct";
-  if (constant_weights_ && !training && choice_ != "direct") {
+  if (constant_weights_ && !training && choice_ != "direct" && !bf16_) {
     // Inference: time oneDNN's Winograd kernel (3x3, stride 1; its own blocked layouts,
     // converted at the edges) against the direct one and keep the faster, unless deploy
     // already chose.

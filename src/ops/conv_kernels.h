@@ -51,6 +51,8 @@ class ConvKernels {
   void set_constant_weights(bool c) { constant_weights_ = c; }
   // "direct" or "winograd" skips the timing (a choice saved by deploy); "" times both.
   void set_algorithm_choice(const std::string& a) { choice_ = a; }
+  // Inference in bfloat16 (data converted from and to the callers' f32 at the edges).
+  void set_bf16(bool b) { bf16_ = b; }
   // The algorithm the forward kernel runs ("direct" or "winograd").
   const std::string& algorithm() const { return algorithm_; }
 
@@ -65,6 +67,7 @@ class ConvKernels {
   bool constant_weights_ = false;
   std::string tuning_;  // what autotuning measured, for name()
   std::string choice_, algorithm_ = "direct";
+  bool bf16_ = false;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
   std::vector<float> scratch_bias_;

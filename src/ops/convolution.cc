@@ -56,6 +56,7 @@ class ConvolutionOp final : public Op {
     auto layout = [](const std::vector<memory::desc>& l, size_t i) { return i < l.size() ? l[i] : memory::desc(); };
     k_.set_constant_weights(constant_params_ && phase_ != proto::TRAIN);
     k_.set_algorithm_choice(choice_);
+    k_.set_bf16(bf16_ && phase_ != proto::TRAIN);
     k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
                needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
   }

@@ -38,7 +38,7 @@ class InnerProductOp final : public Op {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
     fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
-                 constant_params_ && phase_ != proto::TRAIN);
+                 constant_params_ && phase_ != proto::TRAIN, bf16_ && phase_ != proto::TRAIN);
     if (phase_ != proto::TRAIN) return;
     if (t)
       dw_.prepare(eng, 'T', 'N', k_, n_, m_, false);  // dW[k,n] = x^T dy

@@ -5,7 +5,7 @@ namespace bks {
 using dnnl::memory;
 
 void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias, bool relu,
-                     float relu_slope, bool constant_b) {
+                     float relu_slope, bool constant_b, bool bf16) {
   relu_ = relu;
   slope_ = relu_slope;
   ta_ = ta;
@@ -19,8 +19,12 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
   memory::desc b({k, n}, f32, tb == 'N' ? memory::dims{n, 1} : memory::dims{1, k});
   memory::desc c({m, n}, f32, memory::dims{n, 1});
   memory::desc bd({1, n}, f32, memory::dims{n, 1});
-  memory::desc b_kernel = constant_b ? memory::desc({k, n}, f32, memory::format_tag::any) : b;
-  auto desc = bias ? dnnl::matmul::desc(a, b_kernel, bd, c) : dnnl::matmul::desc(a, b_kernel, c);
+  bf16 = bf16 && constant_b;
+  const auto kt = bf16 ? memory::data_type::bf16 : f32;
+  memory::desc b_kernel = constant_b ? memory::desc({k, n}, kt, memory::format_tag::any) : b;
+  memory::desc a_kernel = bf16 ? memory::desc({m, k}, kt, memory::format_tag::ab) : a;
+  memory::desc c_kernel = bf16 ? memory::desc({m, n}, kt, memory::format_tag::ab) : c;
+  auto desc = bias ? dnnl::matmul::desc(a_kernel, b_kernel, bd, c_kernel) : dnnl::matmul::desc(a_kernel, b_kernel, c_kernel);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops po;
@@ -44,6 +48,13 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
   }
   c_ = memory(c, eng, nullptr);
   if (bias) bias_ = memory(bd, eng, nullptr);
+  if (bf16) {
+    a_k_ = memory(a_kernel, eng);
+    c_k_ = memory(c_kernel, eng);
+    a_in_ = std::make_unique<dnnl::reorder>(a_, a_k_);
+    c_out_ = std::make_unique<dnnl::reorder>(c_k_, c_);
+    name_ += " bf16";
+  }
 }
 
 void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias) {
@@ -68,13 +79,17 @@ void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, cons
     packed_from_ = b;
   }
   dnnl::memory& weights = pack_ ? b_packed_ : b_;
+  if (a_in_) a_in_->execute(s, a_, a_k_);
+  dnnl::memory& src = a_in_ ? a_k_ : a_;
+  dnnl::memory& dst = c_out_ ? c_k_ : c_;
   c_.set_data_handle(c);
   if (has_bias_) {
     bias_.set_data_handle(const_cast<float*>(bias));
-    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias_}, {DNNL_ARG_DST, c_}});
+    prim_.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias_}, {DNNL_ARG_DST, dst}});
   } else {
-    prim_.execute(s, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c_}});
+    prim_.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
   }
+  if (c_out_) c_out_->execute(s, c_k_, c_);
   s.wait();
 }
 

@@ -17,9 +17,9 @@ class MatMul {
   // ta / tb: 'N' or 'T', as in BLAS (A stored [m,k] or [k,m]; B stored [k,n] or [n,k]).
   // relu: a fused ReLU (with Caffe's negative slope) after the bias. constant_b: B never
   // changes after the first run (inference weights), so it is packed once into the layout
-  // the kernel reads fastest.
+  // the kernel reads fastest. bf16 (with constant_b): the GEMM runs in bfloat16.
   void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias,
-               bool relu = false, float relu_slope = 0.f, bool constant_b = false);
+               bool relu = false, float relu_slope = 0.f, bool constant_b = false, bool bf16 = false);
   void run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias = nullptr);
   std::string name() const { return name_; }
 
@@ -29,6 +29,9 @@ class MatMul {
   dnnl::memory b_packed_;
   std::unique_ptr<dnnl::reorder> pack_;
   const float* packed_from_ = nullptr;
+  // bf16 (inference): A converted in, C converted out, around a bf16 kernel.
+  dnnl::memory a_k_, c_k_;
+  std::unique_ptr<dnnl::reorder> a_in_, c_out_;
   bool fallback_ = false, has_bias_ = false, relu_ = false;
   float slope_ = 0.f;
   char ta_ = 'N', tb_ = 'N';

@@ -12,7 +12,8 @@ Op::Op(const OpInit& init)
       phase_(init.phase),
       seed_(init.seed),
       backend_(init.backend),
-      constant_params_(init.constant_params) {}
+      constant_params_(init.constant_params),
+      bf16_(init.bf16) {}
 
 Op::~Op() = default;
 

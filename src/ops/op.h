@@ -35,6 +35,9 @@ struct OpInit {
   // The parameters never change after the first forward (inference sessions): ops may keep
   // them in their kernels' layouts, converted once.
   bool constant_params = false;
+  // Inference in bfloat16: convolutions and inner products compute in bf16 (values between
+  // ops stay f32 and are converted at each such op).
+  bool bf16 = false;
 };
 
 struct OpCall {
@@ -146,6 +149,7 @@ class Op {
   uint64_t seed_;
   Backend& backend_;
   bool constant_params_ = false;
+  bool bf16_ = false;
 };
 
 using OpFactory = std::function<std::unique_ptr<Op>(const OpInit&)>;

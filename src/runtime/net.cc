@@ -53,7 +53,7 @@ void Net::create_ops(uint64_t seed) {
   auto& reg = OpRegistry::get();
   for (int n = 0; n < static_cast<int>(graph_.nodes.size()); ++n) {
     const Node& node = graph_.nodes[n];
-    OpInit init{node, graph_.describe(n), phase_, seed, backend_, options_.constant_params};
+    OpInit init{node, graph_.describe(n), phase_, seed, backend_, options_.constant_params, options_.bf16};
     auto op = reg.create(init);
     int ni = static_cast<int>(node.inputs.size()), no = static_cast<int>(node.outputs.size());
     if (ni < op->min_inputs() || (op->max_inputs() >= 0 && ni > op->max_inputs()))
