@@ -1,6 +1,7 @@
 // Deployment: each pass on small hand-built graphs (what must fuse and what must not), the
 // optimised graph against the training graph's TEST outputs, and the bundle file.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/sysinfo.h"
+#include "engine/calibrate.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
@@ -175,7 +177,8 @@ layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 
 
 // LeNet from the example prototxt (data layers, accuracy, loss): the bundle's
 // probabilities equal softmax(ip2) of the training graph's TEST phase on the same batch.
-DeployOptions lenet_with_initial_weights() {
+// `tag` keeps the files of tests that CTest runs in parallel apart.
+DeployOptions lenet_with_initial_weights(const std::string& tag) {
   DeployOptions o;
   o.model = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
   NetLoad nl = load_net_file(o.model);
@@ -184,13 +187,13 @@ DeployOptions lenet_with_initial_weights() {
   CpuBackend be(1);
   ParamStore store;
   Net n(build_caffe_graph(nl, st), proto::TRAIN, store, be, 3);  // Caffe's fillers
-  o.weights = temp_path("lenet.safetensors");
+  o.weights = temp_path("lenet_" + tag + ".safetensors");
   save_weights(o.weights, store);
   return o;
 }
 
 TEST(DeployLeNet, BundleMatchesTrainingGraph) {
-  DeployOptions o = lenet_with_initial_weights();
+  DeployOptions o = lenet_with_initial_weights("match");
   DeployResult r = deploy(o);
   std::string path = temp_path("lenet.bks");
   save_bundle(path, r.bundle);
@@ -336,7 +339,7 @@ namespace {
 
 // `test` scores a bundle on the data its net was tested on, like the prototxt and weights.
 TEST(DeployCli, TestVerbScoresABundleLikeTheTrainingGraph) {
-  DeployOptions o = lenet_with_initial_weights();
+  DeployOptions o = lenet_with_initial_weights("testverb");
   std::string bundle = temp_path("lenet_test.bks");
   save_bundle(bundle, deploy(o).bundle);
   CmdResult b = run_cmd("test --model " + bundle + " --iterations 3");
@@ -445,6 +448,59 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   for (int64_t i = 0; i < yb.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
   EXPECT_GT(worst, 0.0);           // it did compute in bf16
   EXPECT_LE(worst / scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// The three calibrators on known distributions: a uniform one (nothing to clip) and a
+// Gaussian with one far outlier (min-max follows the outlier, the others do not).
+TEST(Calibration, ThresholdsOnKnownDistributions) {
+  Rng rng(11);
+  std::vector<float> uniform(200000), gauss(200000);
+  for (auto& x : uniform) x = rng.uniform(-1.f, 1.f);
+  for (auto& x : gauss) {
+    float u1 = std::max(rng.uniform(0.f, 1.f), 1e-7f), u2 = rng.uniform(0.f, 1.f);
+    x = std::sqrt(-2.f * std::log(u1)) * std::cos(6.2831853f * u2);
+  }
+  gauss[123] = 100.f;
+  auto hist = [](const std::vector<float>& v) {
+    AbsHistogram h;
+    for (float x : v) h.range = std::max(h.range, static_cast<double>(std::fabs(x)));
+    h.add(v.data(), static_cast<int64_t>(v.size()));
+    return h;
+  };
+  AbsHistogram hu = hist(uniform), hg = hist(gauss);
+  EXPECT_NEAR(threshold_minmax(hu), 1.0, 1e-3);
+  EXPECT_NEAR(threshold_percentile(hu, 99.99), 1.0, 2e-3);
+  EXPECT_GT(threshold_entropy(hu), 0.9);
+  EXPECT_NEAR(threshold_minmax(hg), 100.0, 1e-3);
+  EXPECT_LT(threshold_percentile(hg, 99.99), 5.0);
+  EXPECT_GT(threshold_percentile(hg, 99.99), 3.0);
+  double e = threshold_entropy(hg);
+  EXPECT_LT(e, 10.0);
+  EXPECT_GT(e, 2.0);
+}
+
+// deploy --calib: the table (every input of a convolution or inner product) is in the bundle.
+TEST(Calibration, DeploySavesTheTableInTheBundle) {
+  DeployOptions o = lenet_with_initial_weights("calib");
+  std::string out = temp_path("calib.bks");
+  CmdResult c = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out +
+                        " --calib test --calib-batches 2 --calib-method percentile");
+  ASSERT_EQ(c.code, 0) << c.output;
+  Bundle b = load_bundle(out);
+  auto table = nlohmann::json::parse(b.info.at("calibration"));
+  EXPECT_EQ(table["method"], "percentile");
+  for (const char* v : {"data", "pool1", "pool2", "ip1"}) {
+    ASSERT_TRUE(table["threshold"].contains(v)) << table.dump();
+    EXPECT_GT(table["threshold"][v].get<double>(), 0.0) << v;
+  }
+  CmdResult bad = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --calib test --calib-method kl");
+  EXPECT_EQ(bad.code, 2) << bad.output;
 }
 
 }  // namespace

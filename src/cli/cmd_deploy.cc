@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "core/log.h"
+#include "engine/calibrate.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
@@ -71,6 +72,8 @@ Runner add_deploy(CLI::App& app) {
     bool print_graph = false;
     int threads = 0;
     double memory_cap_mb = 1024;
+    std::string calib, calib_method = "entropy";
+    int calib_batches = 10;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
@@ -83,6 +86,11 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--memory-cap", o->memory_cap_mb, "MB of activations allowed to --batch auto (default 1024)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--print-graph", o->print_graph, "Show the graph before and after each pass");
+  cmd->add_option("--calib", o->calib,
+                  "Dataset to calibrate INT8 ranges on ('test': the data the net was tested on); the table is saved "
+                  "in the bundle");
+  cmd->add_option("--calib-batches", o->calib_batches, "Calibration batches (default 10)")->check(CLI::PositiveNumber);
+  cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   return [o] {
     DeployOptions d;
@@ -111,6 +119,13 @@ Runner add_deploy(CLI::App& app) {
       if (!r.changes.empty()) fmt::print("{}", describe_graph(m));
     };
     DeployResult r = deploy(d, show);
+    if (!o->calib.empty()) {
+      CalibrationTable t = calibrate(r.bundle, o->out, o->calib == "test" ? "" : o->calib, o->calib_batches,
+                                     o->calib_method, o->threads);
+      r.bundle.info["calibration"] = t.to_json();
+      fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
+      for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
+    }
     if (auto_batch) {
       BatchChoice c = choose_batch(r.bundle, o->out, o->threads, o->memory_cap_mb * 1e6);
       r.bundle.info["batch_tuning"] = c.table;

@@ -1,0 +1,149 @@
+#include "engine/calibrate.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "core/error.h"
+#include "engine/session.h"
+#include "formats/caffe_net.h"
+
+namespace bks {
+
+namespace {
+constexpr int kBins = 2048;
+constexpr int kLevels = 128;  // int8 magnitudes
+}  // namespace
+
+void AbsHistogram::add(const float* x, int64_t n) {
+  if (bins.empty()) bins.assign(kBins, 0.0);
+  if (range <= 0) return;
+  const double scale = kBins / range;
+  for (int64_t i = 0; i < n; ++i) {
+    // Exact zeros (half of every ReLU output) are exact in int8 too; counted, they would
+    // dominate the first bin and drag the entropy threshold far down.
+    if (x[i] == 0.f) continue;
+    int b = static_cast<int>(std::fabs(x[i]) * scale);
+    ++bins[std::min(b, kBins - 1)];
+  }
+}
+
+double threshold_minmax(const AbsHistogram& h) { return h.range; }
+
+double threshold_percentile(const AbsHistogram& h, double percentile) {
+  double total = 0;
+  for (double c : h.bins) total += c;
+  if (total == 0) return h.range;
+  double want = total * percentile / 100.0, seen = 0;
+  for (size_t i = 0; i < h.bins.size(); ++i) {
+    seen += h.bins[i];
+    if (seen >= want) return h.range * static_cast<double>(i + 1) / h.bins.size();
+  }
+  return h.range;
+}
+
+double threshold_entropy(const AbsHistogram& h) {
+  const int n = static_cast<int>(h.bins.size());
+  double total = 0;
+  for (double c : h.bins) total += c;
+  if (total == 0 || n < kLevels) return h.range;
+  double best_kl = std::numeric_limits<double>::infinity();
+  int best = n;
+  for (int i = kLevels; i <= n; ++i) {
+    // Reference: the first i bins, with everything beyond clipped into the last one.
+    std::vector<double> p(h.bins.begin(), h.bins.begin() + i);
+    for (int j = i; j < n; ++j) p[i - 1] += h.bins[j];
+    // Candidate: the first i bins merged into kLevels levels, each level spread evenly
+    // over the bins of its group that were non-empty.
+    std::vector<double> q(i, 0.0);
+    for (int l = 0; l < kLevels; ++l) {
+      int lo = l * i / kLevels, hi = (l + 1) * i / kLevels;
+      double sum = 0;
+      int nonzero = 0;
+      for (int j = lo; j < hi; ++j) {
+        sum += h.bins[j];
+        nonzero += h.bins[j] != 0;
+      }
+      for (int j = lo; j < hi; ++j)
+        if (h.bins[j] != 0) q[j] = sum / nonzero;
+    }
+    double ps = 0, qs = 0;
+    for (int j = 0; j < i; ++j) {
+      ps += p[j];
+      qs += q[j];
+    }
+    if (qs == 0) continue;
+    double kl = 0;
+    for (int j = 0; j < i; ++j) {
+      if (p[j] == 0) continue;
+      double pj = p[j] / ps, qj = q[j] / qs;
+      kl += qj > 0 ? pj * std::log(pj / qj) : pj * 30.0;  // an empty level where p has mass: heavy penalty
+    }
+    if (kl < best_kl) {
+      best_kl = kl;
+      best = i;
+    }
+  }
+  return h.range * (best + 0.5) / n;
+}
+
+std::string CalibrationTable::to_json() const {
+  nlohmann::ordered_json j;
+  j["method"] = method;
+  j["batches"] = batches;
+  j["threshold"] = threshold;
+  return j.dump();
+}
+
+CalibrationTable calibrate(const Bundle& b, const std::string& source, const std::string& dataset, int batches,
+                           const std::string& method, int threads) {
+  if (method != "minmax" && method != "percentile" && method != "entropy")
+    input_error("--calib-method must be minmax, percentile or entropy, got '{}'", method);
+  if (batches <= 0) input_error("--calib-batches must be positive, got {}", batches);
+  NetLoad nl;
+  nl.param = scoring_net(b, source, dataset);
+  nl.source = source;
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  CpuBackend backend(threads);
+  ParamStore store;
+  NetOptions opt;
+  opt.reuse_buffers = false;  // every value readable after the pass
+  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 1, opt);
+  copy_bundle_weights(b, source, store);
+  // The tensors an int8 kernel would quantize: inputs of convolutions and inner products.
+  std::set<int> watched;
+  const Graph& g = net.graph();
+  for (const Node& n : g.nodes)
+    if (n.type == "Convolution" || n.type == "InnerProduct") watched.insert(n.inputs[0]);
+  std::map<int, AbsHistogram> hist;
+  auto plain = [&](int v) { return net.is_blocked(v) ? net.plain_copy(v) : net.value(v); };
+  // Pass 1: ranges. Pass 2: histograms over them. Same batches both times.
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < batches; ++i) {
+      net.forward(i);
+      for (int v : watched) {
+        Tensor t = plain(v);
+        AbsHistogram& h = hist[v];
+        if (pass == 0) {
+          for (int64_t k = 0; k < t.numel(); ++k) h.range = std::max(h.range, static_cast<double>(std::fabs(t.f32()[k])));
+        } else {
+          h.add(t.f32(), t.numel());
+        }
+      }
+    }
+  CalibrationTable table;
+  table.method = method;
+  table.batches = batches;
+  for (auto& [v, h] : hist) {
+    double th = method == "minmax" ? threshold_minmax(h) : method == "percentile" ? threshold_percentile(h, 99.99)
+                                                                                    : threshold_entropy(h);
+    table.threshold[g.values[v].name] = th;
+  }
+  return table;
+}
+
+}  // namespace bks

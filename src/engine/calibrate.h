@@ -1,0 +1,42 @@
+// INT8 calibration: the range of every tensor a quantized kernel would read, measured by
+// running the FP32 graph on sample batches. Thresholds (the |x| mapped to the largest
+// int8 level) by min-max, percentile, or entropy (TensorRT's KL-divergence calibrator).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/bundle.h"
+
+namespace bks {
+
+// A histogram of nonzero |x| over [0, range) in equal bins, filled in two passes: ranges
+// first.
+struct AbsHistogram {
+  double range = 0;
+  std::vector<double> bins;
+  void add(const float* x, int64_t n);
+};
+
+double threshold_minmax(const AbsHistogram& h);
+// The |x| below which `percentile` percent of the samples lie.
+double threshold_percentile(const AbsHistogram& h, double percentile);
+// The threshold whose 128-level quantization of the clipped distribution has the least
+// KL divergence from the original (TensorRT's entropy calibrator).
+double threshold_entropy(const AbsHistogram& h);
+
+struct CalibrationTable {
+  std::string method;
+  int batches = 0;
+  std::map<std::string, double> threshold;  // by value (blob) name
+  std::string to_json() const;
+};
+
+// Runs the bundle's FP32 graph on `batches` batches of `dataset` (empty: the data its net
+// was tested on) and measures every input of a Convolution / InnerProduct.
+// method: "minmax", "percentile" (99.99) or "entropy".
+CalibrationTable calibrate(const Bundle& b, const std::string& source, const std::string& dataset, int batches,
+                           const std::string& method, int threads);
+
+}  // namespace bks
