@@ -79,7 +79,8 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
   cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel)")->required();
   cmd->add_option("-o,--output", o->out, "Bundle file to write (.bks)")->required();
-  cmd->add_option("--precision", o->precision, "fp32 or bf16 (AVX-512 BF16 / AMX CPUs); int8 is not implemented yet");
+  cmd->add_option("--precision", o->precision,
+                  "fp32, bf16 (AVX-512 BF16 / AMX CPUs) or int8 (convolutions; needs --calib)");
   cmd->add_option("--batch", o->batch,
                   "Batch size of the bundle's inputs (default: the net's); 'auto': the highest-throughput batch "
                   "whose activation arena fits --memory-cap");
@@ -118,6 +119,8 @@ Runner add_deploy(CLI::App& app) {
       for (const auto& c : r.changes) fmt::print("    {}\n", c);
       if (!r.changes.empty()) fmt::print("{}", describe_graph(m));
     };
+    if (o->precision == "int8" && o->calib.empty())
+      input_error("--precision int8 needs --calib DATASET (or --calib test) to measure activation ranges");
     DeployResult r = deploy(d, show);
     if (!o->calib.empty()) {
       CalibrationTable t = calibrate(r.bundle, o->out, o->calib == "test" ? "" : o->calib, o->calib_batches,
@@ -125,6 +128,10 @@ Runner add_deploy(CLI::App& app) {
       r.bundle.info["calibration"] = t.to_json();
       fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
+      if (o->precision == "int8") {
+        int quantized = quantize_int8(r.bundle, t);
+        fmt::print("int8: {} convolution(s) quantized; other layers run in FP32\n", quantized);
+      }
     }
     if (auto_batch) {
       BatchChoice c = choose_batch(r.bundle, o->out, o->threads, o->memory_cap_mb * 1e6);

@@ -17,8 +17,7 @@ void require_bf16() {
 }
 
 DeployModel load_deploy_model(const DeployOptions& o) {
-  if (o.precision == "int8") input_error("--precision int8: not implemented yet (fp32 and bf16 are)");
-  if (o.precision != "fp32" && o.precision != "bf16")
+  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "int8")
     input_error("--precision must be fp32, bf16 or int8, got '{}'", o.precision);
   if (o.precision == "bf16") require_bf16();
   NetLoad nl = load_net_file(o.model);

@@ -173,6 +173,13 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   // Run on the caller's layouts when oneDNN has a fast kernel for them; otherwise let it
   // choose and convert at the edges (never a reference kernel when a fast one exists).
   memory::desc src_k = src_md.data.ndims || g.c == 1 ? src_user : src_any, dst_k = dst_md.data.ndims ? dst_md : dst_any;
+  int8_.reset();
+  if (int8_threshold_ > 0.f && !training) {
+    if (g.group != 1) throw InputError("int8 convolution with groups is not supported yet");
+    int8_ = std::make_unique<Int8Conv>(eng, src_user, dst_user, wei, strides, dil, pl, pr, bias, int8_threshold_, fusion,
+                                       residual_md);
+    return;
+  }
   if (bf16_ && !training) {
     // bf16 kernels in oneDNN's own layouts; the operands below convert f32 <-> bf16.
     src_k = memory::desc(src, dt::bf16, tag::any);
@@ -265,6 +272,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
 
 void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst,
                           const float* residual) {
+  if (int8_) return int8_->run(s, src, wei, bias, dst, residual);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f_src_.read(s, src)},
                                        {DNNL_ARG_WEIGHTS, constant_weights_ ? f_wei_.read_constant(s, wei) : f_wei_.read(s, wei)},
                                        {DNNL_ARG_DST, f_dst_.write(dst)}};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "caffe.pb.h"
+#include "ops/conv_int8.h"
 #include "ops/dnnl_util.h"
 
 namespace bks {
@@ -45,7 +46,7 @@ class ConvKernels {
   void backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src);
   // diff_bias may be null.
   void backward_weights(dnnl::stream& s, const float* src, const float* diff_dst, float* diff_wei, float* diff_bias);
-  std::string name() const { return name_; }
+  std::string name() const { return int8_ ? int8_->name() : name_; }
   // Weights never change after the first forward (inference): reordered once, and prepare()
   // times the candidate kernels and keeps the fastest. Call before prepare().
   void set_constant_weights(bool c) { constant_weights_ = c; }
@@ -53,6 +54,8 @@ class ConvKernels {
   void set_algorithm_choice(const std::string& a) { choice_ = a; }
   // Inference in bfloat16 (data converted from and to the callers' f32 at the edges).
   void set_bf16(bool b) { bf16_ = b; }
+  // INT8 inference with this calibrated input threshold (0: off); see conv_int8.h.
+  void set_int8_threshold(float t) { int8_threshold_ = t; }
   // The algorithm the forward kernel runs ("direct" or "winograd").
   const std::string& algorithm() const { return algorithm_; }
 
@@ -68,6 +71,8 @@ class ConvKernels {
   std::string tuning_;  // what autotuning measured, for name()
   std::string choice_, algorithm_ = "direct";
   bool bf16_ = false;
+  float int8_threshold_ = 0.f;
+  std::unique_ptr<Int8Conv> int8_;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
   std::vector<float> scratch_bias_;

@@ -13,6 +13,9 @@ class ConvolutionOp final : public Op {
     parse_conv_param(p_, g_, [this](const std::string& m) { fail("convolution_param: {}", m); });
     fusion_ = init.node.param.fusion_param();
     choice_ = init.node.param.kernel_choice();
+    int8_threshold_ = init.node.param.int8_input_threshold();
+    if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
+    if (int8_threshold_ > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
     if (!choice_.empty() && choice_ != "direct" && choice_ != "winograd")
       fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice_);
     fused_ = fusion_.residual_sum() || fusion_.relu();
@@ -57,6 +60,7 @@ class ConvolutionOp final : public Op {
     k_.set_constant_weights(constant_params_ && phase_ != proto::TRAIN);
     k_.set_algorithm_choice(choice_);
     k_.set_bf16(bf16_ && phase_ != proto::TRAIN);
+    k_.set_int8_threshold(int8_threshold_);
     k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
                needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
   }
@@ -93,6 +97,7 @@ class ConvolutionOp final : public Op {
   proto::FusionParameter fusion_;
   bool fused_ = false;
   std::string choice_;
+  float int8_threshold_ = 0.f;
 };
 
 }  // namespace
