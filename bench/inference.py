@@ -49,6 +49,19 @@ def main():
                                str(threads), "--json"]).strip().splitlines()[-1])
             t = json.loads(sh([PY, os.path.join(HERE, "torch_infer.py"), name, str(threads), str(iters), batches])
                            .strip().splitlines()[-1])
+            if name == "lenet":
+                # INT8: bakusoku calibrated on the test set (entropy), PyTorch's static quantization
+                # (fbgemm, or oneDNN where torch lacks it, as Debian's does) on random data.
+                q = os.path.join(tmp, name + "_int8.bks")
+                sh([binary, "deploy", "--model", net, "--weights", w, "-o", q, "--threads", str(threads), "--precision",
+                    "int8", "--calib", "test", "--calib-batches", "5"])
+                bq = json.loads(sh([binary, "bench", q, "--batch", batches, "--iterations", str(iters), "--threads",
+                                    str(threads), "--json"]).strip().splitlines()[-1])
+                tq = json.loads(sh([PY, os.path.join(HERE, "torch_infer.py"), name, str(threads), str(iters), batches,
+                                    "int8"]).strip().splitlines()[-1])
+                for r in bq["results"]:
+                    rows.append((f"{name} INT8 batch {r['batch']} throughput", "items/s", r["throughput_per_s"],
+                                 tq[str(r["batch"])]["throughput_per_s"]))
             for r in b["results"]:
                 batch = r["batch"]
                 tr = t[str(batch)]

@@ -523,7 +523,7 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
   o.weights = run + "/snapshots/iter_300.safetensors";
   Bundle fp32 = deploy(o).bundle, int8 = fp32;
   CalibrationTable table = calibrate(fp32, "lenet", "", 5, "entropy", 2);
-  EXPECT_EQ(quantize_int8(int8, table), 2);
+  EXPECT_EQ(quantize_int8(int8, table), 4);  // conv1, conv2, ip1, ip2
   InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
   EXPECT_NE(b.net().describe().find("int8"), std::string::npos) << b.net().describe();
   // Real test images, from the training graph's TEST data layer.

@@ -130,7 +130,7 @@ Runner add_deploy(CLI::App& app) {
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
       if (o->precision == "int8") {
         int quantized = quantize_int8(r.bundle, t);
-        fmt::print("int8: {} convolution(s) quantized; other layers run in FP32\n", quantized);
+        fmt::print("int8: {} convolution / inner product layer(s) quantized; other layers run in FP32\n", quantized);
       }
     }
     if (auto_batch) {

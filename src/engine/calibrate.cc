@@ -101,7 +101,7 @@ std::string CalibrationTable::to_json() const {
 int quantize_int8(Bundle& b, const CalibrationTable& t) {
   int quantized = 0;
   for (auto& l : *b.net.mutable_layer()) {
-    if (l.type() != "Convolution" || l.bottom_size() == 0) continue;
+    if ((l.type() != "Convolution" && l.type() != "InnerProduct") || l.bottom_size() == 0) continue;
     auto it = t.threshold.find(l.bottom(0));
     if (it == t.threshold.end() || it->second <= 0) continue;
     l.set_int8_input_threshold(static_cast<float>(it->second));

@@ -33,9 +33,9 @@ struct CalibrationTable {
   std::string to_json() const;
 };
 
-// INT8: gives every Convolution whose input the table measured its input threshold
-// (int8_input_threshold), so it runs oneDNN's int8 kernel; returns how many. Other layers
-// stay FP32.
+// INT8: gives every Convolution and InnerProduct whose input the table measured its input
+// threshold (int8_input_threshold), so it runs oneDNN's int8 kernel; returns how many.
+// Other layers stay FP32.
 int quantize_int8(Bundle& b, const CalibrationTable& t);
 
 // Runs the bundle's FP32 graph on `batches` batches of `dataset` (empty: the data its net

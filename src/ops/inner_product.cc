@@ -1,6 +1,7 @@
 // InnerProduct: y = x W^T + b over the axes from `axis` on; three fixed-shape GEMMs
 // (forward with the bias fused, weight gradient, input gradient) built at prepare time.
 #include "ops/matmul.h"
+#include "ops/matmul_int8.h"
 #include "ops/op.h"
 
 namespace bks {
@@ -13,6 +14,9 @@ class InnerProductOp final : public Op {
     fusion_ = init.node.param.fusion_param();
     if (fusion_.residual_sum()) fail("fusion_param.residual_sum is supported on Convolution only");
     if (fusion_.relu() && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
+    int8_threshold_ = init.node.param.int8_input_threshold();
+    if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
+    if (int8_threshold_ > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
   }
   int min_inputs() const override { return 1; }
 
@@ -37,6 +41,12 @@ class InnerProductOp final : public Op {
   void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
+    int8_.reset();
+    if (int8_threshold_ > 0.f) {
+      int8_ = std::make_unique<Int8MatMul>(eng, m_, n_, k_, t, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
+                                           int8_threshold_);
+      return;
+    }
     fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
                  constant_params_ && phase_ != proto::TRAIN, bf16_ && phase_ != proto::TRAIN);
     if (phase_ != proto::TRAIN) return;
@@ -49,6 +59,7 @@ class InnerProductOp final : public Op {
 
   void forward(OpCall& c) override {
     const float* b = p_.bias_term() ? c.params[1]->f32() : nullptr;
+    if (int8_) return int8_->run(stream(), c.in[0]->f32(), c.params[0]->f32(), b, c.out[0]->f32());
     fwd_.run(stream(), c.in[0]->f32(), c.params[0]->f32(), c.out[0]->f32(), b);
   }
 
@@ -74,6 +85,7 @@ class InnerProductOp final : public Op {
   }
 
   std::string kernel_name() const override {
+    if (int8_) return "oneDNN matmul " + int8_->name();
     std::string n = "oneDNN matmul " + fwd_.name();
     if (phase_ == proto::TRAIN) n += " / dW " + dw_.name() + " / dx " + dx_.name();
     return n;
@@ -85,6 +97,8 @@ class InnerProductOp final : public Op {
   proto::InnerProductParameter p_;
   MatMul fwd_, dw_, dx_;
   proto::FusionParameter fusion_;
+  float int8_threshold_ = 0.f;
+  std::unique_ptr<Int8MatMul> int8_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
 };
 
