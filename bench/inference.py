@@ -35,18 +35,32 @@ def weights_for(binary, tmp, net):
     return os.path.join(out, "snapshots", "iter_1.safetensors")
 
 
+def sgemm_peak(threads):
+    """OpenBLAS SGEMM GFLOP/s on this machine (numpy's BLAS), same threads."""
+    code = ("import numpy as np, time\n"
+            "a = np.random.rand(2048, 2048).astype(np.float32); b = np.random.rand(2048, 2048).astype(np.float32)\n"
+            "a @ b\nt = time.perf_counter()\nfor _ in range(10): a @ b\n"
+            "print(2 * 2048**3 * 10 / (time.perf_counter() - t) / 1e9)\n")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env)
+    return float(r.stdout.strip()) if r.returncode == 0 else float("nan")
+
+
 def main():
     binary = sys.argv[1]
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 2
     iters = int(sys.argv[sys.argv.index("--iterations") + 1]) if "--iterations" in sys.argv else 100
-    rows = []
+    rows, conv_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (net, batches) in NETS.items():
             w = weights_for(binary, tmp, net)
             bundle = os.path.join(tmp, name + ".bks")
             sh([binary, "deploy", "--model", net, "--weights", w, "-o", bundle, "--threads", str(threads)])
             b = json.loads(sh([binary, "bench", bundle, "--batch", batches, "--iterations", str(iters), "--threads",
-                               str(threads), "--json"]).strip().splitlines()[-1])
+                               str(threads), "--json", "--layers"]).strip().splitlines()[-1])
+            big = b["results"][-1]  # the largest batch: its three largest convolutions by time
+            convs = sorted((l for l in big["layers"] if l["type"] == "Convolution"), key=lambda l: -l["ms"])[:3]
+            conv_rows.extend((name, big["batch"], l) for l in convs)
             t = json.loads(sh([PY, os.path.join(HERE, "torch_infer.py"), name, str(threads), str(iters), batches])
                            .strip().splitlines()[-1])
             if name == "lenet":
@@ -72,6 +86,12 @@ def main():
     print(f"\n{'benchmark (' + str(threads) + ' threads)':<44} {'unit':<8} {'bakusoku':>10} {'PyTorch':>10} {'ratio':>7}")
     for name, unit, b, t in rows:
         print(f"{name:<44} {unit:<8} {b:>10.4g} {t:>10.4g} {b / t:>7.3f}")
+    peak = sgemm_peak(threads)
+    print(f"\nLargest convolutions (FP32, GFLOP/s counted as direct convolution; Winograd does fewer "
+          f"multiplications) against OpenBLAS SGEMM peak {peak:.0f} GFLOP/s ({threads} threads):")
+    for name, batch, l in conv_rows:
+        print(f"  {name:<9} b{batch:<4} {l['layer']:<12} {l['ms']:>8.3f} ms {l['gflops']:>8.1f} GFLOP/s "
+              f"{100 * l['gflops'] / peak:>5.0f}%   {l['kernel']}")
 
 
 if __name__ == "__main__":

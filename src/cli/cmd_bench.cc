@@ -73,6 +73,38 @@ std::vector<int64_t> parse_batches(const std::string& text) {
   return out;
 }
 
+// Per-layer mean forward time over `iterations` runs; convolutions and inner products also
+// get their achieved GFLOP/s (2 x output elements x weights per output channel).
+nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
+  Net& net = s.net();
+  Profiler prof;
+  prof.resize(net.num_nodes());
+  net.set_profiler(&prof);
+  for (int i = 0; i < iterations; ++i) s.run();
+  net.set_profiler(nullptr);
+  nlohmann::json rows = nlohmann::json::array();
+  if (print) fmt::print("  {:<20} {:<14} {:>10} {:>10}   {}\n", "layer", "type", "ms", "GFLOP/s", "kernel");
+  for (int k = 0; k < net.num_nodes(); ++k) {
+    const Node& node = net.graph().nodes[k];
+    double ms = prof.total_ms(k, Profiler::Pass::forward) / iterations, gflops = 0;
+    if ((node.type == "Convolution" || node.type == "InnerProduct") && !node.params.empty()) {
+      const Shape& out = net.graph().values[node.outputs[0]].shape;
+      int64_t out_numel = 1;
+      for (int64_t d : out) out_numel *= d;
+      const Tensor& w = net.store().at(net.param_index(k, 0)).data;
+      double per_output = static_cast<double>(w.numel()) / static_cast<double>(out.at(1));
+      if (node.type == "InnerProduct" && node.param.inner_product_param().transpose())
+        per_output = static_cast<double>(w.dim(0));
+      gflops = 2.0 * out_numel * per_output / (ms * 1e6);
+    }
+    rows.push_back({{"layer", node.name}, {"type", node.type}, {"ms", ms}, {"gflops", gflops}, {"kernel", net.op(k).kernel_name()}});
+    if (print)
+      fmt::print("  {:<20} {:<14} {:>10.4f} {:>10}   {}\n", node.name, node.type, ms,
+                 gflops > 0 ? fmt::format("{:.1f}", gflops) : std::string("-"), net.op(k).kernel_name());
+  }
+  return rows;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -81,7 +113,7 @@ Runner add_bench(CLI::App& app) {
     std::string bundle, batches;
     std::vector<std::string> compare;
     int iterations = 100, threads = 0;
-    bool json = false;
+    bool json = false, layers = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("bundle", o->bundle, "Bundle written by bakusoku deploy (.bks)")->required();
@@ -90,6 +122,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--compare", o->compare, "NET WEIGHTS: also run the unoptimised graph on the same inputs")->expected(2);
   cmd->add_flag("--json", o->json, "Print the figures as one JSON object");
+  cmd->add_flag("--layers", o->layers, "Also time each layer (and the GFLOP/s of convolutions and inner products)");
   return [o] {
     Bundle b = load_bundle(o->bundle);
     std::vector<int64_t> batches = o->batches.empty() ? std::vector<int64_t>{0} : parse_batches(o->batches);
@@ -143,6 +176,7 @@ Runner add_bench(CLI::App& app) {
                      u.batch(), lu.min, lu.mean, lu.median, lu.p90, lu.p95, lu.p99, u.batch() / (lu.mean / 1000.0),
                      lu.mean / l.mean, err);
       }
+      if (o->layers) row["layers"] = layer_times(s, o->iterations, !o->json);
       report["results"].push_back(row);
     }
     if (o->json) fmt::print("{}\n", report.dump());
