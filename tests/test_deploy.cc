@@ -291,6 +291,11 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_NE(b.output.find("\"batch\":3"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("max_relative_difference"), std::string::npos) << b.output;
+  CmdResult l = run_cmd("bench " + out + " --iterations 3 --json --layers");
+  ASSERT_EQ(l.code, 0) << l.output;
+  auto j = nlohmann::json::parse(l.output.substr(l.output.find('{')));
+  ASSERT_EQ(j["results"][0]["layers"].size(), 3u) << l.output;  // Input, conv1 (+bn, scale, relu), conv2
+  EXPECT_GT(j["results"][0]["layers"][1]["gflops"].get<double>(), 0.0) << l.output;
   // Autotuning's choice for each convolution is saved in the bundle.
   Bundle saved = load_bundle(out);
   int convs = 0;
