@@ -88,8 +88,8 @@ Runner add_deploy(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--print-graph", o->print_graph, "Show the graph before and after each pass");
   cmd->add_option("--calib", o->calib,
-                  "Dataset to calibrate INT8 ranges on ('test': the data the net was tested on); the table is saved "
-                  "in the bundle");
+                  "Dataset to calibrate INT8 ranges on ('test': the data the net was tested on; 'random': uniform "
+                  "inputs, for timing only); the table is saved in the bundle");
   cmd->add_option("--calib-batches", o->calib_batches, "Calibration batches (default 10)")->check(CLI::PositiveNumber);
   cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
@@ -123,7 +123,7 @@ Runner add_deploy(CLI::App& app) {
       input_error("--precision int8 needs --calib DATASET (or --calib test) to measure activation ranges");
     DeployResult r = deploy(d, show);
     if (!o->calib.empty()) {
-      CalibrationTable t = calibrate(r.bundle, o->out, o->calib == "test" ? "" : o->calib, o->calib_batches,
+      CalibrationTable t = calibrate(r.bundle, o->out, o->calib == "test" ? std::string() : o->calib, o->calib_batches,
                                      o->calib_method, o->threads);
       r.bundle.info["calibration"] = t.to_json();
       fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());

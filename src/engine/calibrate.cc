@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
 
@@ -25,7 +26,7 @@ void AbsHistogram::add(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     // Exact zeros (half of every ReLU output) are exact in int8 too; counted, they would
     // dominate the first bin and drag the entropy threshold far down.
-    if (x[i] == 0.f) continue;
+    if (x[i] == 0.f || !std::isfinite(x[i])) continue;
     int b = static_cast<int>(std::fabs(x[i]) * scale);
     ++bins[std::min(b, kBins - 1)];
   }
@@ -116,8 +117,11 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   if (method != "minmax" && method != "percentile" && method != "entropy")
     input_error("--calib-method must be minmax, percentile or entropy, got '{}'", method);
   if (batches <= 0) input_error("--calib-batches must be positive, got {}", batches);
+  // "random": the bundle's own Input layers, fed uniform [0, 1) values (for timing, or nets
+  // without a dataset; ranges from real data are what accuracy needs).
+  const bool random = dataset == "random";
   NetLoad nl;
-  nl.param = scoring_net(b, source, dataset);
+  nl.param = random ? b.net : scoring_net(b, source, dataset);
   nl.source = source;
   proto::NetState st;
   st.set_phase(proto::TEST);
@@ -137,12 +141,25 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   // Pass 1: ranges. Pass 2: histograms over them. Same batches both times.
   for (int pass = 0; pass < 2; ++pass)
     for (int i = 0; i < batches; ++i) {
+      if (random) {
+        Rng rng(static_cast<uint64_t>(1000 + i));
+        for (int v : net.inputs()) {
+          Tensor& t = net.value(v);
+          for (int64_t k = 0; k < t.numel(); ++k) t.f32()[k] = rng.uniform(0.f, 1.f);
+        }
+      }
       net.forward(i);
       for (int v : watched) {
         Tensor t = plain(v);
         AbsHistogram& h = hist[v];
         if (pass == 0) {
-          for (int64_t k = 0; k < t.numel(); ++k) h.range = std::max(h.range, static_cast<double>(std::fabs(t.f32()[k])));
+          for (int64_t k = 0; k < t.numel(); ++k) {
+            float x = t.f32()[k];
+            if (!std::isfinite(x))
+              runtime_error("calibration: '{}' holds {} on batch {}; the FP32 graph does not compute finite values here",
+                            g.values[v].name, x, i);
+            h.range = std::max(h.range, static_cast<double>(std::fabs(x)));
+          }
         } else {
           h.add(t.f32(), t.numel());
         }

@@ -39,7 +39,8 @@ struct CalibrationTable {
 int quantize_int8(Bundle& b, const CalibrationTable& t);
 
 // Runs the bundle's FP32 graph on `batches` batches of `dataset` (empty: the data its net
-// was tested on) and measures every input of a Convolution / InnerProduct.
+// was tested on; "random": uniform [0, 1) inputs) and measures every input of a
+// Convolution / InnerProduct.
 // method: "minmax", "percentile" (99.99) or "entropy".
 CalibrationTable calibrate(const Bundle& b, const std::string& source, const std::string& dataset, int batches,
                            const std::string& method, int threads);
