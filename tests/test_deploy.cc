@@ -177,6 +177,21 @@ layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 
 
 // LeNet from the example prototxt (data layers, accuracy, loss): the bundle's
 // probabilities equal softmax(ip2) of the training graph's TEST phase on the same batch.
+// The TEST phase of a prototxt with every value kept after forward (for references).
+struct KeptNet {
+  CpuBackend backend{2};
+  ParamStore store;
+  std::unique_ptr<Net> net;
+  explicit KeptNet(const std::string& model) {
+    NetLoad nl = load_net_file(model);
+    proto::NetState st;
+    st.set_phase(proto::TEST);
+    NetOptions keep;
+    keep.reuse_buffers = false;
+    net = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, store, backend, 1, keep);
+  }
+};
+
 // `tag` keeps the files of tests that CTest runs in parallel apart.
 DeployOptions lenet_with_initial_weights(const std::string& tag) {
   DeployOptions o;
@@ -199,15 +214,9 @@ TEST(DeployLeNet, BundleMatchesTrainingGraph) {
   save_bundle(path, r.bundle);
   InferenceSession s(load_bundle(path), path, 2);
 
-  NetLoad nl = load_net_file(o.model);
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  CpuBackend be(2);
-  ParamStore store;
-  NetOptions keep;
-  keep.reuse_buffers = false;
-  Net ref(build_caffe_graph(nl, st), proto::TEST, store, be, 1, keep);
-  load_weights(o.weights, store);
+  KeptNet kept(o.model);
+  Net& ref = *kept.net;
+  load_weights(o.weights, kept.store);
   ref.forward(0);
   s.value(s.inputs()[0]).copy_from(ref.value("data"));
   s.run();
@@ -532,14 +541,8 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
   InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
   EXPECT_NE(b.net().describe().find("int8"), std::string::npos) << b.net().describe();
   // Real test images, from the training graph's TEST data layer.
-  NetLoad nl = load_net_file(o.model);
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  CpuBackend be(2);
-  ParamStore store;
-  NetOptions keep;
-  keep.reuse_buffers = false;
-  Net data(build_caffe_graph(nl, st), proto::TEST, store, be, 1, keep);
+  KeptNet kept(o.model);
+  Net& data = *kept.net;
   int agree = 0, total = 0;
   for (int step = 0; step < 10; ++step) {
     data.forward(step);

@@ -5,7 +5,6 @@
 #include "core/log.h"
 #include "engine/bundle.h"
 #include "engine/session.h"
-#include "formats/caffe_net.h"
 #include "formats/weights.h"
 #include "runtime/evaluate.h"
 
@@ -16,18 +15,11 @@ namespace {
 // Scores a deployment bundle on its recorded TEST data: top-1 and top-5 accuracy.
 int test_bundle(const std::string& path, const std::string& data, int iterations, int threads) {
   Bundle b = load_bundle(path);
-  NetLoad nl;
-  nl.param = scoring_net(b, path, data);
-  nl.source = path;
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  CpuBackend backend(threads);
-  ParamStore store;
   NetOptions opt;
   opt.constant_params = true;
   opt.bf16 = bundle_precision(b) == "bf16";
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 1, opt);
-  copy_bundle_weights(b, path, store);
+  auto scored = build_bundle_net(b, scoring_net(b, path, data), path, threads, opt);
+  Net& net = *scored->net;
   auto [batch, samples] = net.data_extent();
   Evaluation ev = evaluate(net, iterations, 0);
   std::string precision = bundle_precision(b);

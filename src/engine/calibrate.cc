@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "engine/session.h"
-#include "formats/caffe_net.h"
 
 namespace bks {
 
@@ -120,17 +119,10 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   // "random": the bundle's own Input layers, fed uniform [0, 1) values (for timing, or nets
   // without a dataset; ranges from real data are what accuracy needs).
   const bool random = dataset == "random";
-  NetLoad nl;
-  nl.param = random ? b.net : scoring_net(b, source, dataset);
-  nl.source = source;
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  CpuBackend backend(threads);
-  ParamStore store;
   NetOptions opt;
   opt.reuse_buffers = false;  // every value readable after the pass
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 1, opt);
-  copy_bundle_weights(b, source, store);
+  auto calib = build_bundle_net(b, random ? b.net : scoring_net(b, source, dataset), source, threads, opt);
+  Net& net = *calib->net;
   // The tensors an int8 kernel would quantize: inputs of convolutions and inner products.
   std::set<int> watched;
   const Graph& g = net.graph();

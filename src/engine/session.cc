@@ -35,6 +35,20 @@ std::string bundle_precision(const Bundle& b) {
   return it == b.info.end() ? "fp32" : it->second;
 }
 
+std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph, const std::string& source,
+                                            int threads, NetOptions options) {
+  NetLoad nl;
+  nl.param = graph;
+  nl.source = source;
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  auto r = std::make_unique<BundleNet>();
+  r->backend = std::make_unique<CpuBackend>(threads);
+  r->net = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, r->store, *r->backend, 1, options);
+  copy_bundle_weights(b, source, r->store);
+  return r;
+}
+
 void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore& store) {
   for (auto& p : store.all()) {
     auto it = b.weights.find(p.key);

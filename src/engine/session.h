@@ -22,6 +22,15 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
 // against the label. InputError when the bundle records no data layer.
 proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
 
+// A net built from `graph` (the bundle's own, or scoring_net's) with the bundle's blobs.
+struct BundleNet {
+  std::unique_ptr<CpuBackend> backend;
+  ParamStore store;
+  std::unique_ptr<Net> net;
+};
+std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph, const std::string& source,
+                                            int threads, NetOptions options);
+
 class InferenceSession {
  public:
   // batch > 0 overrides the bundle's batch size. `source` names the bundle in errors.
