@@ -1,11 +1,11 @@
 #include "ops/conv_kernels.h"
 
-#include "core/error.h"
-
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstring>
+
+#include "core/error.h"
 
 namespace bks {
 
@@ -100,7 +100,8 @@ dnnl::primitive_attr fusion_attr(const proto::FusionParameter* f, const memory::
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
 
 // Milliseconds one forward call takes with this kernel, converting from and to the
-// caller's layouts as the real call would (best of 3 after a warm-up, on scratch buffers).
+// caller's layouts as the real call would (best of 3 after a warm-up, on zeroed scratch
+// buffers).
 double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitive_desc& pd, const memory::desc& src_user,
                     const memory::desc& dst_user, bool bias, bool residual) {
   dnnl::stream s(eng);
@@ -135,9 +136,6 @@ double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitiv
   return best;
 }
 
-}  // namespace
-
-namespace {
 // Below this many input channels (first layers), oneDNN 2.6's kernels for its own
 // channel-blocked destination beat the channels-last ones by far (LeNet's conv1, forward
 // + backward-weights: 0.65 vs 1.18 ms on AVX-512); pooling reads that layout directly.
