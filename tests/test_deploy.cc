@@ -515,6 +515,20 @@ TEST(Calibration, DeploySavesTheTableInTheBundle) {
   }
   CmdResult bad = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --calib test --calib-method kl");
   EXPECT_EQ(bad.code, 2) << bad.output;
+  // The saved table is reusable: an INT8 deploy from it needs no calibration run, and
+  // quantizes with exactly those thresholds.
+  std::string reused = temp_path("calib_reused.bks");
+  CmdResult r = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + reused +
+                        " --precision int8 --calib-from " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  Bundle q = load_bundle(reused);
+  for (const auto& l : q.net.layer()) {
+    if (l.type() != "Convolution" && l.type() != "InnerProduct") continue;
+    EXPECT_FLOAT_EQ(l.int8_input_threshold(), table["threshold"][l.bottom(0)].get<double>()) << l.name();
+  }
+  CmdResult none = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + reused +
+                           " --precision int8 --calib-from " + reused.substr(0, reused.size() - 4) + "_missing.bks");
+  EXPECT_EQ(none.code, 2) << none.output;
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ Runner add_deploy(CLI::App& app) {
     bool print_graph = false;
     int threads = 0;
     double memory_cap_mb = 1024;
-    std::string calib, calib_method = "entropy";
+    std::string calib, calib_method = "entropy", calib_from;
     int calib_batches = 10;
   };
   auto o = std::make_shared<Opts>();
@@ -91,6 +91,8 @@ Runner add_deploy(CLI::App& app) {
                   "Dataset to calibrate INT8 ranges on ('test': the data the net was tested on; 'random': uniform "
                   "inputs, for timing only); the table is saved in the bundle");
   cmd->add_option("--calib-batches", o->calib_batches, "Calibration batches (default 10)")->check(CLI::PositiveNumber);
+  cmd->add_option("--calib-from", o->calib_from,
+                  "Reuse the calibration table saved in this bundle (.bks) instead of calibrating again");
   cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   return [o] {
@@ -119,12 +121,21 @@ Runner add_deploy(CLI::App& app) {
       for (const auto& c : r.changes) fmt::print("    {}\n", c);
       if (!r.changes.empty()) fmt::print("{}", describe_graph(m));
     };
-    if (o->precision == "int8" && o->calib.empty())
-      input_error("--precision int8 needs --calib DATASET (or --calib test) to measure activation ranges");
+    if (o->precision == "int8" && o->calib.empty() && o->calib_from.empty())
+      input_error("--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges");
+    if (!o->calib.empty() && !o->calib_from.empty()) input_error("give --calib or --calib-from, not both");
     DeployResult r = deploy(d, show);
-    if (!o->calib.empty()) {
-      CalibrationTable t = calibrate(r.bundle, o->out, o->calib == "test" ? std::string() : o->calib, o->calib_batches,
-                                     o->calib_method, o->threads);
+    if (!o->calib.empty() || !o->calib_from.empty()) {
+      CalibrationTable t;
+      if (!o->calib_from.empty()) {
+        Bundle from = load_bundle(o->calib_from);
+        auto it = from.info.find("calibration");
+        if (it == from.info.end()) input_error("{}: this bundle holds no calibration table", o->calib_from);
+        t = CalibrationTable::from_json(it->second, o->calib_from);
+      } else {
+        t = calibrate(r.bundle, o->out, o->calib == "test" ? std::string() : o->calib, o->calib_batches, o->calib_method,
+                      o->threads);
+      }
       r.bundle.info["calibration"] = t.to_json();
       fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);

@@ -111,6 +111,23 @@ int quantize_int8(Bundle& b, const CalibrationTable& t) {
   return quantized;
 }
 
+CalibrationTable CalibrationTable::from_json(const std::string& text, const std::string& source) {
+  CalibrationTable t;
+  try {
+    auto j = nlohmann::json::parse(text);
+    t.method = j.at("method").get<std::string>();
+    t.batches = j.at("batches").get<int>();
+    for (auto& [name, v] : j.at("threshold").items()) {
+      double th = v.get<double>();
+      if (!(th > 0) || !std::isfinite(th)) input_error("{}: calibration threshold of '{}' is {}", source, name, th);
+      t.threshold[name] = th;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    input_error("{}: not a calibration table ({})", source, e.what());
+  }
+  return t;
+}
+
 CalibrationTable calibrate(const Bundle& b, const std::string& source, const std::string& dataset, int batches,
                            const std::string& method, int threads) {
   if (method != "minmax" && method != "percentile" && method != "entropy")

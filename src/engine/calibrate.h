@@ -31,6 +31,8 @@ struct CalibrationTable {
   int batches = 0;
   std::map<std::string, double> threshold;  // by value (blob) name
   std::string to_json() const;
+  // The table as to_json() wrote it; InputError naming `source` when it is not one.
+  static CalibrationTable from_json(const std::string& text, const std::string& source);
 };
 
 // INT8: gives every Convolution and InnerProduct whose input the table measured its input
