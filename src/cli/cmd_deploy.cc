@@ -148,10 +148,7 @@ Runner add_deploy(CLI::App& app) {
       BatchChoice c = choose_batch(r.bundle, o->out, o->threads, o->memory_cap_mb * 1e6);
       r.bundle.info["batch_tuning"] = c.table;
       fmt::print("{}", c.table);
-      for (auto& l : *r.bundle.net.mutable_layer())
-        if (l.type() == "Input")
-          for (auto& sh : *l.mutable_input_param()->mutable_shape())
-            if (sh.dim_size() > 0) sh.set_dim(0, c.batch);
+      set_input_batch(r.bundle.net, c.batch);
     }
     // Build the bundle's net once: it checks the graph runs, and shows the kernels chosen.
     InferenceSession s(r.bundle, o->out, o->threads);

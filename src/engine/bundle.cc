@@ -14,6 +14,13 @@ namespace {
 constexpr const char* kFormatKey = "bakusoku_bundle_version";
 }
 
+void set_input_batch(proto::NetParameter& net, int64_t batch) {
+  for (auto& l : *net.mutable_layer())
+    if (l.type() == "Input")
+      for (auto& s : *l.mutable_input_param()->mutable_shape())
+        if (s.dim_size() > 0) s.set_dim(0, batch);
+}
+
 void save_bundle(const std::string& path, const Bundle& b) {
   std::map<std::string, std::string> meta = b.info;
   meta[kFormatKey] = std::to_string(kBundleVersion);

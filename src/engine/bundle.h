@@ -21,6 +21,9 @@ struct Bundle {
   std::map<std::string, std::string> info;  // "precision", "source", "passes", ...
 };
 
+// Sets the batch (first) dimension of every Input layer's shapes.
+void set_input_batch(proto::NetParameter& net, int64_t batch);
+
 void save_bundle(const std::string& path, const Bundle& b);
 Bundle load_bundle(const std::string& path);
 // Whether the file starts like a bundle (so `test` and `bench` can tell it from a prototxt).

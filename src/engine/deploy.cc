@@ -16,11 +16,12 @@ void require_bf16() {
     input_error("--precision bf16: this CPU ({}) has neither AVX-512 BF16 nor AMX-BF16 instructions", si.cpu_model);
 }
 
-DeployModel load_deploy_model(const DeployOptions& o) {
+namespace {
+
+DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "int8")
     input_error("--precision must be fp32, bf16 or int8, got '{}'", o.precision);
   if (o.precision == "bf16") require_bf16();
-  NetLoad nl = load_net_file(o.model);
   proto::NetState st = nl.param.state();
   st.set_phase(proto::TEST);
   CpuBackend backend(o.threads);
@@ -39,33 +40,8 @@ DeployModel load_deploy_model(const DeployOptions& o) {
   return m;
 }
 
-void set_input_batch(DeployModel& m, int64_t batch) {
-  for (Node& node : m.graph.nodes) {
-    if (node.type != "Input") continue;
-    for (auto& s : *node.param.mutable_input_param()->mutable_shape())
-      if (s.dim_size() > 0) s.set_dim(0, batch);
-    for (int v : node.outputs)
-      if (!m.graph.values[v].shape.empty()) m.graph.values[v].shape[0] = batch;
-  }
-}
-
-DeployResult deploy(const DeployOptions& o, const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
-  DeployModel m = load_deploy_model(o);
-  if (after_each) after_each(PassReport{"input", {}}, m);
-  DeployResult r;
-  r.reports = run_deploy_passes(m, after_each);
-  if (o.batch > 0) set_input_batch(m, o.batch);
-  r.bundle.net = to_net_parameter(m);
-  r.bundle.weights = weights_by_layer(m);
-  r.bundle.info["precision"] = o.precision;
-  r.bundle.info["source_model"] = o.model;
-  r.bundle.info["source_weights"] = o.weights;
-  std::string passes;
-  for (const auto& rep : r.reports)
-    for (const auto& c : rep.changes) passes += rep.pass + ": " + c + "\n";
-  r.bundle.info["passes"] = passes;
-  // The TEST data layers, so `bakusoku test` can score the bundle on the same data.
-  NetLoad nl = load_net_file(o.model);
+// The TEST data layers as prototxt text, so `bakusoku test` can score a bundle on them.
+std::string test_data_layers(const NetLoad& nl) {
   proto::NetState st = nl.param.state();
   st.set_phase(proto::TEST);
   std::string data;
@@ -75,6 +51,30 @@ DeployResult deploy(const DeployOptions& o, const std::function<void(const PassR
       google::protobuf::TextFormat::PrintToString(l, &t);
       data += "layer {\n" + t + "}\n";
     }
+  return data;
+}
+
+}  // namespace
+
+DeployModel load_deploy_model(const DeployOptions& o) { return load_deploy_model(o, load_net_file(o.model)); }
+
+DeployResult deploy(const DeployOptions& o, const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
+  NetLoad nl = load_net_file(o.model);
+  DeployModel m = load_deploy_model(o, nl);
+  if (after_each) after_each(PassReport{"input", {}}, m);
+  DeployResult r;
+  r.reports = run_deploy_passes(m, after_each);
+  r.bundle.net = to_net_parameter(m);
+  if (o.batch > 0) set_input_batch(r.bundle.net, o.batch);
+  r.bundle.weights = weights_by_layer(m);
+  r.bundle.info["precision"] = o.precision;
+  r.bundle.info["source_model"] = o.model;
+  r.bundle.info["source_weights"] = o.weights;
+  std::string passes;
+  for (const auto& rep : r.reports)
+    for (const auto& c : rep.changes) passes += rep.pass + ": " + c + "\n";
+  r.bundle.info["passes"] = passes;
+  std::string data = test_data_layers(nl);
   if (!data.empty()) r.bundle.info["data_layers"] = data;
   return r;
 }

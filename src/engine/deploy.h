@@ -28,8 +28,6 @@ void require_bf16();
 // Builds the TEST-phase model with its weights (the model and weights as loaded, before
 // any pass), for deploy and for comparing against the optimised graph.
 DeployModel load_deploy_model(const DeployOptions& o);
-// Sets every Input's batch (first) dimension.
-void set_input_batch(DeployModel& m, int64_t batch);
 // load_deploy_model + every pass + the bundle. `after_each` sees the model before the first
 // pass (with an empty report) and after each pass.
 DeployResult deploy(const DeployOptions& o,

@@ -7,28 +7,23 @@
 namespace bks {
 
 InferenceSession::InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch) {
-  NetLoad nl;
-  nl.param = b.net;
-  nl.source = source;
-  if (batch > 0)
-    for (auto& l : *nl.param.mutable_layer())
-      if (l.type() == "Input")
-        for (auto& s : *l.mutable_input_param()->mutable_shape())
-          if (s.dim_size() > 0) s.set_dim(0, batch);
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  backend_ = std::make_unique<CpuBackend>(threads);
-  NetOptions opt;
-  opt.constant_params = true;  // weights are the bundle's, fixed
-  opt.bf16 = bundle_precision(b) == "bf16";
-  net_ = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, store_, *backend_, 1, opt);
-  copy_bundle_weights(b, source, store_);
+  proto::NetParameter graph = b.net;
+  if (batch > 0) set_input_batch(graph, batch);
+  bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
+  net_ = bundle_net_->net.get();
   inputs_ = net_->inputs();
   if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
   batch_ = net_->graph().values[inputs_[0]].shape.at(0);
 }
 
 InferenceSession::~InferenceSession() = default;
+
+NetOptions inference_options(const Bundle& b) {
+  NetOptions opt;
+  opt.constant_params = true;  // the weights are the bundle's, fixed
+  opt.bf16 = bundle_precision(b) == "bf16";
+  return opt;
+}
 
 std::string bundle_precision(const Bundle& b) {
   auto it = b.info.find("precision");

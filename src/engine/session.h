@@ -22,6 +22,9 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
 // against the label. InputError when the bundle records no data layer.
 proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
 
+// Options of a net that runs a bundle: constant weights, bf16 when the bundle is.
+NetOptions inference_options(const Bundle& b);
+
 // A net built from `graph` (the bundle's own, or scoring_net's) with the bundle's blobs.
 struct BundleNet {
   std::unique_ptr<CpuBackend> backend;
@@ -46,9 +49,8 @@ class InferenceSession {
   int64_t batch() const { return batch_; }
 
  private:
-  std::unique_ptr<CpuBackend> backend_;
-  ParamStore store_;
-  std::unique_ptr<Net> net_;
+  std::unique_ptr<BundleNet> bundle_net_;
+  Net* net_ = nullptr;
   std::vector<int> inputs_;
   int64_t batch_ = 0;
 };

@@ -230,7 +230,7 @@ class PoolingOp final : public Op {
     int32_t* arg = max_ && phase_ == proto::TRAIN ? argmax_.data<int32_t>() : nullptr;
     if (tiled_) return pool_tiled_max_forward(tiling(), x, y, arg);
     const int64_t C = c_;
-#pragma omp parallel for collapse(2) if (n_ * c_ * h_ * w_ >= kSerialBelow)
+#pragma omp parallel for collapse(2) if (worth_threads())
     for (int64_t n = 0; n < n_; ++n)
       for (int64_t oy = 0; oy < oh_; ++oy)
         for (int64_t ox = 0; ox < ow_; ++ox) {
@@ -299,7 +299,7 @@ class PoolingOp final : public Op {
     if (tiled_) return pool_tiled_max_backward(tiling(), dy, argmax_.data<int32_t>(), dx);
     const int64_t C = c_;
     // One image per thread: windows overlap within an image, never across images.
-#pragma omp parallel for if (n_ * c_ * h_ * w_ >= kSerialBelow)
+#pragma omp parallel for if (worth_threads())
     for (int64_t n = 0; n < n_; ++n) {
       float* dxn = dx + n * h_ * w_ * C;
       std::fill_n(dxn, h_ * w_ * C, 0.f);
@@ -324,6 +324,8 @@ class PoolingOp final : public Op {
     }
   }
 
+  // Small inputs (batch-1 inference) run serially: a parallel region costs more there.
+  bool worth_threads() const { return n_ * c_ * h_ * w_ >= kSerialBelow; }
   PoolTiling tiling() const { return {n_, c_, oh_, ow_, kh_, kw_, src_block_}; }
   bool windows_tile() const {
     return max_ && ph_ == 0 && pw_ == 0 && sh_ == kh_ && sw_ == kw_ && oh_ * kh_ == h_ && ow_ * kw_ == w_;
@@ -345,7 +347,7 @@ class PoolingOp final : public Op {
   // The reference AVE path on plain NCHW data (Caffe's divisor, see window()).
   template <class F>
   void for_windows(F&& f) const {
-#pragma omp parallel for if (n_ * c_ * h_ * w_ >= kSerialBelow)
+#pragma omp parallel for if (worth_threads())
     for (int64_t nc = 0; nc < n_ * c_; ++nc)
       for (int64_t y = 0; y < oh_; ++y)
         for (int64_t x = 0; x < ow_; ++x) f(nc, y * ow_ + x, window(y, x));
