@@ -80,6 +80,14 @@ std::vector<int64_t> tap_offsets(const PoolTiling& t, const SrcStrides& s) {
   return off;
 }
 
+// What both kernels walk: the input's strides, the channel vectors, the taps' offsets.
+struct WindowPlan {
+  SrcStrides st;
+  std::vector<Group> groups;
+  std::vector<int64_t> off;
+  WindowPlan(const PoolTiling& t, int L) : st(src_strides(t)), groups(channel_groups(t, L)), off(tap_offsets(t, st)) {}
+};
+
 // Calls f(window, o) for every output position, in parallel over output rows: `window` is
 // the offset of the window's top-left input element, `o` that of the output pixel.
 template <class F>
@@ -96,13 +104,12 @@ template <int L, bool kTrack>
 void forward_impl(const PoolTiling& t, const float* x, float* y, int32_t* tap) {
   using F = typename V<L>::f;
   using I = typename V<L>::i;
-  const SrcStrides st = src_strides(t);
-  const auto groups = channel_groups(t, L);
-  const auto off = tap_offsets(t, st);
+  const WindowPlan p(t, L);
+  const auto& off = p.off;
   const int64_t taps = static_cast<int64_t>(off.size());
-  for_each_window(t, st, [&](int64_t window, int64_t o) {
+  for_each_window(t, p.st, [&](int64_t window, int64_t o) {
     const float* win = x + window;
-    for (const Group& g : groups) {
+    for (const Group& g : p.groups) {
       F m = load<F>(win + g.src);
       I a = I{};
       for (int64_t s = 1; s < taps; ++s) {
@@ -126,13 +133,12 @@ template <int L>
 void backward_impl(const PoolTiling& t, const float* dy, const int32_t* tap, float* dx) {
   using F = typename V<L>::f;
   using I = typename V<L>::i;
-  const SrcStrides st = src_strides(t);
-  const auto groups = channel_groups(t, L);
-  const auto off = tap_offsets(t, st);
+  const WindowPlan p(t, L);
+  const auto& off = p.off;
   const int64_t taps = static_cast<int64_t>(off.size());
-  for_each_window(t, st, [&](int64_t window, int64_t o) {
+  for_each_window(t, p.st, [&](int64_t window, int64_t o) {
     float* win = dx + window;
-    for (const Group& g : groups) {
+    for (const Group& g : p.groups) {
       // Padding lanes of a blocked layout get tap -1: they never win, so they stay zero.
       F gv = g.lanes == L ? load<F>(dy + o + g.dst) : load_part<F>(dy + o + g.dst, g.lanes, 0.f);
       I a = g.lanes == L ? load<I>(tap + o + g.dst) : load_part<I>(tap + o + g.dst, g.lanes, int32_t{-1});
