@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/sysinfo.h"
 #include "engine/calibrate.h"
+#include "engine/quantize.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
@@ -524,7 +525,9 @@ TEST(Calibration, DeploySavesTheTableInTheBundle) {
   Bundle q = load_bundle(reused);
   for (const auto& l : q.net.layer()) {
     if (l.type() != "Convolution" && l.type() != "InnerProduct") continue;
-    EXPECT_FLOAT_EQ(l.int8_input_threshold(), table["threshold"][l.bottom(0)].get<double>()) << l.name();
+    // conv1 reads one channel: it stays FP32 (faster there).
+    float want = l.name() == "conv1" ? 0.f : table["threshold"][l.bottom(0)].get<float>();
+    EXPECT_FLOAT_EQ(l.int8_input_threshold(), want) << l.name();
   }
   CmdResult none = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + reused +
                            " --precision int8 --calib-from " + reused.substr(0, reused.size() - 4) + "_missing.bks");
@@ -549,9 +552,12 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
   DeployOptions o;
   o.model = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
   o.weights = run + "/snapshots/iter_300.safetensors";
-  Bundle fp32 = deploy(o).bundle, int8 = fp32;
+  DeployResult r = deploy(o);
+  Bundle fp32 = r.bundle, int8 = fp32;
   CalibrationTable table = calibrate(fp32, "lenet", "", 5, "entropy", 2);
-  EXPECT_EQ(quantize_int8(int8, table), 4);  // conv1, conv2, ip1, ip2
+  Int8Plan plan = quantize_int8(int8, table, r.shapes);
+  EXPECT_EQ(plan.quantized, 3);     // conv2, ip1, ip2 (conv1 reads one channel: f32 is faster)
+  EXPECT_EQ(plan.int8_outputs, 2);  // conv2 -> pool2 -> ip1 -> ip2 stay int8
   InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
   EXPECT_NE(b.net().describe().find("int8"), std::string::npos) << b.net().describe();
   // Real test images, from the training graph's TEST data layer.
@@ -574,6 +580,91 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
   // Without a calibration table there is nothing to quantize with.
   CmdResult c = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + temp_path("x.bks") + " --precision int8");
   EXPECT_EQ(c.code, 2) << c.output;
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// A chain where every kind of int8 hand-over occurs: u8 after a fused ReLU (through a MAX
+// pooling), s8 without one, into a convolution and into an inner product.
+const char* kInt8Chain = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'pool1' type: 'Pooling' bottom: 'conv1' top: 'pool1' pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: 'conv2' type: 'Convolution' bottom: 'pool1' top: 'conv2' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'conv3' type: 'Convolution' bottom: 'conv2' top: 'conv3' convolution_param { num_output: 16 kernel_size: 1 } }
+layer { name: 'relu3' type: 'ReLU' bottom: 'conv3' top: 'conv3' }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'conv3' top: 'ip' inner_product_param { num_output: 10 } }
+)";
+
+TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
+  DeployOptions o = write_model("int8_chain", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
+  DeployResult r = deploy(o);
+  Bundle fp32 = r.bundle, int8 = fp32;
+  CalibrationTable table = calibrate(fp32, "chain", "random", 4, "minmax", 2);
+  Int8Plan plan = quantize_int8(int8, table, r.shapes);
+  EXPECT_EQ(plan.quantized, 4);
+  EXPECT_EQ(plan.int8_outputs, 3);  // conv1 (u8), conv2 (s8), conv3 (u8); ip writes f32
+  std::map<std::string, float> out;
+  for (const auto& l : int8.net.layer()) out[l.name()] = l.int8_output_threshold();
+  EXPECT_FLOAT_EQ(out["conv1"], table.threshold["pool1"]);  // through the pooling, conv2's threshold
+  EXPECT_FLOAT_EQ(out["conv2"], table.threshold["conv2"]);
+  EXPECT_FLOAT_EQ(out["ip"], 0.f);
+  InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
+  std::string d = b.net().describe();
+  EXPECT_NE(d.find("u8 output"), std::string::npos) << d;
+  EXPECT_NE(d.find("s8 output"), std::string::npos) << d;
+  Rng rng(3);
+  Tensor& x = a.value(a.inputs()[0]);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(0.f, 1.f);
+  b.value(b.inputs()[0]).copy_from(x);
+  a.run();
+  b.run();
+  const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
+  double scale = 1e-12, worst = 0;
+  for (int64_t i = 0; i < ya.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(ya.f32()[i])));
+  for (int64_t i = 0; i < ya.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+  EXPECT_LE(worst / scale, 0.05) << "largest output " << scale;
+}
+
+// Where int8 must not be kept: a reader that takes f32 only, an AVE pooling, readers with
+// different thresholds, a net output, and a fused residual sum.
+TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
+  auto net = [](const std::string& text) {
+    proto::NetParameter p;
+    parse_prototxt_string(text, "int8 test", p);
+    return p;
+  };
+  auto conv = [](const std::string& name, const std::string& bottom, float t, const std::string& extra = "") {
+    return "layer { name: '" + name + "' type: 'Convolution' bottom: '" + bottom + "' top: '" + name +
+           "' int8_input_threshold: " + std::to_string(t) + " convolution_param { num_output: 4 kernel_size: 1 } " + extra + "}\n";
+  };
+  auto outputs = [](const proto::NetParameter& p) {
+    std::vector<std::string> v;
+    for (const auto& l : p.layer())
+      if (l.int8_output_threshold() > 0.f) v.push_back(l.name());
+    return v;
+  };
+  using V = std::vector<std::string>;
+  proto::NetParameter p = net(conv("a", "data", 1) + conv("b", "a", 2) + conv("c", "b", 3));
+  EXPECT_EQ(keep_int8_between_layers(p), 2);
+  EXPECT_EQ(outputs(p), (V{"a", "b"}));  // c is the net's output
+  p = net(conv("a", "data", 1) + "layer { name: 'r' type: 'ReLU' bottom: 'a' top: 'r' }\n" + conv("b", "r", 2));
+  EXPECT_EQ(keep_int8_between_layers(p), 0);
+  p = net(conv("a", "data", 1) + "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: AVE kernel_size: 2 } }\n" +
+          conv("b", "p", 2));
+  EXPECT_EQ(keep_int8_between_layers(p), 0);
+  p = net(conv("a", "data", 1) + conv("b", "a", 2) + "layer { name: 'b2' type: 'Convolution' bottom: 'a' top: 'b2' "
+          "int8_input_threshold: 3 convolution_param { num_output: 4 kernel_size: 1 } }\n" + conv("c", "b", 1) + conv("c2", "b2", 1));
+  keep_int8_between_layers(p);
+  EXPECT_EQ(outputs(p), (V{"b", "b2"}));  // a's readers disagree (2 vs 3)
+  p = net(conv("a", "data", 1) + conv("b", "a", 2, "fusion_param { residual_sum: true } ") + conv("c", "b", 1));
+  p.mutable_layer(1)->add_bottom("data");
+  keep_int8_between_layers(p);
+  EXPECT_EQ(outputs(p), (V{"a"}));  // b adds a residual in f32
 }
 
 }  // namespace

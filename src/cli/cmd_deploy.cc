@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "core/log.h"
 #include "engine/calibrate.h"
+#include "engine/quantize.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
@@ -140,8 +141,9 @@ Runner add_deploy(CLI::App& app) {
       fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
       if (o->precision == "int8") {
-        int quantized = quantize_int8(r.bundle, t);
-        fmt::print("int8: {} convolution / inner product layer(s) quantized; other layers run in FP32\n", quantized);
+        Int8Plan q = quantize_int8(r.bundle, t, r.shapes);
+        fmt::print("int8: {} convolution / inner product layer(s) quantized, {} of them writing int8 for int8 readers; "
+                   "other layers run in FP32\n", q.quantized, q.int8_outputs);
       }
     }
     if (auto_batch) {

@@ -69,9 +69,10 @@ Tensor::Tensor(Shape shape, DType dtype, Device dev) : shape_(std::move(shape)),
   storage_ = std::make_shared<Storage>(bytes(), dev);
 }
 
-void Tensor::reshape(const Shape& shape, size_t phys_bytes) {
+void Tensor::reshape(const Shape& shape, size_t phys_bytes, std::optional<DType> dtype) {
   Device dev = device();
   shape_ = shape;
+  if (dtype) dtype_ = *dtype;
   phys_bytes_ = phys_bytes > bytes() ? phys_bytes : 0;
   if (!storage_ || offset_ + this->phys_bytes() > storage_->bytes()) {
     storage_ = std::make_shared<Storage>(this->phys_bytes(), dev);
@@ -86,8 +87,9 @@ Tensor Tensor::view(const Shape& shape) const {
   return t;
 }
 
-void Tensor::bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes) {
+void Tensor::bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes, DType dtype) {
   shape_ = shape;
+  dtype_ = dtype;
   phys_bytes_ = phys_bytes > bytes() ? phys_bytes : 0;
   BKS_CHECK(offset + this->phys_bytes() <= storage->bytes(), "bind past the end of a {}-byte buffer", storage->bytes());
   storage_ = std::move(storage);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,7 +76,8 @@ class Tensor {
 
   // Changes the shape; reallocates only when the buffer is too small (contents then zeroed).
   // `phys_bytes` > bytes() reserves room for a padded (blocked) layout of the same shape.
-  void reshape(const Shape& shape, size_t phys_bytes = 0);
+  // `dtype`, when given, changes the element type (int8 values between quantized ops).
+  void reshape(const Shape& shape, size_t phys_bytes = 0, std::optional<DType> dtype = {});
   // Elements the buffer holds in its layout: numel() when plain, more when a blocked layout
   // pads channels. Elementwise kernels that accept any layout loop over this.
   int64_t phys_numel() const { return phys_bytes_ ? static_cast<int64_t>(phys_bytes_ / dtype_size(dtype_)) : numel(); }
@@ -83,7 +85,8 @@ class Tensor {
   // Same buffer, new shape of equal element count.
   Tensor view(const Shape& shape) const;
   // Views `bytes` of `storage` from `offset` (memory planned into a shared arena).
-  void bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes = 0);
+  void bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes = 0,
+            DType dtype = DType::f32);
   // Shares this tensor's buffer (in-place ops) with its own shape (and other's layout size).
   void alias_of(const Tensor& other, const Shape& shape);
   bool shares_storage(const Tensor& o) const { return storage_ && storage_ == o.storage_; }

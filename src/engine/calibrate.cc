@@ -98,19 +98,6 @@ std::string CalibrationTable::to_json() const {
   return j.dump();
 }
 
-int quantize_int8(Bundle& b, const CalibrationTable& t) {
-  int quantized = 0;
-  for (auto& l : *b.net.mutable_layer()) {
-    if ((l.type() != "Convolution" && l.type() != "InnerProduct") || l.bottom_size() == 0) continue;
-    auto it = t.threshold.find(l.bottom(0));
-    if (it == t.threshold.end() || it->second <= 0) continue;
-    l.set_int8_input_threshold(static_cast<float>(it->second));
-    ++quantized;
-  }
-  b.info["precision"] = "int8";
-  return quantized;
-}
-
 CalibrationTable CalibrationTable::from_json(const std::string& text, const std::string& source) {
   CalibrationTable t;
   try {

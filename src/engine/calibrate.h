@@ -35,11 +35,6 @@ struct CalibrationTable {
   static CalibrationTable from_json(const std::string& text, const std::string& source);
 };
 
-// INT8: gives every Convolution and InnerProduct whose input the table measured its input
-// threshold (int8_input_threshold), so it runs oneDNN's int8 kernel; returns how many.
-// Other layers stay FP32.
-int quantize_int8(Bundle& b, const CalibrationTable& t);
-
 // Runs the bundle's FP32 graph on `batches` batches of `dataset` (empty: the data its net
 // was tested on; "random": uniform [0, 1) inputs) and measures every input of a
 // Convolution / InnerProduct.

@@ -67,6 +67,7 @@ DeployResult deploy(const DeployOptions& o, const std::function<void(const PassR
   r.bundle.net = to_net_parameter(m);
   if (o.batch > 0) set_input_batch(r.bundle.net, o.batch);
   r.bundle.weights = weights_by_layer(m);
+  for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;
   r.bundle.info["precision"] = o.precision;
   r.bundle.info["source_model"] = o.model;
   r.bundle.info["source_weights"] = o.weights;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct DeployOptions {
 struct DeployResult {
   Bundle bundle;
   std::vector<PassReport> reports;
+  std::map<std::string, Shape> shapes;  // every blob of the optimised graph (batch as declared)
 };
 
 // InputError unless this CPU has bfloat16 instructions (AVX-512 BF16 or AMX).

@@ -5,108 +5,133 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace bks {
 
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-Int8Conv::Int8Conv(const dnnl::engine& eng, const memory::desc& src_user, const memory::desc& dst_user,
-                   const memory::dims& wei_dims, const memory::dims& strides, const memory::dims& dil,
-                   const memory::dims& pl, const memory::dims& pr, bool bias, float threshold,
-                   const proto::FusionParameter* fusion, const memory::desc& residual_md)
-    : eng_(eng), src_user_(src_user), dst_user_(dst_user), residual_md_(residual_md), wei_dims_(wei_dims),
-      strides_(strides), dil_(dil), pl_(pl), pr_(pr), bias_(bias), src_scale_(127.f / std::max(threshold, 1e-12f)) {
-  if (fusion) {
-    relu_ = fusion->relu();
-    slope_ = fusion->relu_negative_slope();
-    residual_ = fusion->residual_sum();
+namespace {
+
+bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
+
+dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const Int8ConvSpec& sp, const memory::desc& src,
+                                                  const memory::desc& dst, const dnnl::primitive_attr& attr) {
+  memory::desc wei(sp.wei, dt::s8, tag::any), bias({sp.wei[0]}, dt::f32, tag::a);
+  const auto prop = dnnl::prop_kind::forward_inference;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  auto d = sp.bias ? dnnl::convolution_forward::desc(prop, alg, src, wei, bias, dst, sp.strides, sp.dil, sp.pl, sp.pr)
+                   : dnnl::convolution_forward::desc(prop, alg, src, wei, dst, sp.strides, sp.dil, sp.pl, sp.pr);
+  return dnnl::convolution_forward::primitive_desc(d, attr, eng);
+}
+
+// Per-output-channel output scales, then the fused residual sum (read in `dst`'s layout)
+// and ReLU, applied to the scaled result.
+dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>& oscale, const memory::desc& residual) {
+  dnnl::primitive_attr attr;
+  attr.set_output_scales(1 << 1, oscale);
+  dnnl::post_ops po;
+  if (sp.fusion && sp.fusion->residual_sum()) po.append_binary(dnnl::algorithm::binary_add, residual);
+  if (sp.fusion && sp.fusion->relu()) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, sp.fusion->relu_negative_slope(), 0.f);
+  attr.set_post_ops(po);
+  return attr;
+}
+
+}  // namespace
+
+Int8Conv::Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_user,
+                   const memory::desc& dst_user, const memory::desc& residual_md)
+    : eng_(eng), spec_(spec), src_user_(src_user), dst_user_(dst_user), residual_md_(residual_md) {
+  if (spec.fusion) fusion_ = *spec.fusion;
+  spec_.fusion = &fusion_;
+  src_scale_ = int8_levels(src_user.data_type()) / std::max(spec.in_threshold, 1e-12f);
+  if (is_int8(dst_user)) {
+    if (fusion_.residual_sum()) throw InputError("an int8 convolution output cannot take a fused residual sum");
+    if (!(spec.out_threshold > 0.f)) throw InputError("an int8 convolution output needs a positive int8_output_threshold");
+    dst_scale_ = int8_levels(dst_user.data_type()) / spec.out_threshold;
   }
 }
 
+memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_md,
+                                     memory::data_type dst_type) {
+  const memory::desc src_any(spec.src, dt::s8, tag::any), dst_any(spec.dst, dst_type, tag::any);
+  Int8ConvSpec sp = spec;
+  proto::FusionParameter relu_only;
+  if (spec.fusion) relu_only = *spec.fusion;
+  relu_only.set_residual_sum(false);  // the residual is read in whatever layout is chosen
+  sp.fusion = &relu_only;
+  const std::vector<float> ones(static_cast<size_t>(spec.wei[0]), 1.f);
+  for (const memory::desc& src : {is_int8(src_md) ? src_md : src_any, src_any}) {
+    try {
+      auto pd = int8_pd(eng, sp, src, dst_any, int8_attr(sp, ones, {}));
+      if (!is_reference(pd.impl_info_str())) return pd.dst_desc();
+    } catch (const dnnl::error&) {
+    }
+  }
+  return memory::desc(spec.dst, dst_type, tag::nhwc);
+}
+
 void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
-  const int64_t oc = wei_dims_[0], per = wei_dims_[1] * wei_dims_[2] * wei_dims_[3];
-  // Per-output-channel weight scales; the output scale undoes both quantizations.
+  const int64_t oc = spec_.wei[0], per = spec_.wei[1] * spec_.wei[2] * spec_.wei[3];
+  // Per-output-channel weight scales; the output scale undoes both quantizations and
+  // applies the output's own.
   std::vector<float> wscale(oc), oscale(oc);
   for (int64_t o = 0; o < oc; ++o) {
     float m = 0.f;
     for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(wei[o * per + i]));
     wscale[o] = m > 0.f ? 127.f / m : 1.f;
-    oscale[o] = 1.f / (src_scale_ * wscale[o]);
+    oscale[o] = dst_scale_ / (src_scale_ * wscale[o]);
   }
-  const memory::dims src_dims = src_user_.dims(), dst_dims = dst_user_.dims();
-  memory::desc src_q(src_dims, dt::s8, tag::any), wei_q(wei_dims_, dt::s8, tag::any), dst_k(dst_dims, dt::f32, tag::any);
-  memory::desc bias_md({oc}, dt::f32, tag::a);
-  dnnl::primitive_attr attr;
-  attr.set_output_scales(1 << 1, oscale);
-  // Post-ops on the f32 result: the residual must be in the destination's layout, which
-  // oneDNN picks; ask once without them to learn it.
-  auto make = [&](const dnnl::primitive_attr& a, const memory::desc& dst) {
-    auto d = bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                     src_q, wei_q, bias_md, dst, strides_, dil_, pl_, pr_)
-                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                     src_q, wei_q, dst, strides_, dil_, pl_, pr_);
-    return dnnl::convolution_forward::primitive_desc(d, a, eng_);
-  };
-  auto pd = make(attr, dst_k);
-  if (relu_ || residual_) {
-    dnnl::post_ops po;
-    if (residual_) po.append_binary(dnnl::algorithm::binary_add, pd.dst_desc());
-    if (relu_) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, slope_, 0.f);
-    attr.set_post_ops(po);
-    pd = make(attr, pd.dst_desc());
+  // The callers' layouts when oneDNN has a fast kernel for them, else its own choice with
+  // conversions at the edges.
+  const bool int8_in = is_int8(src_user_);
+  memory::desc src_k = int8_in ? src_user_ : memory::desc(spec_.src, dt::s8, tag::any);
+  dnnl::convolution_forward::primitive_desc pd;
+  bool found = false;
+  try {
+    pd = int8_pd(eng_, spec_, src_k, dst_user_, int8_attr(spec_, oscale, dst_user_));
+    found = !is_reference(pd.impl_info_str());
+  } catch (const dnnl::error&) {
+  }
+  if (!found) {
+    memory::desc src_any(spec_.src, int8_in ? src_user_.data_type() : dt::s8, tag::any);
+    memory::desc dst_any(spec_.dst, dst_user_.data_type(), tag::any);
+    auto probe = int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, memory::desc(spec_.dst, dt::f32, tag::nhwc)));
+    pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, probe.dst_desc()));
   }
   conv_ = dnnl::convolution_forward(pd);
-  // Input quantization: f32 in the caller's layout -> s8 in the kernel's, scaled.
-  src_f32_ = memory(src_user_, eng_, nullptr);
-  src_q_ = memory(pd.src_desc(), eng_);
-  dnnl::primitive_attr qattr;
-  qattr.set_output_scales(0, {src_scale_});
-  quantize_ = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(src_f32_, src_q_, qattr));
+  src_.init(eng_, src_user_, pd.src_desc(), int8_in ? 1.f : src_scale_);
+  dst_.init(eng_, dst_user_, pd.dst_desc());
+  if (fusion_.residual_sum())
+    res_.init(eng_, residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw), pd.dst_desc());
   // Weights, once.
-  memory wei_f32({wei_dims_, dt::f32, tag::oihw}, eng_, const_cast<float*>(wei));
+  memory wei_f32({spec_.wei, dt::f32, tag::oihw}, eng_, const_cast<float*>(wei));
   wei_q_ = memory(pd.weights_desc(), eng_);
   dnnl::primitive_attr wattr;
   wattr.set_output_scales(1 << 0, wscale);
   dnnl::reorder(dnnl::reorder::primitive_desc(wei_f32, wei_q_, wattr)).execute(s, wei_f32, wei_q_);
   // oneDNN 2.x adds the bias to the s32 accumulator before the output scale: pre-scale it.
-  if (bias_) {
+  if (spec_.bias) {
     bias_scaled_.resize(oc);
     for (int64_t o = 0; o < oc; ++o) bias_scaled_[o] = bias[o] * src_scale_ * wscale[o];
-    bias_q_ = memory(bias_md, eng_, bias_scaled_.data());
-  }
-  dst_u_ = memory(dst_user_, eng_, nullptr);
-  if (pd.dst_desc() != dst_user_) {
-    dst_k_ = memory(pd.dst_desc(), eng_);
-    dst_out_ = std::make_unique<dnnl::reorder>(dst_k_, dst_u_);
-  }
-  if (residual_) {
-    memory::desc r = residual_md_.data.ndims ? residual_md_ : memory::desc(dst_dims, dt::f32, tag::nchw);
-    res_u_ = memory(r, eng_, nullptr);
-    if (r != pd.dst_desc()) {
-      res_k_ = memory(pd.dst_desc(), eng_);
-      res_in_ = std::make_unique<dnnl::reorder>(res_u_, res_k_);
-    }
+    bias_q_ = memory({{oc}, dt::f32, tag::a}, eng_, bias_scaled_.data());
   }
   s.wait();
-  name_ = fmt::format("{} int8 (input |x| <= {:.4g})", pd.impl_info_str(), 127.f / src_scale_);
+  auto type = [](const memory::desc& m) { return m.data_type() == dt::u8 ? "u8" : m.data_type() == dt::s8 ? "s8" : "f32"; };
+  name_ = fmt::format("{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
+                      type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
+                      fusion_.relu() ? ", fused +relu" : "");
   built_ = true;
 }
 
-void Int8Conv::run(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst, const float* residual) {
+void Int8Conv::run(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst, const float* residual) {
   if (!built_) build(s, wei, bias);
-  src_f32_.set_data_handle(const_cast<float*>(src));
-  quantize_->execute(s, src_f32_, src_q_);
-  dst_u_.set_data_handle(dst);
-  memory& out = dst_out_ ? dst_k_ : dst_u_;
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_q_}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, out}};
-  if (bias_) args[DNNL_ARG_BIAS] = bias_q_;
-  if (residual_) {
-    res_u_.set_data_handle(const_cast<float*>(residual));
-    if (res_in_) res_in_->execute(s, res_u_, res_k_);
-    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_in_ ? res_k_ : res_u_;
-  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_.read(s, src)}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, dst_.write(dst)}};
+  if (spec_.bias) args[DNNL_ARG_BIAS] = bias_q_;
+  if (fusion_.residual_sum()) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_.read(s, residual);
   conv_.execute(s, args);
-  if (dst_out_) dst_out_->execute(s, dst_k_, dst_u_);
+  dst_.commit(s);
   s.wait();
 }
 

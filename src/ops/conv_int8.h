@@ -1,9 +1,10 @@
-// INT8 inference convolution (post-training quantization): the input is quantized
-// symmetrically to s8 with the calibrated threshold T (scale 127 / T), the weights per
-// output channel (scale 127 / max|w[oc]|), and oneDNN's int8 kernel (VNNI / AMX)
-// accumulates in s32 and writes f32 through per-channel output scales, with the layer's
-// fused post-ops. Values between ops stay f32. Built at the first run, when the weights are
-// known; the weights are quantized once (they never change in an inference session).
+// INT8 inference convolution (post-training quantization). Weights are quantized per output
+// channel (scale 127 / max|w[oc]|); oneDNN's int8 kernel (VNNI / AMX) accumulates in s32.
+// The input is either f32, quantized here symmetrically to s8 with the calibrated threshold T
+// (scale 127 / T), or already int8 from the layer before (s8 with scale 127 / T, or u8 with
+// 255 / T after a ReLU). The output is f32, or int8 for an int8 reader (scale by its own
+// threshold), so consecutive int8 layers pass int8 tensors without converting. Built at the
+// first run, when the weights are known; they never change in an inference session.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -17,29 +18,39 @@
 
 namespace bks {
 
-struct ConvGeometry;
+struct Int8ConvSpec {
+  memory::dims src, dst, wei, strides, dil, pl, pr;
+  bool bias = false;
+  float in_threshold = 0.f;   // |x| the input's largest level stands for
+  float out_threshold = 0.f;  // the same for an int8 output (unused when it is f32)
+  const proto::FusionParameter* fusion = nullptr;  // may be null
+};
 
 class Int8Conv {
  public:
-  // fusion may be null. residual_md: the layout of a fused residual input.
-  Int8Conv(const dnnl::engine& eng, const memory::desc& src_user, const memory::desc& dst_user, const memory::dims& wei_dims,
-           const memory::dims& strides, const memory::dims& dil, const memory::dims& pl, const memory::dims& pr,
-           bool bias, float threshold, const proto::FusionParameter* fusion, const memory::desc& residual_md);
-  void run(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst, const float* residual);
+  // src_user / dst_user: the callers' layouts and types (f32, s8 or u8). residual_md: the
+  // layout of a fused residual input (f32 outputs only).
+  Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_user, const memory::desc& dst_user,
+           const memory::desc& residual_md);
+  // The destination layout the kernel writes fastest, of type `dst_type`, reading `src_md`
+  // (empty: f32 to be quantized here).
+  static memory::desc preferred_dst(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_md,
+                                    memory::data_type dst_type);
+  void run(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst, const float* residual);
   std::string name() const { return name_; }
 
  private:
   void build(dnnl::stream& s, const float* wei, const float* bias);
 
   dnnl::engine eng_;
+  Int8ConvSpec spec_;
+  proto::FusionParameter fusion_;
   memory::desc src_user_, dst_user_, residual_md_;
-  memory::dims wei_dims_, strides_, dil_, pl_, pr_;
-  bool bias_, relu_ = false, residual_ = false;
-  float slope_ = 0.f, src_scale_;
+  float src_scale_, dst_scale_ = 1.f;
   bool built_ = false;
   dnnl::convolution_forward conv_;
-  memory src_f32_, src_q_, wei_q_, bias_q_, dst_k_, dst_u_, res_u_, res_k_;
-  std::unique_ptr<dnnl::reorder> quantize_, dst_out_, res_in_;
+  memory wei_q_, bias_q_;
+  DnnlOperand src_, dst_, res_;
   std::vector<float> bias_scaled_;
   std::string name_ = "int8 (kernel built at the first run)";
 };

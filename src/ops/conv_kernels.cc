@@ -136,6 +136,12 @@ double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitiv
   return best;
 }
 
+Int8ConvSpec int8_spec(const ConvGeometry& g, bool bias, float in_threshold, float out_threshold,
+                       const proto::FusionParameter* fusion) {
+  ConvDescs d = conv_descs(g);
+  return {d.src, d.dst, d.wei, d.strides, d.dil, d.pl, d.pr, bias, in_threshold, out_threshold, fusion};
+}
+
 // Below this many input channels (first layers), oneDNN 2.6's kernels for its own
 // channel-blocked destination beat the channels-last ones by far (LeNet's conv1, forward
 // + backward-weights: 0.65 vs 1.18 ms on AVX-512); pooling reads that layout directly.
@@ -152,6 +158,11 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
   // Otherwise channels-last: no channel padding (LeNet's 20 and 50 channels would pad to
   // 32 and 64 in 16-blocked layouts) and oneDNN's fastest (brgemm) kernels on AVX-512.
   return memory::desc({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::nhwc);
+}
+
+memory::desc ConvKernels::preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, const memory::desc& src_md,
+                                             const proto::FusionParameter* fusion, memory::data_type dst_type) {
+  return Int8Conv::preferred_dst(eng, int8_spec(g, bias, 1.f, 1.f, fusion), src_md, dst_type);
 }
 
 void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
@@ -174,8 +185,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   int8_.reset();
   if (int8_threshold_ > 0.f && !training) {
     if (g.group != 1) throw InputError("int8 convolution with groups is not supported yet");
-    int8_ = std::make_unique<Int8Conv>(eng, src_user, dst_user, wei, strides, dil, pl, pr, bias, int8_threshold_, fusion,
-                                       residual_md);
+    int8_ = std::make_unique<Int8Conv>(eng, int8_spec(g, bias, int8_threshold_, int8_out_threshold_, fusion), src_user,
+                                       dst_user, residual_md);
     return;
   }
   if (bf16_ && !training) {
@@ -268,7 +279,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   name_ += fmt::format(" / bwd_weights {}", wpd.impl_info_str());
 }
 
-void ConvKernels::forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst,
+void ConvKernels::forward(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
                           const float* residual) {
   if (int8_) return int8_->run(s, src, wei, bias, dst, residual);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f_src_.read(s, src)},

@@ -41,7 +41,11 @@ class ConvKernels {
                const proto::FusionParameter* fusion = nullptr, const memory::desc& residual_md = {});
   // The destination layout oneDNN's kernel writes fastest for this geometry.
   static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
-  void forward(dnnl::stream& s, const float* src, const float* wei, const float* bias, float* dst,
+  // The same for the int8 kernel reading src_md (empty: f32), writing `dst_type`.
+  static memory::desc preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, const memory::desc& src_md,
+                                         const proto::FusionParameter* fusion, memory::data_type dst_type);
+  // src and dst are f32, except around int8 kernels (see set_int8_thresholds).
+  void forward(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
                const float* residual = nullptr);
   void backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src);
   // diff_bias may be null.
@@ -54,8 +58,12 @@ class ConvKernels {
   void set_algorithm_choice(const std::string& a) { choice_ = a; }
   // Inference in bfloat16 (data converted from and to the callers' f32 at the edges).
   void set_bf16(bool b) { bf16_ = b; }
-  // INT8 inference with this calibrated input threshold (0: off); see conv_int8.h.
-  void set_int8_threshold(float t) { int8_threshold_ = t; }
+  // INT8 inference with this calibrated input threshold (0: off), and the output's when the
+  // destination layout is int8; see conv_int8.h.
+  void set_int8_thresholds(float in, float out) {
+    int8_threshold_ = in;
+    int8_out_threshold_ = out;
+  }
   // The algorithm the forward kernel runs ("direct" or "winograd").
   const std::string& algorithm() const { return algorithm_; }
 
@@ -71,7 +79,7 @@ class ConvKernels {
   std::string tuning_;  // what autotuning measured, for name()
   std::string choice_, algorithm_ = "direct";
   bool bf16_ = false;
-  float int8_threshold_ = 0.f;
+  float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
   std::unique_ptr<Int8Conv> int8_;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;

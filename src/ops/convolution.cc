@@ -16,6 +16,9 @@ class ConvolutionOp final : public Op {
     int8_threshold_ = init.node.param.int8_input_threshold();
     if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
     if (int8_threshold_ > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
+    int8_out_threshold_ = init.node.param.int8_output_threshold();
+    if (int8_out_threshold_ < 0.f) fail("int8_output_threshold must be positive");
+    if (int8_out_threshold_ > 0.f && !(int8_threshold_ > 0.f)) fail("int8_output_threshold needs int8_input_threshold");
     if (!choice_.empty() && choice_ != "direct" && choice_ != "winograd")
       fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice_);
     fused_ = fusion_.residual_sum() || fusion_.relu();
@@ -49,9 +52,12 @@ class ConvolutionOp final : public Op {
   }
 
   LayoutRule layout_rule() const override { return LayoutRule::any_in_any_out; }
-  dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>&) override {
-    return ConvKernels::preferred_dst(static_cast<CpuBackend&>(backend_).engine(), g_, p_.bias_term(),
-                                      phase_ == proto::TRAIN);
+  dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
+    auto& eng = static_cast<CpuBackend&>(backend_).engine();
+    if (int8_threshold_ > 0.f)
+      return ConvKernels::preferred_int8_dst(eng, g_, p_.bias_term(), in.empty() ? memory::desc() : in[0], &fusion_,
+                                             int8_output_type(fusion_, int8_out_threshold_));
+    return ConvKernels::preferred_dst(eng, g_, p_.bias_term(), phase_ == proto::TRAIN);
   }
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
@@ -60,14 +66,14 @@ class ConvolutionOp final : public Op {
     k_.set_constant_weights(constant_params_ && phase_ != proto::TRAIN);
     k_.set_algorithm_choice(choice_);
     k_.set_bf16(bf16_ && phase_ != proto::TRAIN);
-    k_.set_int8_threshold(int8_threshold_);
+    k_.set_int8_thresholds(int8_threshold_, int8_out_threshold_);
     k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
                needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
   }
 
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
-    k_.forward(s, c.in[0]->f32(), c.params[0]->f32(), p_.bias_term() ? c.params[1]->f32() : nullptr, c.out[0]->f32(),
+    k_.forward(s, c.in[0]->raw(), c.params[0]->f32(), p_.bias_term() ? c.params[1]->f32() : nullptr, c.out[0]->raw(),
                fusion_.residual_sum() ? c.in[1]->f32() : nullptr);
   }
 
@@ -97,7 +103,7 @@ class ConvolutionOp final : public Op {
   proto::FusionParameter fusion_;
   bool fused_ = false;
   std::string choice_;
-  float int8_threshold_ = 0.f;
+  float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
 };
 
 }  // namespace

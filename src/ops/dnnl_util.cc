@@ -24,26 +24,42 @@ memory::desc plain_md(const Shape& s, memory::data_type dt) {
   return memory::desc(to_dims(s), dt, plain_tag(static_cast<int>(s.size())));
 }
 
-void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel) {
+bool is_int8(const memory::desc& md) {
+  return md.data.ndims > 0 && (md.data_type() == memory::data_type::s8 || md.data_type() == memory::data_type::u8);
+}
+
+float int8_levels(memory::data_type t) { return t == memory::data_type::u8 ? 255.f : 127.f; }
+
+memory::data_type int8_output_type(const proto::FusionParameter& fusion, float out_threshold) {
+  if (!(out_threshold > 0.f)) return memory::data_type::f32;
+  return fusion.relu() && fusion.relu_negative_slope() == 0.f ? memory::data_type::u8 : memory::data_type::s8;
+}
+
+void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale) {
   user_ = memory(user, eng, nullptr);
   reorder_.reset();
   back_.reset();
   converts_ = false;
   converted_ = nullptr;
-  if (user == kernel) {
+  if (user == kernel && scale == 1.f) {
     kernel_ = user_;
     return;
   }
   kernel_ = memory(kernel, eng);
   converts_ = true;
+  auto scaled = [](float f) {
+    dnnl::primitive_attr a;
+    if (f != 1.f) a.set_output_scales(0, {f});
+    return a;
+  };
   // Some kernel layouts convert one way only (Winograd weights are never read back); a
   // direction oneDNN cannot do fails when it is used, not here.
   try {
-    reorder_ = std::make_unique<dnnl::reorder>(user_, kernel_);
+    reorder_ = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(user_, kernel_, scaled(scale)));
   } catch (const dnnl::error&) {
   }
   try {
-    back_ = std::make_unique<dnnl::reorder>(kernel_, user_);
+    back_ = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(kernel_, user_, scaled(1.f / scale)));
   } catch (const dnnl::error&) {
   }
   if (!reorder_ && !back_) throw dnnl::error(dnnl_unimplemented, "no reorder between the two layouts");

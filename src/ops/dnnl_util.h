@@ -3,6 +3,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "caffe.pb.h"
 #include "core/tensor.h"
 
 namespace bks {
@@ -13,12 +14,21 @@ memory::dims to_dims(const Shape& s);
 // Plain row-major (NCHW-style) descriptor for a shape.
 memory::desc plain_md(const Shape& s, memory::data_type dt = memory::data_type::f32);
 memory::format_tag plain_tag(int ndim);
+bool is_int8(const memory::desc& md);
+// Symmetric quantization: the level |x| = threshold maps to. s8 (and f32 quantized to s8):
+// 127; u8 (non-negative values, after a ReLU): 255.
+float int8_levels(memory::data_type t);
+// The type an INT8 layer writes: f32 without an int8 output threshold; u8 when a fused
+// ReLU (slope 0) makes it non-negative; s8 otherwise.
+memory::data_type int8_output_type(const proto::FusionParameter& fusion, float out_threshold);
 
 // One operand of a primitive: the user's buffer is plain; the kernel may prefer a blocked
 // layout, in which case a reorder (built once, at prepare time) runs on each call.
 class DnnlOperand {
  public:
-  void init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel);
+  // scale != 1: the kernel's values are the user's times `scale` (int8 quantization, where
+  // the kernel's type is s8/u8 and the user's f32; rounded and saturated by oneDNN).
+  void init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale = 1.f);
   bool reorders() const { return converts_; }
   // Input: memory holding the data in the kernel's layout (reordered from `user` if needed).
   memory& read(dnnl::stream& s, const void* user);

@@ -17,6 +17,9 @@ class InnerProductOp final : public Op {
     int8_threshold_ = init.node.param.int8_input_threshold();
     if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
     if (int8_threshold_ > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
+    int8_out_threshold_ = init.node.param.int8_output_threshold();
+    if (int8_out_threshold_ < 0.f) fail("int8_output_threshold must be positive");
+    if (int8_out_threshold_ > 0.f && !(int8_threshold_ > 0.f)) fail("int8_output_threshold needs int8_input_threshold");
   }
   int min_inputs() const override { return 1; }
 
@@ -29,6 +32,17 @@ class InnerProductOp final : public Op {
     n_ = p_.num_output();
     out[0] = Shape(in[0].begin(), in[0].begin() + axis);
     out[0].push_back(n_);
+    out_shape_ = out[0];
+  }
+
+  // INT8 reads its input in any layout and type (converting it to int8 rows itself) and
+  // may write int8 rows; FP32 works on plain rows.
+  LayoutRule layout_rule() const override {
+    return int8_threshold_ > 0.f ? LayoutRule::any_in_any_out : LayoutRule::plain_only;
+  }
+  dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>&) override {
+    auto t = int8_output_type(fusion_, int8_out_threshold_);
+    return t == memory::data_type::f32 ? memory::desc() : plain_md(out_shape_, t);
   }
 
   std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
@@ -38,13 +52,15 @@ class InnerProductOp final : public Op {
     return d;
   }
 
-  void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
+  void prepare(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
     int8_.reset();
     if (int8_threshold_ > 0.f) {
-      int8_ = std::make_unique<Int8MatMul>(eng, m_, n_, k_, t, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
-                                           int8_threshold_);
+      Int8MatMulSpec spec{m_, n_, k_, t, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(), int8_threshold_,
+                          int8_out_threshold_};
+      memory::desc src = in_layout_.empty() || in_layout_[0].data.ndims == 0 ? plain_md(in[0]) : in_layout_[0];
+      int8_ = std::make_unique<Int8MatMul>(eng, spec, src, int8_output_type(fusion_, int8_out_threshold_));
       return;
     }
     fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
@@ -59,7 +75,7 @@ class InnerProductOp final : public Op {
 
   void forward(OpCall& c) override {
     const float* b = p_.bias_term() ? c.params[1]->f32() : nullptr;
-    if (int8_) return int8_->run(stream(), c.in[0]->f32(), c.params[0]->f32(), b, c.out[0]->f32());
+    if (int8_) return int8_->run(stream(), c.in[0]->raw(), c.params[0]->f32(), b, c.out[0]->raw());
     fwd_.run(stream(), c.in[0]->f32(), c.params[0]->f32(), c.out[0]->f32(), b);
   }
 
@@ -97,9 +113,10 @@ class InnerProductOp final : public Op {
   proto::InnerProductParameter p_;
   MatMul fwd_, dw_, dx_;
   proto::FusionParameter fusion_;
-  float int8_threshold_ = 0.f;
+  float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
   std::unique_ptr<Int8MatMul> int8_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
+  Shape out_shape_;
 };
 
 }  // namespace

@@ -75,6 +75,7 @@ class PoolingOp final : public Op {
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
     Shape s{n_, c_, h_, w_};
     memory::desc src = in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0];
+    if (is_int8(src)) return forward_pd(src).dst_desc();
     if (src == nhwc_md(s) || own_tiled_kernel(src)) return nhwc_md({n_, c_, oh_, ow_});
     return use_dnnl_ ? forward_pd(src).dst_desc() : memory::desc();
   }
@@ -82,7 +83,9 @@ class PoolingOp final : public Op {
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     auto& be = static_cast<CpuBackend&>(backend_);
     memory::desc src = in_md(0, in[0]), dst_user = out_md(0, out[0]);
-    channels_last_ = src == nhwc_md(in[0]) || own_tiled_kernel(src);
+    if (is_int8(src) && (!use_dnnl_ || phase_ == proto::TRAIN))
+      fail("int8 input needs MAX pooling (or AVE without padding) in an inference graph");
+    channels_last_ = !is_int8(src) && (src == nhwc_md(in[0]) || own_tiled_kernel(src));
     if (channels_last_) {
       // bakusoku's own kernel: Caffe's exact semantics, vectorised over channels.
       memory::desc dst_nhwc = nhwc_md(out[0]);
@@ -137,8 +140,8 @@ class PoolingOp final : public Op {
       return;
     }
     auto& s = static_cast<CpuBackend&>(backend_).stream();
-    src_m_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_.write(c.out[0]->f32())}};
+    src_m_.set_data_handle(const_cast<void*>(c.in[0]->raw()));
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_.write(c.out[0]->raw())}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
     fwd_.execute(s, args);
     dst_.commit(s);
@@ -189,9 +192,11 @@ class PoolingOp final : public Op {
     pr_ = {std::max<int64_t>(prh, 0), std::max<int64_t>(prw, 0)};
   }
 
+  // int8 input (between int8 layers): int8 output of the same type, with the same scale
+  // (a maximum of levels is the level of the maximum).
   dnnl::pooling_forward::primitive_desc forward_pd(const memory::desc& src) {
     auto prop = phase_ == proto::TRAIN ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-    memory::desc dst_any({n_, c_, oh_, ow_}, memory::data_type::f32, memory::format_tag::any);
+    memory::desc dst_any({n_, c_, oh_, ow_}, src.data_type(), memory::format_tag::any);
     return dnnl::pooling_forward::primitive_desc({prop, alg_, src, dst_any, strides_, kernel_, pl_, pr_},
                                                  static_cast<CpuBackend&>(backend_).engine());
   }

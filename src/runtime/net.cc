@@ -221,10 +221,13 @@ void Net::plan_layouts() {
   // one way, so this ends.
   bool changed = true;
   auto demote = [&](int v) {
-    if (blocked(v)) {
-      layout_[v] = dnnl::memory::desc();
-      changed = true;
-    }
+    if (!blocked(v)) return;
+    // An int8 value (deploy --precision int8) has int8 readers only; deploy guarantees it.
+    if (layout_[v].data_type() != dnnl::memory::data_type::f32)
+      input_error("{}: '{}' holds int8 values, but a layer reading it takes f32 only (or it is an output)",
+                  graph_.source, graph_.values[v].name);
+    layout_[v] = dnnl::memory::desc();
+    changed = true;
   };
   while (changed) {
     changed = false;
@@ -362,23 +365,23 @@ void Net::plan_memory() {
 
 void Net::bind_to_arena() {
   const auto& storage = options_.arena->storage();
-  auto bind = [&](Tensor& t, size_t off, const Shape& s, size_t phys) {
+  auto bind = [&](Tensor& t, size_t off, const Shape& s, size_t phys, DType dtype) {
     if (off != kDedicated) {
-      t.bind(storage, off, s, phys);
+      t.bind(storage, off, s, phys, dtype);
       return;
     }
     // Own buffer: drop an arena binding first so reshape() cannot land inside the arena.
     if (storage && t.uses_storage(storage.get())) t = Tensor();
-    t.reshape(s, phys);
+    t.reshape(s, phys, dtype);
   };
   for (int v = 0; v < static_cast<int>(graph_.values.size()); ++v) {
     const Shape& s = graph_.values[v].shape;
     size_t phys = blocked_bytes(v);
     if (data_alias_[v] >= 0) data_[v].alias_of(data_[data_alias_[v]], s);
-    else bind(data_[v], data_offset_[v], s, phys);
+    else bind(data_[v], data_offset_[v], s, phys, value_dtype(v));
     if (!grad_[v].defined()) continue;
     if (grad_alias_[v] >= 0) grad_[v].alias_of(grad_[grad_alias_[v]], s);
-    else bind(grad_[v], grad_offset_[v], s, phys);
+    else bind(grad_[v], grad_offset_[v], s, phys, DType::f32);
   }
   size_t k = 0;
   for (int n = 0; n < num_nodes(); ++n)
@@ -386,7 +389,7 @@ void Net::bind_to_arena() {
       if (accumulate_in_grad_[n][i]) {
         int v = graph_.nodes[n].inputs[i];
         if (k == scratch_.size()) scratch_.emplace_back(Shape{0});
-        bind(scratch_[k], scratch_offset_[k], graph_.values[v].shape, blocked_bytes(v));
+        bind(scratch_[k], scratch_offset_[k], graph_.values[v].shape, blocked_bytes(v), DType::f32);
         ++k;
       }
 }
@@ -568,6 +571,15 @@ Tensor Net::plain_copy(int v, bool gradient) {
 
 size_t Net::blocked_bytes(int v) const { return is_blocked(v) ? layout_[v].get_size() : 0; }
 
+DType Net::value_dtype(int v) const {
+  if (!is_blocked(v)) return DType::f32;
+  switch (layout_[v].data_type()) {
+    case dnnl::memory::data_type::s8: return DType::s8;
+    case dnnl::memory::data_type::u8: return DType::u8;
+    default: return DType::f32;
+  }
+}
+
 std::pair<int64_t, int64_t> Net::data_extent() const {
   for (int n = 0; n < num_nodes(); ++n)
     if (ops_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
@@ -590,7 +602,9 @@ std::string Net::describe() const {
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
                      ops_[n]->kernel_name(), first_out && data_alias_[node.outputs[0]] >= 0 ? " in-place" : "",
-                     first_out && is_blocked(node.outputs[0]) ? " blocked-layout" : "",
+                     !first_out || !is_blocked(node.outputs[0]) ? ""
+                     : value_dtype(node.outputs[0]) == DType::f32 ? " blocked-layout"
+                                                                   : value_dtype(node.outputs[0]) == DType::u8 ? " u8 output" : " s8 output",
                      runs_backward_[n] ? "" : " (no backward)");
   }
   return s;

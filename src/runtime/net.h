@@ -73,8 +73,11 @@ class Net {
   // Batch size and dataset size of the net's first data layer; without one, the batch of
   // its first Input blob and dataset size 0.
   std::pair<int64_t, int64_t> data_extent() const;
-  // A row-major copy of value v (or of its gradient), whatever layout it is kept in.
+  // A row-major f32 copy of value v (or of its gradient), whatever layout it is kept in.
+  // An int8 value comes back as its integer levels (its scale is its producer's).
   Tensor plain_copy(int v, bool gradient = false);
+  // The element type value v is kept in: f32, or s8/u8 between int8 layers.
+  DType value_dtype(int v) const;
   // Bytes of arena memory this net's plan needs (activations, gradients, scratch).
   size_t planned_bytes() const { return arena_bytes_; }
   // Whether value v is in a blocked oneDNN layout (then value(v) is not row-major).

@@ -1,0 +1,31 @@
+// INT8 post-training quantization of a deployed graph, from a calibration table.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "caffe.pb.h"
+#include "engine/bundle.h"
+#include "engine/calibrate.h"
+
+namespace bks {
+
+struct Int8Plan {
+  int quantized = 0;    // layers running an int8 kernel
+  int int8_outputs = 0; // of them, layers writing int8 for int8 readers
+};
+
+// Gives every Convolution and InnerProduct whose input the table measured its input
+// threshold (int8_input_threshold), so it runs oneDNN's int8 kernel, then keeps int8
+// between layers (keep_int8_between_layers). Other layers stay FP32, and so do
+// convolutions over fewer than 4 input channels (`shapes`: the blobs' shapes), where
+// oneDNN's int8 kernels are slower than its f32 ones.
+Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std::string, Shape>& shapes);
+
+// An int8 layer whose output is read only by int8 layers (directly or through MAX
+// poolings, which keep the scale) writes it as int8 with their threshold
+// (int8_output_threshold), so nothing converts to f32 and back between them. Returns how
+// many layers do.
+int keep_int8_between_layers(proto::NetParameter& net);
+
+}  // namespace bks
