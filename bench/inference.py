@@ -1,5 +1,6 @@
 """Deployed-model inference: `bakusoku deploy` + `bakusoku bench` against PyTorch eager
-(eval, no_grad), same machine, same run, same threads. FP32 only so far.
+(eval, no_grad), same machine, same run, same threads: FP32 against PyTorch FP32, LeNet INT8
+against PyTorch INT8, CIFAR-10 quick and ResNet-18 INT8 against bakusoku's own FP32.
 Usage: inference.py BAKUSOKU_BINARY [--threads N] [--iterations N]"""
 import json
 import os
@@ -35,6 +36,23 @@ def weights_for(binary, tmp, net):
     return os.path.join(out, "snapshots", "iter_1.safetensors")
 
 
+def neutral_batchnorm(weights):
+    """One training step on an Input layer's zeros leaves BatchNorm with zero variances,
+    which makes the folded weights huge; set mean 0, variance 1, factor 1 in place, as a
+    trained net's statistics would be in scale."""
+    import struct
+    data = bytearray(open(weights, "rb").read())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    for key, t in header.items():
+        if key == "__metadata__" or "_bn." not in key:
+            continue
+        start, end = t["data_offsets"]
+        value = {"0": 0.0, "1": 1.0, "2": 1.0}[key.rsplit(".", 1)[1]]
+        data[8 + n + start:8 + n + end] = struct.pack(f"<{(end - start) // 4}f", *([value] * ((end - start) // 4)))
+    open(weights, "wb").write(data)
+
+
 def sgemm_peak(threads):
     """OpenBLAS SGEMM GFLOP/s on this machine (numpy's BLAS), same threads."""
     code = ("import numpy as np, time\n"
@@ -50,10 +68,11 @@ def main():
     binary = sys.argv[1]
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 2
     iters = int(sys.argv[sys.argv.index("--iterations") + 1]) if "--iterations" in sys.argv else 100
-    rows, conv_rows = [], []
+    rows, own_rows, conv_rows = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (net, batches) in NETS.items():
             w = weights_for(binary, tmp, net)
+            neutral_batchnorm(w)
             bundle = os.path.join(tmp, name + ".bks")
             sh([binary, "deploy", "--model", net, "--weights", w, "-o", bundle, "--threads", str(threads)])
             b = json.loads(sh([binary, "bench", bundle, "--batch", batches, "--iterations", str(iters), "--threads",
@@ -76,6 +95,18 @@ def main():
                 for r in bq["results"]:
                     rows.append((f"{name} INT8 batch {r['batch']} throughput", "items/s", r["throughput_per_s"],
                                  tq[str(r["batch"])]["throughput_per_s"]))
+            else:
+                # INT8 against bakusoku's own FP32 (no CIFAR-10 data on the machine: calibrated
+                # on uniform random inputs, which sets the speed but not a usable accuracy).
+                q = os.path.join(tmp, name + "_int8.bks")
+                sh([binary, "deploy", "--model", net, "--weights", w, "-o", q, "--threads", str(threads), "--precision",
+                    "int8", "--calib", "random", "--calib-batches", "3"])
+                bq = json.loads(sh([binary, "bench", q, "--batch", batches, "--iterations", str(iters), "--threads",
+                                    str(threads), "--json"]).strip().splitlines()[-1])
+                for r, rf in zip(bq["results"], b["results"]):
+                    if r["batch"] > 1:
+                        own_rows.append((f"{name} INT8 vs own FP32 batch {r['batch']}", "items/s", r["throughput_per_s"],
+                                         rf["throughput_per_s"]))
             for r in b["results"]:
                 batch = r["batch"]
                 tr = t[str(batch)]
@@ -85,6 +116,9 @@ def main():
                              tr["median_ms"]))
     print(f"\n{'benchmark (' + str(threads) + ' threads)':<44} {'unit':<8} {'bakusoku':>10} {'PyTorch':>10} {'ratio':>7}")
     for name, unit, b, t in rows:
+        print(f"{name:<44} {unit:<8} {b:>10.4g} {t:>10.4g} {b / t:>7.3f}")
+    print(f"\n{'INT8 against bakusoku FP32 (' + str(threads) + ' threads)':<44} {'unit':<8} {'INT8':>10} {'FP32':>10} {'ratio':>7}")
+    for name, unit, b, t in own_rows:
         print(f"{name:<44} {unit:<8} {b:>10.4g} {t:>10.4g} {b / t:>7.3f}")
     peak = sgemm_peak(threads)
     print(f"\nLargest convolutions (FP32, GFLOP/s counted as direct convolution; Winograd does fewer "

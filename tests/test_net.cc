@@ -2,6 +2,7 @@
 // finite differences on the whole net's loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -216,6 +217,42 @@ layer { name: "ip" type: "InnerProduct" bottom: "gap" top: "y" inner_product_par
 layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" }
 )");
   t.check(1e-2f, 3e-2f);
+}
+
+TEST(Net, ConcatWrittenInPlaceAtBatchOne) {
+  // Inference at batch 1: each branch writes straight into its run of the Concat's output
+  // (nothing before the channel axis). Item 0 of a batch-2 net, which copies, must agree.
+  auto text = [](int batch) {
+    return fmt::format(R"(
+layer {{ name: "in" type: "Input" top: "x" input_param {{ shape {{ dim: {} dim: 4 dim: 6 dim: 6 }} }} }}
+layer {{ name: "b1" type: "Convolution" bottom: "x" top: "b1" convolution_param {{ num_output: 3 kernel_size: 1 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+layer {{ name: "b2" type: "Convolution" bottom: "x" top: "b2" convolution_param {{ num_output: 5 kernel_size: 3 pad: 1 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+layer {{ name: "b3" type: "Pooling" bottom: "x" top: "b3" pooling_param {{ pool: MAX kernel_size: 3 stride: 1 pad: 1 }} }}
+layer {{ name: "cat" type: "Concat" bottom: "b1" bottom: "b2" bottom: "b3" top: "cat" }}
+layer {{ name: "c" type: "Convolution" bottom: "cat" top: "y" convolution_param {{ num_output: 2 kernel_size: 3 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+)",
+                       batch);
+  };
+  CpuBackend be(2);
+  ParamStore store;
+  auto one = build_net(text(1), store, be, proto::TEST, {});
+  auto two = build_net(text(2), store, be, proto::TEST, {});  // same weights (one store)
+  std::string d = one->describe();
+  size_t into = 0;
+  for (size_t at = d.find("written into cat"); at != std::string::npos; at = d.find("written into cat", at + 1)) ++into;
+  EXPECT_EQ(into, 3u) << d;
+  EXPECT_EQ(two->describe().find("written into"), std::string::npos);
+  Rng rng(2);
+  Tensor& x1 = one->value("x");
+  Tensor& x2 = two->value("x");
+  for (int64_t i = 0; i < x2.numel(); ++i) x2.f32()[i] = rng.uniform(-1, 1);
+  std::memcpy(x1.f32(), x2.f32(), x1.bytes());
+  one->forward();
+  two->forward();
+  const Tensor &y1 = one->value("y"), &y2 = two->value("y");
+  for (int64_t i = 0; i < y1.numel(); ++i) EXPECT_NEAR(y1.f32()[i], y2.f32()[i], 1e-5f) << i;
+  const Tensor &c1 = one->value("cat"), &c2 = two->value("cat");
+  for (int64_t i = 0; i < c1.numel(); ++i) ASSERT_NEAR(c1.f32()[i], c2.f32()[i], 1e-5f) << i;
 }
 
 TEST(Net, SharedWeightsSumGradients) {

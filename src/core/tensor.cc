@@ -96,10 +96,11 @@ void Tensor::bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& 
   offset_ = offset;
 }
 
-void Tensor::alias_of(const Tensor& other, const Shape& shape) {
-  BKS_CHECK(shape_numel(shape) <= other.numel(), "alias {} of {}", shape_str(shape), shape_str(other.shape_));
+void Tensor::alias_of(const Tensor& other, const Shape& shape, size_t byte_offset) {
+  BKS_CHECK(byte_offset + shape_numel(shape) * dtype_size(other.dtype_) <= other.bytes(), "alias {} at byte {} of {}",
+            shape_str(shape), byte_offset, shape_str(other.shape_));
   storage_ = other.storage_;
-  offset_ = other.offset_;
+  offset_ = other.offset_ + byte_offset;
   dtype_ = other.dtype_;
   shape_ = shape;
   phys_bytes_ = shape_numel(shape) == other.numel() ? other.phys_bytes_ : 0;

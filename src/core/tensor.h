@@ -87,8 +87,9 @@ class Tensor {
   // Views `bytes` of `storage` from `offset` (memory planned into a shared arena).
   void bind(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, size_t phys_bytes = 0,
             DType dtype = DType::f32);
-  // Shares this tensor's buffer (in-place ops) with its own shape (and other's layout size).
-  void alias_of(const Tensor& other, const Shape& shape);
+  // Shares this tensor's buffer (in-place ops) with its own shape (and other's layout size),
+  // from `byte_offset` on (a run of it, for a Concat written in place).
+  void alias_of(const Tensor& other, const Shape& shape, size_t byte_offset = 0);
   bool shares_storage(const Tensor& o) const { return storage_ && storage_ == o.storage_; }
   bool uses_storage(const Storage* s) const { return storage_.get() == s; }
 

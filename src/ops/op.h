@@ -109,6 +109,10 @@ class Op {
   // The op's output is a reshaped view of its input (Flatten, Reshape): no data moves when
   // the runtime lets them share a buffer.
   virtual bool output_is_view() const { return false; }
+  // Concat: the element offset of each input inside the output when every input is one
+  // contiguous run of it (nothing before the concatenation axis, e.g. batch-1 inference), so
+  // the runtime may have producers write straight into the output; empty otherwise.
+  virtual std::vector<int64_t> input_runs_in_output() const { return {}; }
   // Outputs are filled from outside the graph (Input layer): never overwritten in place.
   virtual bool is_external_input() const { return false; }
   // Data layers: samples in their dataset (for epochs); 0 for every other op.

@@ -144,7 +144,8 @@ void move_parts(const AxisParts& g, float* whole, const std::vector<float*>& par
   int64_t total = g.total(), off = 0;
   for (size_t k = 0; k < parts.size(); ++k) {
     int64_t len = g.sizes[k] * g.inner;
-    if (parts[k]) {
+    // A part the runtime placed in its run of the whole is already there.
+    if (parts[k] && parts[k] != whole + off * g.inner) {
       if (join) copy_blocks(parts[k], len, whole + off * g.inner, total * g.inner, g.outer, len);
       else copy_blocks(whole + off * g.inner, total * g.inner, parts[k], len, g.outer, len);
     }
@@ -178,6 +179,16 @@ class ConcatOp final : public Op {
     g_.inner = shape_count(in[0], g_.axis + 1, nd);
     out[0] = in[0];
     out[0][g_.axis] = g_.total();
+  }
+  std::vector<int64_t> input_runs_in_output() const override {
+    if (g_.outer != 1) return {};
+    std::vector<int64_t> at;
+    int64_t off = 0;
+    for (int64_t size : g_.sizes) {
+      at.push_back(off * g_.inner);
+      off += size;
+    }
+    return at;
   }
   void forward(OpCall& c) override {
     std::vector<float*> parts;

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 
 #include "core/log.h"
@@ -374,11 +375,25 @@ void Net::bind_to_arena() {
     if (storage && t.uses_storage(storage.get())) t = Tensor();
     t.reshape(s, phys, dtype);
   };
-  for (int v = 0; v < static_cast<int>(graph_.values.size()); ++v) {
+  // A value shares the buffer of the value it aliases, bound first: an earlier one (in
+  // place) or a later one (a Concat's output, which its inputs are runs of).
+  const int nv = static_cast<int>(graph_.values.size());
+  std::vector<bool> bound(nv, false);
+  std::function<void(int)> bind_data = [&](int v) {
+    if (bound[v]) return;
+    bound[v] = true;
+    const Shape& s = graph_.values[v].shape;
+    if (int a = data_alias_[v]; a >= 0) {
+      bind_data(a);
+      data_[v].alias_of(data_[a], s, data_alias_offset_[v]);
+    } else {
+      bind(data_[v], data_offset_[v], s, blocked_bytes(v), value_dtype(v));
+    }
+  };
+  for (int v = 0; v < nv; ++v) {
     const Shape& s = graph_.values[v].shape;
     size_t phys = blocked_bytes(v);
-    if (data_alias_[v] >= 0) data_[v].alias_of(data_[data_alias_[v]], s);
-    else bind(data_[v], data_offset_[v], s, phys, value_dtype(v));
+    bind_data(v);
     if (!grad_[v].defined()) continue;
     if (grad_alias_[v] >= 0) grad_[v].alias_of(grad_[grad_alias_[v]], s);
     else bind(grad_[v], grad_offset_[v], s, phys, DType::f32);
@@ -425,13 +440,39 @@ bool Net::can_write_in_place(int n, int x) const {
   return true;
 }
 
+// A Concat written in place: each producer writes straight into its run of the output
+// (inference only, plain layouts, each input read by the Concat alone and made by an op of
+// this net), and the Concat moves nothing.
+bool Net::place_concat_inputs(int n) {
+  const Node& node = graph_.nodes[n];
+  std::vector<int64_t> at = ops_[n]->input_runs_in_output();
+  if (runs_backward_[n] || at.size() != node.inputs.size() || node.outputs.size() != 1) return false;
+  int y = node.outputs[0];
+  if (is_blocked(y)) return false;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    int x = node.inputs[i];
+    const Value& v = graph_.values[x];
+    if (is_blocked(x) || data_alias_[x] >= 0 || v.consumers.size() != 1 || v.producer < 0 ||
+        ops_[v.producer]->is_external_input() || loss_weight_[x] != 0.f ||
+        std::count(node.inputs.begin(), node.inputs.end(), x) != 1)
+      return false;
+  }
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    data_alias_[node.inputs[i]] = y;
+    data_alias_offset_[node.inputs[i]] = static_cast<size_t>(at[i]) * sizeof(float);
+  }
+  return true;
+}
+
 void Net::plan_buffers() {
   int nv = static_cast<int>(graph_.values.size());
   data_alias_.assign(nv, -1);
+  data_alias_offset_.assign(nv, 0);
   grad_alias_.assign(nv, -1);
   for (int n = 0; n < num_nodes(); ++n) {
     const Node& node = graph_.nodes[n];
     if (node.inputs.empty() || node.outputs.empty()) continue;
+    if (place_concat_inputs(n)) continue;
     int x = node.inputs[0], y = node.outputs[0];
     bool alias = false;
     if (ops_[n]->output_is_view() && node.inputs.size() == 1 && !is_blocked(x)) {
@@ -601,7 +642,10 @@ std::string Net::describe() const {
     for (int v : node.outputs) outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
-                     ops_[n]->kernel_name(), first_out && data_alias_[node.outputs[0]] >= 0 ? " in-place" : "",
+                     ops_[n]->kernel_name(), !first_out || data_alias_[node.outputs[0]] < 0 ? ""
+                     : graph_.values[data_alias_[node.outputs[0]]].producer > n
+                         ? fmt::format(" written into {}", graph_.values[data_alias_[node.outputs[0]]].name)
+                         : std::string(" in-place"),
                      !first_out || !is_blocked(node.outputs[0]) ? ""
                      : value_dtype(node.outputs[0]) == DType::f32 ? " blocked-layout"
                                                                    : value_dtype(node.outputs[0]) == DType::u8 ? " u8 output" : " s8 output",

@@ -96,6 +96,7 @@ class Net {
   void prepare_kernels();
   void build_calls();
   bool can_write_in_place(int node, int input) const;
+  bool place_concat_inputs(int node);
   size_t blocked_bytes(int v) const;  // physical bytes of a blocked value, 0 when plain
   void plan_memory();                 // liveness -> offsets in the arena
   void bind_to_arena();
@@ -116,6 +117,7 @@ class Net {
   std::vector<std::vector<bool>> accumulate_in_grad_;  // write into scratch, then add
   std::vector<std::vector<int>> grad_ready_after_;  // per node: params complete after its backward
   std::vector<int> data_alias_, grad_alias_;        // per value: value whose buffer it shares, or -1
+  std::vector<size_t> data_alias_offset_;           // per value: byte offset into that buffer
   std::vector<dnnl::memory::desc> layout_;          // per value (data and gradient); empty = plain
   std::vector<OpCall> calls_;
   std::function<void(int)> grad_ready_;
