@@ -159,6 +159,32 @@ layer { name: 'sum_relu' type: 'ReLU' bottom: 'sum' top: 'sum' }
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
+TEST(DeployPasses, FoldConstantPowerLayers) {
+  // A scale folds into the convolution reading it, padded or not; a shift only into one
+  // that does not pad (zero padding would not see it); an identity goes; a Power right
+  // after a convolution folds like a Scale.
+  DeployOptions o = write_model("power", input_layer("data", {2, 3, 8, 8}) + R"(
+layer { name: 'norm' type: 'Power' bottom: 'data' top: 'norm' power_param { scale: 0.5 shift: 0.1 } }
+layer { name: 'a' type: 'Convolution' bottom: 'norm' top: 'a' convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: 'a_scale' type: 'Power' bottom: 'a' top: 'a' power_param { scale: 2 shift: -0.25 } }
+layer { name: 'a_relu' type: 'ReLU' bottom: 'a' top: 'a' }
+layer { name: 'half' type: 'Power' bottom: 'a' top: 'h' power_param { scale: 0.5 } }
+layer { name: 'b' type: 'Convolution' bottom: 'h' top: 'b' convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: 'b_relu' type: 'ReLU' bottom: 'b' top: 'b' }
+layer { name: 'shift' type: 'Power' bottom: 'b' top: 's' power_param { scale: 3 shift: 0.75 } }
+layer { name: 'c' type: 'Convolution' bottom: 's' top: 'c' convolution_param { num_output: 2 kernel_size: 3 bias_term: false } }
+layer { name: 'c_relu' type: 'ReLU' bottom: 'c' top: 'c' }
+layer { name: 'same' type: 'Power' bottom: 'c' top: 'c2' }
+layer { name: 'd' type: 'InnerProduct' bottom: 'c2' top: 'd' inner_product_param { num_output: 3 } }
+)");
+  DeployModel m = load_deploy_model(o);
+  auto reports = run_deploy_passes(m);
+  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Power", "Convolution", "Convolution", "Convolution", "InnerProduct"}));
+  EXPECT_EQ(m.graph.nodes[1].name, "norm");
+  EXPECT_TRUE(node(m, "c").param.convolution_param().bias_term());
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
 TEST(DeployPasses, StripTrainingOnlyLayers) {
   DeployOptions o = write_model("strip", input_layer("data", {4, 8}) + input_layer("label", {4}) + R"(
 layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'ip1' inner_product_param { num_output: 6 } }

@@ -22,10 +22,35 @@ void absorb_into(Graph& g, int producer, int n, std::vector<bool>& dead) {
   relink(g);
 }
 
+bool weights_shared(const DeployModel& m, int node) {
+  const Node& n = m.graph.nodes.at(node);
+  if (n.params.empty()) return false;
+  for (int q = 0; q < static_cast<int>(m.graph.nodes.size()); ++q)
+    if (q != node)
+      for (const ParamRef& ref : m.graph.nodes[q].params)
+        if (ref.key == n.params[0].key) return true;
+  return false;
+}
+
+void ensure_bias(DeployModel& m, int node, int64_t channels) {
+  Node& n = m.graph.nodes.at(node);
+  const bool conv = n.type == "Convolution";
+  if (conv ? n.param.convolution_param().bias_term() : n.param.inner_product_param().bias_term()) return;
+  if (conv)
+    n.param.mutable_convolution_param()->set_bias_term(true);
+  else
+    n.param.mutable_inner_product_param()->set_bias_term(true);
+  ParamRef ref;
+  ref.key = fmt::format("{}.1", n.name);
+  n.params.push_back(ref);
+  Tensor zero({channels});  // zero-filled
+  m.weights[ref.key] = zero;
+}
+
 std::vector<PassReport> run_deploy_passes(DeployModel& m,
                                           const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
   std::vector<PassReport> reports;
-  for (auto pass : {strip_training, fold_batchnorm, fuse_residual, fuse_relu}) {
+  for (auto pass : {strip_training, fold_batchnorm, fold_constants, fuse_residual, fuse_relu}) {
     reports.push_back(pass(m));
     verify_graph(m.graph, reports.back().pass);
     if (after_each) after_each(reports.back(), m);

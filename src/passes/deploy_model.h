@@ -24,6 +24,12 @@ struct DeployModel {
   int sole_consumer(int node) const;
 };
 
+// Whether another node reads the same weights blob as `node` (then they cannot change for
+// this one alone).
+bool weights_shared(const DeployModel& m, int node);
+// Gives a Convolution / InnerProduct without a bias a zero bias of `channels`.
+void ensure_bias(DeployModel& m, int node, int64_t channels);
+
 // Node n (a BatchNorm, Scale, Eltwise or ReLU after `producer`) is merged into producer:
 // producer now writes n's output, n is emptied and marked dead (erase it with erase_nodes).
 void absorb_into(Graph& g, int producer, int n, std::vector<bool>& dead);
@@ -37,9 +43,12 @@ struct PassReport {
 // Softmax (output "prob"), SigmoidCrossEntropyLoss becomes Sigmoid, other losses go; data
 // layers become Input layers of the same shape (their labels dropped).
 PassReport strip_training(DeployModel& m);
-// Folds inference BatchNorm and per-channel Scale layers into the preceding Convolution or
-// InnerProduct's weights and bias.
+// Folds inference BatchNorm, per-channel Scale and affine Power (power 1) layers into the
+// preceding Convolution or InnerProduct's weights and bias.
 PassReport fold_batchnorm(DeployModel& m);
+// Constant arithmetic: identity Power layers go; an affine Power read only by Convolutions
+// / InnerProducts folds into their weights (its shift only where they do not pad).
+PassReport fold_constants(DeployModel& m);
 // Convolution followed by an Eltwise SUM (coefficients 1) with another branch: the sum
 // becomes the convolution's post-op, reading the other branch as a second bottom.
 PassReport fuse_residual(DeployModel& m);

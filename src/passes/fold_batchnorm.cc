@@ -1,5 +1,5 @@
-// Pass: fold inference BatchNorm and per-channel Scale into the preceding Convolution or
-// InnerProduct. Both are y = a[c] * x + b[c] per output channel c, so the layer's weights
+// Pass: fold inference BatchNorm, per-channel Scale and affine Power into the preceding
+// Convolution or InnerProduct. Both are y = a[c] * x + b[c] per output channel c, so the layer's weights
 // for channel c scale by a[c] and its bias becomes a[c] * bias[c] + b[c].
 #include <fmt/format.h>
 
@@ -38,6 +38,13 @@ bool channel_affine(DeployModel& m, int n, int64_t channels, std::vector<double>
     }
     return true;
   }
+  if (node.type == "Power") {  // y = scale * x + shift when power is 1 (fold_constants)
+    const auto& pp = node.param.power_param();
+    if (pp.power() != 1.f) return false;
+    a.assign(channels, pp.scale());
+    b.assign(channels, pp.shift());
+    return true;
+  }
   if (node.type == "Scale") {
     const auto& sp = node.param.scale_param();
     if (node.inputs.size() != 1 || sp.axis() != 1 || sp.num_axes() != 1) return false;
@@ -63,19 +70,7 @@ void fold_into(DeployModel& m, int p, const std::vector<double>& a, const std::v
     int64_t c = transposed ? i % channels : i / per;  // IP transposed: weights [k, n]
     w.f32()[i] = static_cast<float>(w.f32()[i] * a[c]);
   }
-  bool has_bias = conv ? node.param.convolution_param().bias_term() : node.param.inner_product_param().bias_term();
-  if (!has_bias) {
-    if (conv)
-      node.param.mutable_convolution_param()->set_bias_term(true);
-    else
-      node.param.mutable_inner_product_param()->set_bias_term(true);
-    ParamRef ref;
-    ref.key = fmt::format("{}.1", node.name);
-    node.params.push_back(ref);
-    Tensor zero({channels});
-    for (int64_t c = 0; c < channels; ++c) zero.f32()[c] = 0.f;
-    m.weights[ref.key] = zero;
-  }
+  ensure_bias(m, p, channels);
   Tensor& bias = m.blob(p, 1);
   for (int64_t c = 0; c < channels; ++c) bias.f32()[c] = static_cast<float>(bias.f32()[c] * a[c] + b[c]);
 }
@@ -88,20 +83,14 @@ PassReport fold_batchnorm(DeployModel& m) {
   std::vector<bool> dead(g.nodes.size(), false);
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
-    if (node.type != "BatchNorm" && node.type != "Scale") continue;
+    if (node.type != "BatchNorm" && node.type != "Scale" && node.type != "Power") continue;
     int p = g.values[node.inputs[0]].producer;
     if (p < 0 || dead[p] || !foldable_producer(m, p) || m.sole_consumer(p) != n) continue;
     const Node& prod = g.nodes[p];
     int64_t channels = g.values[prod.outputs[0]].shape.at(1);
     std::vector<double> a, b;
     if (!channel_affine(m, n, channels, a, b)) continue;
-    // Weights shared with another layer cannot change for this one alone.
-    bool shared = false;
-    for (int q = 0; q < static_cast<int>(g.nodes.size()); ++q)
-      if (q != p)
-        for (const ParamRef& ref : g.nodes[q].params)
-          if (!prod.params.empty() && ref.key == prod.params[0].key) shared = true;
-    if (shared) continue;
+    if (weights_shared(m, p)) continue;
     // Private copies: the blobs may alias tensors the caller still uses.
     for (const ParamRef& ref : prod.params) m.weights[ref.key] = m.weights[ref.key].clone();
     fold_into(m, p, a, b);
