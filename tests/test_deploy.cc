@@ -104,6 +104,32 @@ double max_relative_difference(const DeployOptions& o, const DeployModel& optimi
   return worst;
 }
 
+// The training graph's TEST phase with only the training layers stripped (data in,
+// logits out) against the optimised graph, on the same random input: the largest
+// difference of `value` relative to its largest magnitude.
+double logits_difference(const DeployOptions& o, const DeployModel& optimised, const std::string& value) {
+  DeployModel plain = load_deploy_model(o);
+  strip_training(plain);
+  auto session = [](const DeployModel& d) {
+    Bundle b;
+    b.net = to_net_parameter(d);
+    b.weights = weights_by_layer(d);
+    return std::make_unique<InferenceSession>(b, "logits", 2);
+  };
+  auto ref = session(plain), opt = session(optimised);
+  Rng rng(4);
+  Tensor& x = ref->value(ref->inputs()[0]);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1.f, 1.f);
+  opt->value(opt->inputs()[0]).copy_from(x);
+  ref->run();
+  opt->run();
+  const Tensor &a = ref->net().value(value), &b = opt->net().value(value);
+  double scale = 1e-12, worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
+  return worst / scale;
+}
+
 const char* kConvBnScaleRelu = R"(
 layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1'
         convolution_param { num_output: 6 kernel_size: 3 pad: 1 bias_term: false } }
@@ -431,28 +457,23 @@ TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
   }
   EXPECT_EQ(sums, 8);
   EXPECT_EQ(relus, 17);
-  // The training graph's TEST phase with only the training layers stripped (data in,
-  // logits out) against the optimised graph, on the same input: compare the logits.
-  DeployModel plain = load_deploy_model(o);
-  strip_training(plain);
-  auto session = [](const DeployModel& d) {
-    Bundle b;
-    b.net = to_net_parameter(d);
-    b.weights = weights_by_layer(d);
-    return std::make_unique<InferenceSession>(b, "resnet", 2);
-  };
-  auto ref = session(plain), opt = session(m);
-  Rng rng(4);
-  Tensor& x = ref->value(ref->inputs()[0]);
-  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1.f, 1.f);
-  opt->value(opt->inputs()[0]).copy_from(x);
-  ref->run();
-  opt->run();
-  const Tensor &a = ref->net().value("fc"), &b = opt->net().value("fc");
-  double scale = 1e-12, worst = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
-  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
-  EXPECT_LE(worst / scale, 1e-4) << "largest logit " << scale;
+  EXPECT_LE(logits_difference(o, m, "fc"), 1e-4);
+}
+
+TEST(DeployCifar, QuickNetMatchesTrainingGraph) {
+  std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/cifar10/cifar10_quick_train_test.prototxt", "prototxt");
+  for (auto [from, to] : {std::pair<std::string, std::string>{"dim: 100 dim: 3", "dim: 4 dim: 3"}, {"shape { dim: 100 }", "shape { dim: 4 }"}}) {
+    auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  }
+  DeployOptions o = write_model("cifar_quick", text);
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  int relus = 0;
+  for (const Node& n : m.graph.nodes) relus += n.param.fusion_param().relu();
+  EXPECT_EQ(relus, 2);  // conv2, conv3 (relu1 follows a pooling)
+  EXPECT_LE(logits_difference(o, m, "ip2"), 1e-4);
 }
 
 }  // namespace
