@@ -427,6 +427,15 @@ TEST(DeployCli, TestVerbScoresABundleLikeTheTrainingGraph) {
   CmdResult e = run_cmd("test --model " + nodata);
   EXPECT_EQ(e.code, 2) << e.output;
   EXPECT_NE(e.output.find("records no data layer"), std::string::npos) << e.output;
+
+  // Data whose items are not the bundle's input shape (20x20 images for a 28x28 LeNet).
+  std::string images = temp_path("small-images-idx3-ubyte"), labels = temp_path("small-labels-idx1-ubyte");
+  auto be32 = [](uint32_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; };
+  std::ofstream(images, std::ios::binary) << be32(0x803) + be32(4) + be32(20) + be32(20) + std::string(4 * 400, '\0');
+  std::ofstream(labels, std::ios::binary) << be32(0x801) + be32(4) + std::string(4, '\0');
+  CmdResult w = run_cmd("test --model " + bundle + " --data " + images + " --iterations 1");
+  EXPECT_EQ(w.code, 2) << w.output;
+  EXPECT_NE(w.output.find("the bundle takes"), std::string::npos) << w.output;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "engine/session.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
@@ -40,6 +42,20 @@ std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetPar
   auto r = std::make_unique<BundleNet>();
   r->backend = std::make_unique<CpuBackend>(threads);
   r->net = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, r->store, *r->backend, 1, options);
+  // Data fed in another way (a dataset to score on) must have the items the bundle takes;
+  // otherwise the first mismatch would surface as a weight of the wrong shape.
+  for (const auto& l : b.net.layer()) {
+    if (l.type() != "Input") continue;
+    for (int t = 0; t < l.top_size() && t < l.input_param().shape_size(); ++t) {
+      int v = r->net->graph().find_value(l.top(t));
+      if (v < 0) continue;
+      const Shape& got = r->net->graph().values[v].shape;
+      Shape want(l.input_param().shape(t).dim().begin(), l.input_param().shape(t).dim().end());
+      if (got.size() != want.size() || !std::equal(got.begin() + 1, got.end(), want.begin() + 1))
+        input_error("{}: the data gives '{}' items of shape {} but the bundle takes {} (batch first)", source, l.top(t),
+                    shape_str(got), shape_str(want));
+    }
+  }
   copy_bundle_weights(b, source, r->store);
   return r;
 }
