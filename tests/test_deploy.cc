@@ -444,16 +444,23 @@ TEST(DeployCli, TestVerbScoresABundleLikeTheTrainingGraph) {
 namespace bks::test {
 namespace {
 
+// An example net (Input layers of images and labels, batch `from`) at batch `to`, with
+// random weights.
+DeployOptions example_with_batch(const std::string& file, int from, int to) {
+  std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/" + file, "prototxt");
+  for (auto [a, b] : {std::pair{fmt::format("dim: {} dim: 3", from), fmt::format("dim: {} dim: 3", to)},
+                      std::pair{fmt::format("shape {{ dim: {} }}", from), fmt::format("shape {{ dim: {} }}", to)}}) {
+    auto at = text.find(a);
+    EXPECT_NE(at, std::string::npos) << a;
+    if (at != std::string::npos) text.replace(at, a.size(), b);
+  }
+  return write_model(fs::path(file).stem().string(), text);
+}
+
 // examples/resnet (ResNet-18 for 32x32): every BatchNorm and Scale folds, every shortcut
 // sum and ReLU fuses, and the optimised graph computes what the training graph does.
 TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
-  std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/resnet/resnet18_cifar.prototxt", "prototxt");
-  for (auto [from, to] : {std::pair<std::string, std::string>{"dim: 64 dim: 3", "dim: 2 dim: 3"}, {"shape { dim: 64 }", "shape { dim: 2 }"}}) {
-    auto at = text.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    text.replace(at, from.size(), to);
-  }
-  DeployOptions o = write_model("resnet18", text);
+  DeployOptions o = example_with_batch("resnet/resnet18_cifar.prototxt", 64, 2);
   DeployModel m = load_deploy_model(o);
   auto reports = run_deploy_passes(m);
   std::map<std::string, int> count;
@@ -470,13 +477,7 @@ TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
 }
 
 TEST(DeployCifar, QuickNetMatchesTrainingGraph) {
-  std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/cifar10/cifar10_quick_train_test.prototxt", "prototxt");
-  for (auto [from, to] : {std::pair<std::string, std::string>{"dim: 100 dim: 3", "dim: 4 dim: 3"}, {"shape { dim: 100 }", "shape { dim: 4 }"}}) {
-    auto at = text.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    text.replace(at, from.size(), to);
-  }
-  DeployOptions o = write_model("cifar_quick", text);
+  DeployOptions o = example_with_batch("cifar10/cifar10_quick_train_test.prototxt", 100, 4);
   DeployModel m = load_deploy_model(o);
   run_deploy_passes(m);
   int relus = 0;
