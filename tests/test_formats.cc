@@ -157,6 +157,31 @@ TEST(Hdf5, ReadsNamedDatasetsAndLists) {
   EXPECT_THROW(open_hdf5_list(tmp("list.txt"), {"data", "nothing"}), InputError);
 }
 
+TEST(Hdf5, WrittenBytesReadBackAsBytes) {
+  // Images packed as unsigned bytes stay bytes (a quarter of the memory); labels as float.
+  DatasetField data, label;
+  data.name = "data";
+  data.sample_shape = {1, 2, 2};
+  data.dtype = DType::u8;
+  for (int i = 0; i < 12; ++i) data.bytes.push_back(static_cast<uint8_t>(i * 20));
+  label.name = "label";
+  label.dtype = DType::f32;
+  for (float v : {2.f, 0.f, 1.f}) {
+    auto* b = reinterpret_cast<const uint8_t*>(&v);
+    label.bytes.insert(label.bytes.end(), b, b + 4);
+  }
+  fs::path h5 = tmp("packed.h5");
+  write_hdf5(h5.string(), {data, label}, 3);
+  EXPECT_FALSE(fs::exists(h5.string() + ".tmp"));
+  auto ds = read_hdf5(h5.string(), {"data", "label"});
+  EXPECT_EQ(ds->size, 3);
+  EXPECT_EQ(ds->fields[0].dtype, DType::u8);
+  EXPECT_EQ(ds->fields[0].sample_shape, (Shape{1, 2, 2}));
+  EXPECT_EQ(ds->fields[0].u8(2)[3], 220);
+  EXPECT_EQ(ds->fields[1].dtype, DType::f32);
+  EXPECT_EQ(ds->fields[1].f32(0)[0], 2.f);
+}
+
 TEST(Transform, MeanFileScaleCropMirror) {
   proto::BlobProto mean;
   mean.set_num(1);

@@ -1,7 +1,8 @@
 // Datasets decoded into memory once and shared by every layer that reads them.
 //
 // A dataset is a set of named fields with one entry per sample: images stay uint8 (IDX) so a
-// cached Fashion-MNIST costs 47 MB, not 188; HDF5 fields are float. The reader is chosen by
+// cached Fashion-MNIST costs 47 MB, not 188; HDF5 fields are float, or bytes when stored as
+// unsigned bytes. The reader is chosen by
 // the file's content, not its name.
 #pragma once
 
@@ -44,6 +45,9 @@ std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, cons
 // Readers, exposed for tests.
 std::shared_ptr<Dataset> read_idx_pair(const std::string& images, const std::string& labels);
 std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<std::string>& fields);
+// Writes `samples` samples of each field (u8 or f32) as one HDF5 dataset each, atomically
+// (a temporary file renamed into place).
+void write_hdf5(const std::string& path, const std::vector<DatasetField>& fields, int64_t samples);
 // Where the labels of an IDX images file live ("...images-idx3..." -> "...labels-idx1...").
 std::string idx_labels_path(const std::string& images);
 
