@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev libhdf5-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev libsqlite3-dev libstb-dev libjs-chart.js
   dataset-fashion-mnist
 )
 

@@ -16,5 +16,6 @@ Runner add_time(CLI::App& app);
 Runner add_device_query(CLI::App& app);
 Runner add_deploy(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace bks::cli

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   add("device_query", bks::cli::add_device_query);
   add("deploy", bks::cli::add_deploy);
   add("bench", bks::cli::add_bench);
+  add("serve", bks::cli::add_serve);
 
   try {
     app.parse(argc, argv);

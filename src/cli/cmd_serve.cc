@@ -1,0 +1,31 @@
+#include <limits.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "server/dashboard.h"
+
+namespace bks::cli {
+
+Runner add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Start the web dashboard: datasets, models, training jobs, live charts");
+  auto o = std::make_shared<server::ServeOptions>();
+  cmd->add_option("--host", o->host, "Address to listen on (default 127.0.0.1; others require a token)");
+  cmd->add_option("--port", o->port, "Port (default 8765; 0 picks a free one)");
+  cmd->add_option("--data-dir", o->data_dir, "Where datasets, jobs and the database live (default ./bakusoku-data)");
+  cmd->add_option("--token", o->token, "Token every API call must carry (generated when --host is not loopback)");
+  cmd->add_option("--slots", o->slots, "Jobs that run at once (default: one per two cores)");
+  cmd->add_option("--threads", o->threads, "CPU threads per training job (default: cores / slots)");
+  cmd->add_option("--import-dir", o->import_roots, "Another folder datasets may be read from (repeatable; "
+                                                   "/usr/share/datasets is always allowed)");
+  return [o] {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    o->binary = n > 0 ? std::string(self, static_cast<size_t>(n)) : "bakusoku";
+    o->import_roots.push_back("/usr/share/datasets");
+    return server::serve(*o);
+  };
+}
+
+}  // namespace bks::cli

@@ -1,0 +1,172 @@
+// /api/jobs: the queue (list, show with progress and log), abort / resume / clone / delete,
+// metrics, and downloads of each job's prototxt and snapshots.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+#include "server/http.h"
+#include "server/process.h"
+
+namespace bks::server {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t job_id(const httplib::Request& req) {
+  try {
+    return std::stoll(req.matches[1].str());
+  } catch (const std::exception&) {
+    throw ApiError(404, "", "no such job");
+  }
+}
+
+// Every record of a metrics file; lines that are not JSON objects (a run killed mid-write)
+// are skipped.
+json read_metrics(const fs::path& file) {
+  json out = json::array();
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, fs::path>> snapshots(const fs::path& run) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  static const std::regex name(R"(iter_(\d+)\.safetensors)");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run / "snapshots", ec)) {
+    std::smatch m;
+    std::string f = e.path().filename().string();
+    if (std::regex_match(f, m, name)) out.emplace_back(std::stoll(m[1]), e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The job with what a page shows about it: progress and latest figures from its metrics,
+// the end of its log while it runs, its snapshots.
+json describe(Context& c, json job, bool full) {
+  const fs::path dir = c.scheduler.job_dir(job["id"]);
+  if (job.value("kind", "") == "train") {
+    // The last train and test records, from the end of the file.
+    std::string tail = tail_file((dir / "run" / "metrics.jsonl").string(), 4096);
+    json last_train, last_test;
+    for (const auto& line : last_lines(tail, 40)) {
+      json r = json::parse(line, nullptr, false);
+      if (r.is_discarded() || !r.is_object()) continue;
+      (r.value("phase", "") == "test" ? last_test : last_train) = r;
+    }
+    if (!last_train.is_null()) {
+      job["last_train"] = last_train;
+      double max_iter = job.value("max_iter", 0.0);
+      if (max_iter > 0) job["progress"] = std::min(1.0, last_train.value("iter", 0.0) / max_iter);
+    }
+    if (!last_test.is_null()) job["last_test"] = last_test;
+    if (full) {
+      json snaps = json::array();
+      for (auto& [iter, path] : snapshots(dir / "run")) snaps.push_back({{"iter", iter}, {"bytes", fs::file_size(path)}});
+      job["snapshots"] = snaps;
+    }
+  }
+  if (full && job.value("state", "") == "running")
+    job["log_tail"] = last_lines(tail_file((dir / "output.txt").string(), 8192), 20);
+  return job;
+}
+
+void send_file(httplib::Response& res, const fs::path& p, const std::string& type, const std::string& download_name) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw ApiError(404, "", "no file " + p.filename().string());
+  res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), type);
+  res.set_header("Content-Disposition", "attachment; filename=\"" + download_name + "\"");
+}
+
+}  // namespace
+
+void add_job_routes(httplib::Server& s, Context& c) {
+  s.Get("/api/jobs", [&c](const httplib::Request&, httplib::Response& res) {
+    handle(res, [&] {
+      json out = json::array();
+      for (json& j : c.store.list("jobs")) out.push_back(describe(c, j, false));
+      return out;
+    });
+  });
+  s.Get(R"(/api/jobs/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] { return describe(c, row(c, "jobs", req), true); });
+  });
+  s.Post(R"(/api/jobs/(\d+)/abort)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      row(c, "jobs", req);
+      try {
+        return c.scheduler.abort(job_id(req));
+      } catch (const InputError& e) {
+        throw ApiError(409, "", e.what());
+      }
+    });
+  });
+  s.Post(R"(/api/jobs/(\d+)/resume)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      row(c, "jobs", req);
+      try {
+        return c.scheduler.resume(job_id(req));
+      } catch (const InputError& e) {
+        throw ApiError(409, "", e.what());
+      }
+    });
+  });
+  s.Post(R"(/api/jobs/(\d+)/clone)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(
+        res,
+        [&] {
+          json j = row(c, "jobs", req);
+          if (j.value("kind", "") != "train") throw ApiError(409, "", "only training jobs can be cloned");
+          return c.scheduler.clone(job_id(req));
+        },
+        201);
+  });
+  s.Delete(R"(/api/jobs/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      json j = row(c, "jobs", req);
+      if (j.value("kind", "") == "dataset")
+        throw ApiError(409, "", "this job packs a dataset; delete the dataset instead");
+      c.scheduler.remove(job_id(req));
+      return json{{"deleted", j["id"]}};
+    });
+  });
+  s.Get(R"(/api/jobs/(\d+)/metrics)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      row(c, "jobs", req);
+      return read_metrics(fs::path(c.scheduler.job_dir(job_id(req))) / "run" / "metrics.jsonl");
+    });
+  });
+  s.Get(R"(/api/jobs/(\d+)/log)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      row(c, "jobs", req);
+      std::string text = tail_file((fs::path(c.scheduler.job_dir(job_id(req))) / "output.txt").string(), 65536);
+      return json{{"lines", last_lines(text, 500)}};
+    });
+  });
+  s.Get(R"(/api/jobs/(\d+)/files/(net|solver)\.prototxt)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle_raw(res, [&] {
+      json j = row(c, "jobs", req);
+      std::string f = req.matches[2].str() + ".prototxt";
+      send_file(res, fs::path(c.scheduler.job_dir(job_id(req))) / f, "text/plain", fmt::format("job{}_{}", job_id(req), f));
+    });
+  });
+  s.Get(R"(/api/jobs/(\d+)/snapshots/(\d+)\.safetensors)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle_raw(res, [&] {
+      row(c, "jobs", req);
+      std::string iter = req.matches[2];
+      fs::path p = fs::path(c.scheduler.job_dir(job_id(req))) / "run" / "snapshots" / ("iter_" + iter + ".safetensors");
+      send_file(res, p, "application/octet-stream", fmt::format("job{}_iter_{}.safetensors", job_id(req), iter));
+    });
+  });
+}
+
+}  // namespace bks::server

@@ -1,0 +1,127 @@
+// /api/models: a network (standard or custom prototxt) on a dataset with solver settings;
+// creating one queues a training job per sweep combination (base_lr x batch_size).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "server/http.h"
+#include "server/models.h"
+
+namespace bks::server {
+
+namespace {
+
+json with_jobs(Context& c, json m) {
+  json jobs = json::array();
+  for (const json& j : c.store.list("jobs"))
+    if (j.value("model_id", int64_t{-1}) == m["id"].get<int64_t>()) jobs.push_back(j);
+  m["jobs"] = jobs;
+  return m;
+}
+
+std::string number(double x) { return fmt::format("{}", x); }
+
+}  // namespace
+
+void add_model_routes(httplib::Server& s, Context& c) {
+  s.Get("/api/networks", [](const httplib::Request&, httplib::Response& res) {
+    handle(res, [] {
+      return json::array({{{"name", "lenet"}, {"title", "LeNet"}, {"about", "Caffe's LeNet: two convolutions, two inner products"}},
+                          {{"name", "cifar10_quick"}, {"title", "CIFAR-10 quick"}, {"about", "Caffe's cifar10_quick: three 5x5 convolutions"}},
+                          {{"name", "resnet"}, {"title", "Small ResNet"}, {"about", "Three residual stages (16, 32, 64 channels) with BatchNorm"}},
+                          {{"name", "custom"}, {"title", "Custom"}, {"about", "Your own layers reading 'data' and 'label'"}}});
+    });
+  });
+  s.Post("/api/models/validate", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      json body = body_object(req);
+      std::string text = string_field(body, "prototxt", true, 1 << 20);
+      std::vector<int64_t> shape{1, 28, 28};
+      int64_t classes = 10;
+      if (body.contains("dataset_id")) {
+        DatasetView d = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id");
+        shape = d.shape;
+        classes = d.classes;
+      }
+      Validation v = validate_prototxt(text, shape, classes);
+      json out{{"ok", v.ok}};
+      if (!v.ok) {
+        out["error"] = v.error;
+        if (v.line > 0) out["line"] = v.line;
+      }
+      return out;
+    });
+  });
+  s.Post("/api/models", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(
+        res,
+        [&] {
+          json body = body_object(req);
+          std::string name = string_field(body, "name", true, 100);
+          std::string network = string_field(body, "network", true, 20);
+          int64_t dataset_id = integer_field(body, "dataset_id", 1, INT64_MAX, 0);
+          if (!body.contains("dataset_id")) throw ApiError(400, "dataset_id", "'dataset_id' is required");
+          DatasetView d = dataset_view(c, dataset_id, "dataset_id");
+          json solver_body = body.value("solver", json::object());
+          if (!solver_body.is_object()) throw ApiError(400, "solver", "'solver' must be an object");
+          json solver = validate_solver(solver_body);
+          std::string custom;
+          if (network == "custom") custom = string_field(body, "prototxt", true, 1 << 20);
+          else standard_network(network, d, 1);  // checks the name
+          json m{{"name", name}, {"network", network}, {"dataset_id", dataset_id}, {"solver", solver}, {"created", now_seconds()}};
+          if (!custom.empty()) m["prototxt"] = custom;
+          // Every network text first: a custom one that fails to build fails the request
+          // before anything is stored.
+          struct Planned {
+            double lr;
+            int64_t batch;
+            std::string net, solver;
+          };
+          std::vector<Planned> plan;
+          const auto lrs = solver["base_lr"].get<std::vector<double>>();
+          const auto batches = solver["batch_size"].get<std::vector<double>>();
+          for (double lr : lrs)
+            for (double b : batches) {
+              auto batch = static_cast<int64_t>(b);
+              plan.push_back({lr, batch, custom.empty() ? standard_network(network, d, batch) : custom_network(custom, d, batch),
+                              solver_text(solver, lr, batch, d)});
+            }
+          const int64_t id = c.store.insert("models", m);
+          const bool sweep = plan.size() > 1;
+          for (const auto& p : plan) {
+            json job{{"kind", "train"},
+                     {"name", sweep ? fmt::format("{} lr={} bs={}", name, number(p.lr), p.batch) : name},
+                     {"model_id", id},
+                     {"dataset_id", dataset_id},
+                     {"group", name},
+                     {"params", {{"base_lr", p.lr}, {"batch_size", p.batch}}},
+                     {"iterations_per_epoch", iterations_per_epoch(p.batch, d)},
+                     {"max_iter", std::max<int64_t>(1, std::llround(solver["epochs"].get<double>() * iterations_per_epoch(p.batch, d)))},
+                     {"files", {{"net.prototxt", p.net}, {"solver.prototxt", p.solver}}}};
+            c.scheduler.submit(job);
+          }
+          return with_jobs(c, m);
+        },
+        201);
+  });
+  s.Get("/api/models", [&c](const httplib::Request&, httplib::Response& res) {
+    handle(res, [&] {
+      json out = json::array();
+      for (json& m : c.store.list("models")) out.push_back(with_jobs(c, m));
+      return out;
+    });
+  });
+  s.Get(R"(/api/models/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] { return with_jobs(c, row(c, "models", req)); });
+  });
+  s.Delete(R"(/api/models/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      json m = with_jobs(c, row(c, "models", req));
+      for (const json& j : m["jobs"]) c.scheduler.remove(j["id"]);
+      c.store.remove("models", m["id"]);
+      return json{{"deleted", m["id"]}};
+    });
+  });
+}
+
+}  // namespace bks::server

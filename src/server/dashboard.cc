@@ -1,0 +1,147 @@
+#include "server/dashboard.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "server/datasets.h"
+#include "server/http.h"
+
+namespace bks::server {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool loopback(const std::string& host) { return host == "127.0.0.1" || host == "localhost" || host == "::1"; }
+
+std::string random_token() {
+  std::random_device rd;
+  std::string t;
+  for (int i = 0; i < 32; ++i) t += "0123456789abcdef"[rd() % 16];
+  return t;
+}
+
+// Equal strings, in time that does not depend on where they differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+int serve(ServeOptions o) {
+  if (o.port < 0 || o.port > 65535) input_error("--port must be between 0 and 65535, got {}", o.port);
+  if (!loopback(o.host) && o.token.empty()) o.token = random_token();
+  std::error_code ec;
+  fs::create_directories(fs::path(o.data_dir) / "imports", ec);
+  if (ec) input_error("{}: cannot create the data directory ({})", o.data_dir, ec.message());
+  o.data_dir = fs::canonical(o.data_dir).string();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ServerConfig cfg;
+  cfg.data_dir = o.data_dir;
+  cfg.binary = o.binary;
+  cfg.slots = o.slots > 0 ? o.slots : std::max(1, cores / 2);
+  cfg.threads_per_job = o.threads > 0 ? o.threads : std::max(1, cores / cfg.slots);
+
+  // SIGINT / SIGTERM are taken by a thread (below), not by whichever thread they hit.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Store store((fs::path(o.data_dir) / "bakusoku.db").string());
+  std::vector<std::string> roots{(fs::path(o.data_dir) / "imports").string()};
+  for (const auto& r : o.import_roots) roots.push_back(r);
+  Scheduler scheduler(store, cfg, [&](const json& job, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+    auto d = store.get("datasets", job.at("dataset_id").get<int64_t>());
+    if (!d) throw InputError("its dataset was deleted");
+    pack_dataset((*d)["spec"], (fs::path(o.data_dir) / "datasets" / std::to_string((*d)["id"].get<int64_t>())).string(), progress,
+                 cancelled);
+  });
+  Classifier classifier;
+  Context ctx{store, scheduler, classifier, roots, o.data_dir};
+
+  httplib::Server http;
+  http.new_task_queue = [] { return new httplib::ThreadPool(32); };  // live charts hold a thread each
+  http.set_payload_max_length(16 << 20);
+  const std::string token = o.token;
+  http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
+    if (token.empty() || req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    std::string given = req.get_param_value("token");
+    std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+    if (same_secret(given, token)) return httplib::Server::HandlerResponse::Unhandled;
+    reply(res, 401, {{"error", "this server needs its token: 'Authorization: Bearer TOKEN' or ?token=TOKEN"}});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const char* why = res.status == 404   ? "no such resource"
+                      : res.status == 413 ? "the request is larger than 16 MB"
+                      : res.status == 405 ? "method not allowed"
+                                          : "bad request";
+    reply(res, res.status, {{"error", fmt::format("{} {}: {}", req.method, req.path, why)}});
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply(res, 500, {{"error", "internal error: " + what}});
+  });
+  add_static_routes(http);
+  add_dataset_routes(http, ctx);
+  add_model_routes(http, ctx);
+  add_job_routes(http, ctx);
+  add_event_routes(http, ctx);
+  add_classify_routes(http, ctx);
+  http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
+    handle(res, [&] {
+      return json{{"version", BKS_VERSION}, {"slots", cfg.slots}, {"threads_per_job", cfg.threads_per_job},
+                  {"data_dir", o.data_dir}, {"import_roots", roots}, {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}}};
+    });
+  });
+
+  int port = o.port;
+  if (port == 0) {
+    port = http.bind_to_any_port(o.host);
+    if (port < 0) input_error("cannot listen on {}", o.host);
+  } else if (!http.bind_to_port(o.host, port)) {
+    input_error("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, port);
+  }
+  std::string url = fmt::format("http://{}:{}/", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, port);
+  fmt::print("bakusoku serve: {}{}\n", url, o.token.empty() ? "" : "?token=" + o.token);
+  fmt::print("  data: {}  ({} job slot(s), {} thread(s) each)\n", o.data_dir, cfg.slots, cfg.threads_per_job);
+  if (!o.token.empty()) fmt::print("  every API call needs the token: {}\n", o.token);
+  std::fflush(stdout);
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    http.stop();
+  });
+  http.listen_after_bind();
+  if (waiter.joinable()) {
+    // listen returned without a signal (an error): wake the waiter so it can end.
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+  }
+  fmt::print("bakusoku serve: stopping; running jobs snapshot and stop\n");
+  return 0;
+}
+
+}  // namespace bks::server

@@ -1,0 +1,243 @@
+#include "server/datasets.h"
+
+#include <stb_image.h>
+#include <stb_image_resize.h>
+#include <stb_image_write.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "server/api_error.h"
+
+namespace bks::server {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& fashion_mnist_classes() {
+  static const std::vector<std::string> names{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                              "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return names;
+}
+
+json validate_dataset_spec(const json& body, const std::vector<std::string>& roots) {
+  json spec;
+  spec["name"] = string_field(body, "name", true, 100);
+  std::string source = string_field(body, "source", true, 20);
+  spec["source"] = source;
+  spec["val_percent"] = integer_field(body, "val_percent", 0, 50, 10);
+  if (source == "idx") {
+    spec["train_images"] = path_field(body, "train_images", roots, false);
+    if (body.contains("test_images") && !body["test_images"].is_null())
+      spec["test_images"] = path_field(body, "test_images", roots, false);
+  } else if (source == "folder") {
+    spec["root"] = path_field(body, "root", roots, true);
+    spec["width"] = integer_field(body, "width", 4, 512, 28);
+    spec["height"] = integer_field(body, "height", 4, 512, 28);
+    std::string color = string_field(body, "color", false, 20);
+    if (color.empty()) color = "grayscale";
+    if (color != "grayscale" && color != "color") throw ApiError(400, "color", "'color' must be \"grayscale\" or \"color\"");
+    spec["color"] = color;
+  } else {
+    throw ApiError(400, "source", "'source' must be \"idx\" or \"folder\"");
+  }
+  if (body.contains("class_names") && !body["class_names"].is_null()) {
+    const json& c = body["class_names"];
+    if (!c.is_array() || c.size() > 1000) throw ApiError(400, "class_names", "'class_names' must be a list of names");
+    for (const auto& n : c)
+      if (!n.is_string() || n.get<std::string>().size() > 100)
+        throw ApiError(400, "class_names", "'class_names' must hold strings of up to 100 characters");
+    spec["class_names"] = c;
+  }
+  return spec;
+}
+
+namespace {
+
+// Samples of one split gathered in memory: images as bytes (C x H x W each), labels.
+struct Split {
+  std::vector<uint8_t> data;
+  std::vector<float> labels;
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+};
+
+struct Packing {
+  Shape shape;  // C, H, W
+  std::vector<std::string> classes;
+  Split train, val;
+};
+
+void check(const std::atomic<bool>& cancelled) {
+  if (cancelled) throw RuntimeError("cancelled");
+}
+
+void from_idx(const json& spec, Packing& p, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+  std::string images = spec["train_images"];
+  auto train = read_idx_pair(images, idx_labels_path(images));
+  const DatasetField& d = *train->field("data");
+  const DatasetField& l = *train->field("label");
+  p.shape = d.sample_shape;
+  const int64_t per = d.sample_numel();
+  int max_label = 0;
+  for (int64_t i = 0; i < train->size; ++i) max_label = std::max<int>(max_label, l.u8(i)[0]);
+  progress(0.2);
+  check(cancelled);
+  auto add = [&](Split& s, const Dataset& ds, int64_t i) {
+    const uint8_t* x = ds.field("data")->u8(i);
+    s.data.insert(s.data.end(), x, x + per);
+    s.labels.push_back(static_cast<float>(ds.field("label")->u8(i)[0]));
+  };
+  if (spec.contains("test_images")) {
+    std::string t = spec["test_images"];
+    auto test = read_idx_pair(t, idx_labels_path(t));
+    if (test->field("data")->sample_shape != p.shape)
+      throw ApiError(400, "test_images", fmt::format("test images are {} but training images are {}",
+                                                     shape_str(test->field("data")->sample_shape), shape_str(p.shape)));
+    for (int64_t i = 0; i < train->size; ++i) add(p.train, *train, i);
+    for (int64_t i = 0; i < test->size; ++i) add(p.val, *test, i);
+  } else {
+    // Every k-th sample to validation, k from the percentage (deterministic, class-balanced
+    // enough for shuffled sets like Fashion-MNIST).
+    int pct = spec.value("val_percent", 10);
+    for (int64_t i = 0; i < train->size; ++i) add(pct > 0 && (i * pct) % 100 < pct ? p.val : p.train, *train, i);
+  }
+  p.classes.resize(max_label + 1);
+  for (int c = 0; c <= max_label; ++c) p.classes[c] = std::to_string(c);
+  progress(0.6);
+}
+
+void from_folder(const json& spec, Packing& p, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+  const fs::path root = spec["root"].get<std::string>();
+  const int w = spec["width"], h = spec["height"], c = spec["color"] == "color" ? 3 : 1;
+  p.shape = {c, h, w};
+  std::vector<std::pair<std::string, std::vector<fs::path>>> classes;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!e.is_directory()) continue;
+    std::vector<fs::path> files;
+    for (const auto& f : fs::directory_iterator(e.path())) {
+      std::string ext = f.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+      if (f.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg")) files.push_back(f.path());
+    }
+    std::sort(files.begin(), files.end());
+    if (!files.empty()) classes.emplace_back(e.path().filename().string(), std::move(files));
+  }
+  std::sort(classes.begin(), classes.end());
+  if (classes.size() < 2)
+    throw ApiError(400, "root", fmt::format("{} needs at least two class folders holding .png or .jpg images", root.string()));
+  size_t total = 0, done = 0;
+  for (auto& [name, files] : classes) total += files.size();
+  const int pct = spec.value("val_percent", 10);
+  std::vector<uint8_t> resized(static_cast<size_t>(w * h * c));
+  for (size_t label = 0; label < classes.size(); ++label) {
+    auto& files = classes[label].second;
+    p.classes.push_back(classes[label].first);
+    std::mt19937 rng(static_cast<unsigned>(label + 1));
+    std::shuffle(files.begin(), files.end(), rng);
+    const size_t n_val = files.size() * static_cast<size_t>(pct) / 100;
+    for (size_t k = 0; k < files.size(); ++k) {
+      check(cancelled);
+      int iw = 0, ih = 0, ic = 0;
+      stbi_uc* px = stbi_load(files[k].c_str(), &iw, &ih, &ic, c);
+      if (!px) throw InputError(fmt::format("{}: not a readable PNG or JPEG image ({})", files[k].string(), stbi_failure_reason()));
+      int ok = stbir_resize_uint8(px, iw, ih, 0, resized.data(), w, h, 0, c);
+      stbi_image_free(px);
+      if (!ok) throw RuntimeError(fmt::format("{}: cannot resize", files[k].string()));
+      Split& s = k < n_val ? p.val : p.train;
+      for (int ch = 0; ch < c; ++ch)  // HWC -> CHW
+        for (int i = 0; i < w * h; ++i) s.data.push_back(resized[static_cast<size_t>(i * c + ch)]);
+      s.labels.push_back(static_cast<float>(label));
+      progress(0.8 * static_cast<double>(++done) / static_cast<double>(total));
+    }
+  }
+}
+
+void write_split(const fs::path& file, const Split& s, const Shape& shape, const std::vector<float>* mean) {
+  DatasetField data{"data", shape, DType::u8, s.data};
+  DatasetField label{"label", {}, DType::f32, {}};
+  label.bytes.resize(s.labels.size() * sizeof(float));
+  std::memcpy(label.bytes.data(), s.labels.data(), label.bytes.size());
+  std::vector<DatasetField> fields{std::move(data), std::move(label)};
+  write_hdf5(file.string(), fields, s.size());
+  if (mean) {
+    // The mean image in its own file: HDF5 datasets of one file share the sample axis here.
+    DatasetField m{"mean", shape, DType::f32, {}};
+    m.bytes.resize(mean->size() * sizeof(float));
+    std::memcpy(m.bytes.data(), mean->data(), m.bytes.size());
+    write_hdf5((file.parent_path() / "mean.h5").string(), {m}, 1);
+  }
+}
+
+// One CHW byte image as a PNG.
+void write_png(const fs::path& file, const uint8_t* chw, const Shape& shape) {
+  const int c = static_cast<int>(shape[0]), h = static_cast<int>(shape[1]), w = static_cast<int>(shape[2]);
+  std::vector<uint8_t> hwc(static_cast<size_t>(c * h * w));
+  for (int ch = 0; ch < c; ++ch)
+    for (int i = 0; i < h * w; ++i) hwc[static_cast<size_t>(i * c + ch)] = chw[ch * h * w + i];
+  if (!stbi_write_png(file.c_str(), w, h, c, hwc.data(), w * c)) throw RuntimeError(file.string() + ": cannot write PNG");
+}
+
+}  // namespace
+
+void pack_dataset(const json& spec, const std::string& dir_name, const std::function<void(double)>& progress,
+                  const std::atomic<bool>& cancelled) {
+  const fs::path dir = dir_name;
+  fs::create_directories(dir / "thumbs");
+  Packing p;
+  if (spec.value("source", "") == "idx") from_idx(spec, p, progress, cancelled);
+  else from_folder(spec, p, progress, cancelled);
+  if (spec.contains("class_names")) {
+    auto names = spec["class_names"].get<std::vector<std::string>>();
+    for (size_t i = 0; i < names.size() && i < p.classes.size(); ++i) p.classes[i] = names[i];
+  }
+  if (p.train.size() == 0) throw InputError("the training split is empty");
+  check(cancelled);
+  const int64_t per = shape_numel(p.shape);
+  std::vector<double> sum(static_cast<size_t>(per), 0.0);
+  for (int64_t i = 0; i < p.train.size(); ++i)
+    for (int64_t k = 0; k < per; ++k) sum[k] += p.train.data[i * per + k];
+  std::vector<float> mean(sum.size());
+  std::vector<uint8_t> mean8(sum.size());
+  for (size_t k = 0; k < sum.size(); ++k) {
+    mean[k] = static_cast<float>(sum[k] / static_cast<double>(p.train.size()));
+    mean8[k] = static_cast<uint8_t>(std::clamp(mean[k] + 0.5f, 0.f, 255.f));
+  }
+  write_split(dir / "train.h5", p.train, p.shape, &mean);
+  progress(0.9);
+  write_split(dir / "val.h5", p.val, p.shape, nullptr);
+  write_png(dir / "mean.png", mean8.data(), p.shape);
+  // Per-class counts and up to 8 thumbnails a class from the training split.
+  json info;
+  info["shape"] = p.shape;
+  info["classes"] = p.classes;
+  std::vector<int64_t> train_counts(p.classes.size(), 0), val_counts(p.classes.size(), 0);
+  json thumbs = json::array();
+  for (int64_t i = 0; i < p.train.size(); ++i) {
+    size_t c = static_cast<size_t>(p.train.labels[i]);
+    if (c >= p.classes.size()) continue;
+    if (train_counts[c]++ < 8) {
+      std::string name = fmt::format("{}_{}.png", c, train_counts[c] - 1);
+      write_png(dir / "thumbs" / name, p.train.data.data() + i * per, p.shape);
+      thumbs.push_back({{"class", c}, {"file", name}, {"index", i}});
+    }
+  }
+  for (float l : p.val.labels)
+    if (static_cast<size_t>(l) < p.classes.size()) ++val_counts[static_cast<size_t>(l)];
+  info["train_count"] = p.train.size();
+  info["val_count"] = p.val.size();
+  info["train_per_class"] = train_counts;
+  info["val_per_class"] = val_counts;
+  info["thumbnails"] = thumbs;
+  std::ofstream(dir / "info.json.tmp") << info.dump(1);
+  fs::rename(dir / "info.json.tmp", dir / "info.json");
+  progress(1.0);
+}
+
+}  // namespace bks::server

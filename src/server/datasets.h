@@ -1,0 +1,27 @@
+// Dataset creation for the dashboard: IDX files (Fashion-MNIST) or an image folder laid out
+// as root/<label>/*.png|jpg (DIGITS' layout), packed once into HDF5 files the Data layer
+// reads (train.h5, val.h5: 'data' as bytes N x C x H x W, 'label' as float; mean.h5: the
+// mean image as float), with info.json (classes, per-class counts, shape) and PNG thumbnails
+// (thumbs/<class>_<k>.png, mean.png).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "server/store.h"
+
+namespace bks::server {
+
+// Checks a dataset request and returns the spec to store (paths made absolute). Throws
+// ApiError naming the field. `roots`: the folders source files may come from.
+json validate_dataset_spec(const json& body, const std::vector<std::string>& roots);
+
+// Packs the dataset `spec` into `dir`. Progress in [0, 1]; stops (throwing) when cancelled.
+void pack_dataset(const json& spec, const std::string& dir, const std::function<void(double)>& progress,
+                  const std::atomic<bool>& cancelled);
+
+// Names of Fashion-MNIST's ten classes, in label order.
+const std::vector<std::string>& fashion_mnist_classes();
+
+}  // namespace bks::server

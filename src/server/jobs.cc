@@ -1,0 +1,333 @@
+#include "server/jobs.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "server/process.h"
+
+namespace bks::server {
+
+namespace fs = std::filesystem;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+constexpr double kAbortGraceSeconds = 20;  // SIGINT first (snapshot), SIGKILL after this
+
+// The newest snapshot's solver state in a run directory, or "".
+std::string last_snapshot(const fs::path& run) {
+  std::string best;
+  long best_iter = -1;
+  std::error_code ec;
+  static const std::regex name(R"(iter_(\d+)\.solverstate)");
+  for (const auto& e : fs::directory_iterator(run / "snapshots", ec)) {
+    std::smatch m;
+    std::string f = e.path().filename().string();
+    if (std::regex_match(f, m, name) && std::stol(m[1]) > best_iter) {
+      best_iter = std::stol(m[1]);
+      best = e.path().string();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work)
+    : store_(store), config_(std::move(config)), dataset_work_(std::move(dataset_work)) {
+  fs::create_directories(fs::path(config_.data_dir) / "jobs");
+  // A server that stopped left these without a process: say so, and let them resume.
+  for (json& job : store_.list("jobs")) {
+    if (job.value("state", "") != "running") continue;
+    job["state"] = "failed";
+    job["finished"] = now_seconds();
+    job["reason"] = "the server stopped while this job ran; resume continues from its last snapshot";
+    job.erase("pid");
+    store_.put("jobs", job);
+  }
+  loop_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  // Children first, while the thread that started them lives: when it ends they get
+  // SIGINT from the kernel (PR_SET_PDEATHSIG), and a second SIGINT would stop a trainer
+  // before it saves.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_children();
+  }
+  stop_ = true;
+  change_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+void Scheduler::stop_children() {
+  for (auto& [id, r] : running_)
+    if (r->pid > 0) kill(r->pid, SIGINT);  // each trainer snapshots and stops
+  for (auto& [id, r] : running_) {
+    if (r->pid > 0) {
+      int st = 0;
+      waitpid(r->pid, &st, 0);
+    }
+    r->cancel = true;
+    if (r->thread.joinable()) r->thread.join();
+    if (auto job = store_.get("jobs", id)) {
+      (*job)["state"] = "failed";
+      (*job)["finished"] = now_seconds();
+      (*job)["reason"] = "the server stopped while this job ran; resume continues from its last snapshot";
+      job->erase("pid");
+      store_.put("jobs", *job);
+    }
+  }
+  running_.clear();
+}
+
+std::string Scheduler::job_dir(int64_t id) const { return (fs::path(config_.data_dir) / "jobs" / std::to_string(id)).string(); }
+
+void Scheduler::touch() {
+  ++version_;
+  change_cv_.notify_all();
+}
+
+void Scheduler::wait_for_change(uint64_t seen, int timeout_ms) {
+  std::unique_lock<std::mutex> lock(change_mu_);
+  change_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return version_.load() != seen || stop_.load(); });
+}
+
+int64_t Scheduler::submit(json job) {
+  json files = job.value("files", json::object());
+  job.erase("files");
+  job["state"] = "queued";
+  job["created"] = now_seconds();
+  job["attempts"] = 0;
+  int64_t id = store_.insert("jobs", job);
+  fs::create_directories(job_dir(id));
+  for (auto& [name, text] : files.items()) std::ofstream(fs::path(job_dir(id)) / name) << text.get<std::string>();
+  touch();
+  return id;
+}
+
+void Scheduler::start_job(json& job) {
+  const int64_t id = job["id"].get<int64_t>();
+  auto r = std::make_unique<Running>();
+  const fs::path dir = job_dir(id);
+  if (job.value("kind", "") == "train") {
+    std::vector<std::string> argv{config_.binary, "train", "--solver", (dir / "solver.prototxt").string(),
+                                  "--out", (dir / "run").string(), "--threads", std::to_string(config_.threads_per_job)};
+    std::string from = job.value("resume_from", "");
+    if (!from.empty()) {
+      argv.push_back("--snapshot");
+      argv.push_back(from);
+    }
+    std::ofstream((dir / "output.txt").string(), std::ios::app)
+        << fmt::format("--- bakusoku serve: attempt {}: {}\n", job.value("attempts", 0) + 1, fmt::join(argv, " "));
+    r->pid = spawn(argv, dir.string(), (dir / "output.txt").string());
+    job["pid"] = r->pid;
+  } else {
+    Running* raw = r.get();
+    json copy = job;
+    r->thread = std::thread([this, raw, copy, id] {
+      double last = 0;
+      auto progress = [&](double p) {
+        double t = now_seconds();
+        if (t - last < 0.25 && p < 1) return;  // the store is not a progress bar
+        last = t;
+        if (auto j = store_.get("jobs", id)) {
+          (*j)["progress"] = p;
+          store_.put("jobs", *j);
+          touch();
+        }
+      };
+      try {
+        dataset_work_(copy, progress, raw->cancel);
+      } catch (const std::exception& e) {
+        raw->error = e.what();
+      }
+      raw->finished = true;
+      touch();
+    });
+  }
+  job["state"] = "running";
+  job["started"] = now_seconds();
+  job["attempts"] = job.value("attempts", 0) + 1;
+  job.erase("reason");
+  store_.put("jobs", job);
+  running_[id] = std::move(r);
+  log::info("job {} ({}) started", id, job.value("name", ""));
+}
+
+void Scheduler::finish(int64_t id, const std::string& state, const std::string& reason, int exit_code) {
+  auto job = store_.get("jobs", id);
+  if (!job) return;
+  (*job)["state"] = state;
+  (*job)["finished"] = now_seconds();
+  (*job)["exit_code"] = exit_code;
+  if (reason.empty()) job->erase("reason");
+  else (*job)["reason"] = reason;
+  std::string tail = tail_file((fs::path(job_dir(id)) / "output.txt").string(), 8192);
+  (*job)["log_tail"] = last_lines(tail, 20);
+  job->erase("pid");
+  if (state == "done") (*job)["progress"] = 1.0;
+  store_.put("jobs", *job);
+  log::info("job {} {}{}", id, state, reason.empty() ? "" : ": " + reason);
+}
+
+void Scheduler::reap() {
+  for (auto it = running_.begin(); it != running_.end();) {
+    const int64_t id = it->first;
+    Running& r = *it->second;
+    bool ended = false;
+    if (r.pid > 0) {
+      int st = 0;
+      if (waitpid(r.pid, &st, WNOHANG) == r.pid) {
+        ended = true;
+        std::string tail = tail_file((fs::path(job_dir(id)) / "output.txt").string(), 8192);
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        if (r.abort_requested && (was_interrupted(st) || WIFSIGNALED(st)))
+          finish(id, "aborted", "aborted on request; resume continues from its last snapshot", code);
+        else if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+          finish(id, "done", "", 0);
+        else
+          finish(id, "failed", exit_reason(st, tail), code);
+      } else if (r.abort_requested && now_seconds() - r.abort_time > kAbortGraceSeconds) {
+        kill(r.pid, SIGKILL);
+      }
+    } else if (r.finished) {
+      ended = true;
+      r.thread.join();
+      if (r.cancel) finish(id, "aborted", "aborted on request", 0);
+      else if (!r.error.empty()) finish(id, "failed", r.error, 1);
+      else finish(id, "done", "", 0);
+    }
+    if (ended) {
+      it = running_.erase(it);
+      touch();
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Scheduler::loop() {
+  while (!stop_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reap();
+      for (json& job : store_.list("jobs")) {
+        if (static_cast<int>(running_.size()) >= config_.slots) break;
+        if (job.value("state", "") != "queued") continue;
+        try {
+          start_job(job);
+        } catch (const std::exception& e) {
+          job["state"] = "failed";
+          job["reason"] = e.what();
+          store_.put("jobs", job);
+        }
+        touch();
+      }
+    }
+    std::unique_lock<std::mutex> lock(change_mu_);
+    change_cv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
+json Scheduler::abort(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = store_.get("jobs", id);
+  if (!job) input_error("no job {}", id);
+  std::string state = job->value("state", "");
+  if (state == "queued") {
+    (*job)["state"] = "aborted";
+    (*job)["reason"] = "aborted before it started";
+    (*job)["finished"] = now_seconds();
+    store_.put("jobs", *job);
+  } else if (state == "running" && running_.count(id)) {
+    Running& r = *running_[id];
+    r.abort_requested = true;
+    r.abort_time = now_seconds();
+    r.cancel = true;
+    if (r.pid > 0) kill(r.pid, SIGINT);
+  } else {
+    input_error("job {} is {}; only queued or running jobs can be aborted", id, state);
+  }
+  touch();
+  return *store_.get("jobs", id);
+}
+
+json Scheduler::resume(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = store_.get("jobs", id);
+  if (!job) input_error("no job {}", id);
+  std::string state = job->value("state", "");
+  if (state != "aborted" && state != "failed") input_error("job {} is {}; only aborted or failed jobs can be resumed", id, state);
+  std::string from;
+  if (job->value("kind", "") == "train") from = last_snapshot(fs::path(job_dir(id)) / "run");
+  (*job)["resume_from"] = from;
+  (*job)["state"] = "queued";
+  (*job)["reason"] = from.empty() ? "no snapshot yet: starts from the beginning" : "resumes from " + fs::path(from).filename().string();
+  if (from.empty() && job->value("kind", "") == "train") fs::remove_all(fs::path(job_dir(id)) / "run");
+  store_.put("jobs", *job);
+  touch();
+  return *job;
+}
+
+json Scheduler::clone(int64_t id) {
+  auto job = store_.get("jobs", id);
+  if (!job) input_error("no job {}", id);
+  json copy;
+  for (const char* k : {"kind", "name", "model_id", "dataset_id", "group", "params", "max_iter", "spec"})
+    if (job->contains(k)) copy[k] = (*job)[k];
+  copy["name"] = job->value("name", "job") + " (clone)";
+  copy["cloned_from"] = id;
+  json files = json::object();
+  for (const char* f : {"net.prototxt", "solver.prototxt"}) {
+    std::ifstream in(fs::path(job_dir(id)) / f);
+    if (in) files[f] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  copy["files"] = files;
+  int64_t nid = submit(copy);
+  return *store_.get("jobs", nid);
+}
+
+void Scheduler::remove(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!store_.get("jobs", id)) input_error("no job {}", id);
+    auto it = running_.find(id);
+    if (it != running_.end()) {
+      Running& r = *it->second;
+      if (r.pid > 0) {
+        kill(r.pid, SIGKILL);
+        int st = 0;
+        waitpid(r.pid, &st, 0);
+      }
+      r.cancel = true;
+      if (r.thread.joinable()) r.thread.join();
+      running_.erase(it);
+    }
+    store_.remove("jobs", id);
+  }
+  std::error_code ec;
+  fs::remove_all(job_dir(id), ec);
+  touch();
+}
+
+pid_t Scheduler::pid(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = running_.find(id);
+  return it == running_.end() ? -1 : it->second->pid;
+}
+
+}  // namespace bks::server

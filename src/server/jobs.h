@@ -1,0 +1,89 @@
+// The job queue. A training job runs `bakusoku train` as a child process in its own
+// directory (<data>/jobs/<id>/: net.prototxt, solver.prototxt, output.txt, run/); a dataset
+// job runs in a server thread. Jobs wait for a free slot (CPU slots now; one per GPU later)
+// and move queued -> running -> done | failed | aborted. Aborted and failed training jobs
+// resume from their last snapshot. Jobs left running by a server that stopped are failed
+// (and resumable) when the next one starts.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "server/store.h"
+
+namespace bks::server {
+
+struct ServerConfig {
+  std::string data_dir;
+  std::string binary;       // bakusoku itself, for training children
+  int slots = 1;            // jobs running at once
+  int threads_per_job = 1;  // --threads of each training child
+};
+
+// What a dataset job does, in a server thread: report progress in [0, 1], stop early when
+// `cancelled` turns true; throws InputError / RuntimeError on failure.
+using DatasetWork = std::function<void(const json& job, const std::function<void(double)>& progress,
+                                       const std::atomic<bool>& cancelled)>;
+
+class Scheduler {
+ public:
+  Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work);
+  ~Scheduler();  // interrupts running jobs (they snapshot) and waits for them
+  const ServerConfig& config() const { return config_; }
+
+  // Queues a job document (kind "train": its net and solver text in job["files"]; kind
+  // "dataset"); returns its id.
+  int64_t submit(json job);
+  // Each returns the job as it now is; ApiError-free: throws InputError when the job's
+  // state does not allow it (the message says why).
+  json abort(int64_t id);
+  json resume(int64_t id);
+  json clone(int64_t id);
+  void remove(int64_t id);  // the job and its files; a running job is stopped first
+  std::string job_dir(int64_t id) const;
+  // The child's pid while a training job runs, else -1.
+  pid_t pid(int64_t id);
+  // Bumped whenever any job changes state (for watchers); wait_for_change sleeps until it
+  // moves past `seen` or `timeout_ms` passes.
+  uint64_t version() const { return version_.load(); }
+  void wait_for_change(uint64_t seen, int timeout_ms);
+
+ private:
+  struct Running {
+    pid_t pid = -1;
+    std::thread thread;  // dataset jobs
+    std::atomic<bool> cancel{false}, finished{false};
+    std::string error;  // dataset jobs: why they failed
+    bool abort_requested = false;
+    double abort_time = 0;
+  };
+  void loop();
+  void start_job(json& job);
+  void reap();
+  void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
+  void touch();
+  void stop_children();  // interrupts every running job and marks it failed (server stopping)
+
+  Store& store_;
+  ServerConfig config_;
+  DatasetWork dataset_work_;
+  std::mutex mu_;
+  std::map<int64_t, std::unique_ptr<Running>> running_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> version_{0};
+  std::mutex change_mu_;
+  std::condition_variable change_cv_;
+  std::thread loop_;
+};
+
+double now_seconds();  // wall clock, seconds since the epoch
+
+}  // namespace bks::server

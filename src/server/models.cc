@@ -1,0 +1,256 @@
+#include "server/models.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "formats/caffe_net.h"
+#include "formats/prototxt.h"
+#include "runtime/net.h"
+#include "server/api_error.h"
+
+namespace bks::server {
+
+namespace {
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+// The Data layers reading a packed dataset (pixels scaled to [0, 1)).
+std::string data_layers(const DatasetView& d, int64_t batch) {
+  std::string s = fmt::format(R"(layer {{ name: "data" type: "Data" top: "data" top: "label" include {{ phase: TRAIN }}
+  transform_param {{ scale: 0.00390625 }} data_param {{ source: "{}/train.h5" batch_size: {} }} }}
+)",
+                              d.dir, batch);
+  if (d.val_count > 0)
+    s += fmt::format(R"(layer {{ name: "data" type: "Data" top: "data" top: "label" include {{ phase: TEST }}
+  transform_param {{ scale: 0.00390625 }} data_param {{ source: "{}/val.h5" batch_size: {} }} }}
+)",
+                     d.dir, std::min<int64_t>(100, d.val_count));
+  return s;
+}
+
+const char* kLossLayers = R"(layer { name: "accuracy" type: "Accuracy" bottom: "@TOP@" bottom: "label" top: "accuracy" include { phase: TEST } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "@TOP@" bottom: "label" top: "loss" }
+)";
+
+const char* kLeNet = R"(layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" param { lr_mult: 1 } param { lr_mult: 2 }
+  convolution_param { num_output: 20 kernel_size: 5 stride: 1 weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2" param { lr_mult: 1 } param { lr_mult: 2 }
+  convolution_param { num_output: 50 kernel_size: 5 stride: 1 weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool2" top: "ip1" param { lr_mult: 1 } param { lr_mult: 2 }
+  inner_product_param { num_output: 500 weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
+layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" param { lr_mult: 1 } param { lr_mult: 2 }
+  inner_product_param { num_output: @CLASSES@ weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
+)";
+
+const char* kCifarQuick = R"(layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" param { lr_mult: 1 } param { lr_mult: 2 }
+  convolution_param { num_output: 32 pad: 2 kernel_size: 5 weight_filler { type: "gaussian" std: 0.0001 } bias_filler { type: "constant" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2" param { lr_mult: 1 } param { lr_mult: 2 }
+  convolution_param { num_output: 32 pad: 2 kernel_size: 5 weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" } } }
+layer { name: "relu2" type: "ReLU" bottom: "conv2" top: "conv2" }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: AVE kernel_size: 3 stride: 2 } }
+layer { name: "conv3" type: "Convolution" bottom: "pool2" top: "conv3" param { lr_mult: 1 } param { lr_mult: 2 }
+  convolution_param { num_output: 64 pad: 2 kernel_size: 5 weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" } } }
+layer { name: "relu3" type: "ReLU" bottom: "conv3" top: "conv3" }
+layer { name: "pool3" type: "Pooling" bottom: "conv3" top: "pool3" pooling_param { pool: AVE kernel_size: 3 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool3" top: "ip1" param { lr_mult: 1 } param { lr_mult: 2 }
+  inner_product_param { num_output: 64 weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "constant" } } }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" param { lr_mult: 1 } param { lr_mult: 2 }
+  inner_product_param { num_output: @CLASSES@ weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "constant" } } }
+)";
+
+// conv + BatchNorm + Scale (+ ReLU), named `name`, reading `bottom`.
+std::string conv_bn(const std::string& name, const std::string& bottom, int out, int k, int stride, bool relu) {
+  std::string s = fmt::format(
+      R"(layer {{ name: "{0}" type: "Convolution" bottom: "{1}" top: "{0}" convolution_param {{ num_output: {2} kernel_size: {3} stride: {4} pad: {5} bias_term: false weight_filler {{ type: "msra" }} }} }}
+layer {{ name: "{0}_bn" type: "BatchNorm" bottom: "{0}" top: "{0}" }}
+layer {{ name: "{0}_scale" type: "Scale" bottom: "{0}" top: "{0}" scale_param {{ bias_term: true }} }}
+)",
+      name, bottom, out, k, stride, k / 2);
+  if (relu) s += fmt::format("layer {{ name: \"{0}_relu\" type: \"ReLU\" bottom: \"{0}\" top: \"{0}\" }}\n", name);
+  return s;
+}
+
+// A small ResNet: a 3x3 stem and three stages (16, 32, 64 channels) of one basic block
+// each, the last two halving the resolution with a 1x1 projection shortcut.
+std::string small_resnet() {
+  std::string s = conv_bn("stem", "data", 16, 3, 1, true);
+  std::string in = "stem";
+  int width = 16;
+  for (int stage = 0; stage < 3; ++stage) {
+    int out = 16 << stage, stride = stage == 0 ? 1 : 2;
+    std::string b = fmt::format("res{}", stage + 1);
+    s += conv_bn(b + "_a", in, out, 3, stride, true);
+    s += conv_bn(b + "_b", b + "_a", out, 3, 1, false);
+    std::string shortcut = in;
+    if (stride != 1 || out != width) {
+      s += conv_bn(b + "_proj", in, out, 1, stride, false);
+      shortcut = b + "_proj";
+    }
+    s += fmt::format(R"(layer {{ name: "{0}" type: "Eltwise" bottom: "{0}_b" bottom: "{1}" top: "{0}" }}
+layer {{ name: "{0}_relu" type: "ReLU" bottom: "{0}" top: "{0}" }}
+)",
+                     b, shortcut);
+    in = b;
+    width = out;
+  }
+  s += fmt::format(R"(layer {{ name: "pool" type: "Pooling" bottom: "{}" top: "pool" pooling_param {{ pool: AVE global_pooling: true }} }}
+layer {{ name: "fc" type: "InnerProduct" bottom: "pool" top: "fc" inner_product_param {{ num_output: @CLASSES@ weight_filler {{ type: "msra" }} bias_filler {{ type: "constant" }} }} }}
+)",
+                   in);
+  return s;
+}
+
+bool is_data_layer(const std::string& type) {
+  static const std::set<std::string> kinds{"Data", "HDF5Data", "ImageData", "Input", "MemoryData", "DummyData", "WindowData"};
+  return kinds.count(type) > 0;
+}
+
+// The user's layers (data layers dropped) after `head`, keeping each layer's source line.
+NetLoad with_own_data(const std::string& text, const std::string& head) {
+  NetLoad user, own, out;
+  user.source = own.source = out.source = "custom.prototxt";
+  parse_prototxt_string(text, user.source, user.param, &user.layer_lines);
+  parse_prototxt_string(head, "data layers", own.param, &own.layer_lines);
+  out.param = user.param;
+  out.param.clear_layer();
+  out.param.clear_input();
+  out.param.clear_input_shape();
+  out.param.clear_input_dim();
+  for (const auto& l : own.param.layer()) {
+    *out.param.add_layer() = l;
+    out.layer_lines.push_back(0);
+  }
+  for (int i = 0; i < user.param.layer_size(); ++i) {
+    if (is_data_layer(user.param.layer(i).type())) continue;
+    *out.param.add_layer() = user.param.layer(i);
+    out.layer_lines.push_back(i < static_cast<int>(user.layer_lines.size()) ? user.layer_lines[i] : 0);
+  }
+  return out;
+}
+
+// Builds the net in both phases (shapes, parameters, kernels) to find what is wrong.
+void build_both_phases(const NetLoad& nl) {
+  for (auto phase : {proto::TRAIN, proto::TEST}) {
+    proto::NetState st;
+    st.set_phase(phase);
+    CpuBackend be(1);
+    ParamStore store;
+    Net net(build_caffe_graph(nl, st), phase, store, be, 1);
+  }
+}
+
+int line_of(const std::string& message) {
+  static const std::regex at(R"(custom\.prototxt:(\d+))");
+  std::smatch m;
+  return std::regex_search(message, m, at) ? std::stoi(m[1]) : 0;
+}
+
+}  // namespace
+
+std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch) {
+  std::string body;
+  if (name == "lenet") body = kLeNet;
+  else if (name == "cifar10_quick") body = kCifarQuick;
+  else if (name == "resnet") body = small_resnet();
+  else throw ApiError(400, "network", "'network' must be lenet, cifar10_quick, resnet or custom");
+  std::string top = name == "resnet" ? "fc" : "ip2";
+  return fmt::format("name: \"{}\"\n", name) + data_layers(d, batch) +
+         replace_all(body + replace_all(kLossLayers, "@TOP@", top), "@CLASSES@", std::to_string(d.classes));
+}
+
+std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch) {
+  try {
+    NetLoad nl = with_own_data(text, data_layers(d, batch));
+    build_both_phases(nl);
+    std::string out;
+    google::protobuf::TextFormat::PrintToString(nl.param, &out);
+    return out;
+  } catch (const std::exception& e) {
+    throw ApiError(400, "prototxt", e.what());
+  }
+}
+
+Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape, int64_t classes) {
+  Validation v;
+  try {
+    std::string dims;
+    for (int64_t x : shape) dims += fmt::format(" dim: {}", x);
+    NetLoad nl = with_own_data(
+        text, fmt::format("layer {{ name: \"data\" type: \"Input\" top: \"data\" top: \"label\" input_param {{ shape {{ dim: 2{} }} "
+                          "shape {{ dim: 2 }} }} }}\n",
+                          dims));
+    build_both_phases(nl);
+  } catch (const std::exception& e) {
+    v.ok = false;
+    v.error = e.what();
+    v.line = line_of(v.error);
+  }
+  (void)classes;
+  return v;
+}
+
+json validate_solver(const json& body) {
+  json s;
+  static const std::set<std::string> types{"SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"};
+  static const std::set<std::string> policies{"fixed", "step", "exp", "inv", "poly", "sigmoid"};
+  std::string type = string_field(body, "type", false, 20);
+  if (type.empty()) type = "SGD";
+  if (!types.count(type)) throw ApiError(400, "type", "'type' must be one of SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam");
+  s["type"] = type;
+  s["base_lr"] = number_list_field(body, "base_lr", 1e-8, 10, 0.01);
+  s["batch_size"] = number_list_field(body, "batch_size", 1, 4096, 64);
+  for (double b : s["batch_size"].get<std::vector<double>>())
+    if (b != std::floor(b)) throw ApiError(400, "batch_size", "'batch_size' values must be integers");
+  std::string policy = string_field(body, "lr_policy", false, 20);
+  if (policy.empty()) policy = "fixed";
+  if (!policies.count(policy)) throw ApiError(400, "lr_policy", "'lr_policy' must be fixed, step, exp, inv, poly or sigmoid");
+  s["lr_policy"] = policy;
+  s["gamma"] = number_field(body, "gamma", 0, 10, 0.1);
+  s["power"] = number_field(body, "power", 0, 10, 0.75);
+  s["step_epochs"] = integer_field(body, "step_epochs", 1, 10000, 1);
+  s["momentum"] = number_field(body, "momentum", 0, 0.999, 0.9);
+  s["weight_decay"] = number_field(body, "weight_decay", 0, 1, 0.0005);
+  s["epochs"] = number_field(body, "epochs", 0.01, 1000, 1);
+  s["snapshot_epochs"] = number_field(body, "snapshot_epochs", 0, 1000, 1);
+  return s;
+}
+
+int64_t iterations_per_epoch(int64_t batch, const DatasetView& d) {
+  return std::max<int64_t>(1, (d.train_count + batch - 1) / batch);
+}
+
+std::string solver_text(const json& s, double base_lr, int64_t batch, const DatasetView& d) {
+  const int64_t ipe = iterations_per_epoch(batch, d);
+  const int64_t max_iter = std::max<int64_t>(1, static_cast<int64_t>(std::llround(s["epochs"].get<double>() * ipe)));
+  std::string t = fmt::format("net: \"net.prototxt\"\ntype: \"{}\"\nbase_lr: {}\nlr_policy: \"{}\"\n", s["type"].get<std::string>(),
+                              base_lr, s["lr_policy"].get<std::string>());
+  t += fmt::format("gamma: {}\npower: {}\nstepsize: {}\n", s["gamma"].get<double>(), s["power"].get<double>(),
+                   s["step_epochs"].get<int64_t>() * ipe);
+  if (s["type"] != "AdaGrad") t += fmt::format("momentum: {}\n", s["momentum"].get<double>());
+  t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(), max_iter,
+                   std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
+  const double snap = s["snapshot_epochs"].get<double>();
+  t += fmt::format("snapshot: {}\n", snap > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
+  if (d.val_count > 0) {
+    int64_t test_batch = std::min<int64_t>(100, d.val_count);
+    t += fmt::format("test_iter: {}\ntest_interval: {}\n", (d.val_count + test_batch - 1) / test_batch, std::min(ipe, max_iter));
+  }
+  return t;
+}
+
+}  // namespace bks::server

@@ -1,0 +1,42 @@
+// Models for the dashboard: a standard network (LeNet, CIFAR-10 quick, a small ResNet) or a
+// custom prototxt, bound to a dataset, with solver settings. Sweeps: base_lr and batch_size
+// may be lists; each combination becomes one training job.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/store.h"
+
+namespace bks::server {
+
+// What a packed dataset offers a network (from its info.json).
+struct DatasetView {
+  std::string dir;  // holds train.h5, val.h5
+  std::vector<int64_t> shape;  // C, H, W
+  int64_t classes = 0, train_count = 0, val_count = 0;
+};
+
+struct Validation {
+  bool ok = true;
+  std::string error;  // one line, naming the line and field where known
+  int line = 0;       // 1-based line of the custom prototxt; 0 when unknown
+};
+
+// The train/test prototxt of a standard network reading `d` with this batch size.
+std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch);
+// A custom network (its own data layers are replaced by ones reading `d`), as prototxt
+// text; throws ApiError(400, "prototxt") with the line when it does not parse or build.
+std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch);
+// Parses and builds `text` (for the editor's validate button) without a dataset: data
+// layers become inputs of `shape`.
+Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape, int64_t classes);
+
+// The solver settings of a model request, validated (ApiError naming the field).
+json validate_solver(const json& body);
+// Solver prototxt for one job of a sweep: base_lr and batch size chosen; iterations from
+// epochs and the dataset's size.
+std::string solver_text(const json& solver, double base_lr, int64_t batch, const DatasetView& d);
+int64_t iterations_per_epoch(int64_t batch, const DatasetView& d);
+
+}  // namespace bks::server
