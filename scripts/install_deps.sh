@@ -11,8 +11,16 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libsqlite3-dev libstb-dev libjs-chart.js
+  chromium
   dataset-fashion-mnist
 )
+
+# The dashboard's browser test runs under Node.js (playwright-core from npm). A machine
+# that has a node of its own (e.g. NodeSource's, which bundles npm) keeps it; Debian's
+# nodejs and npm otherwise.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

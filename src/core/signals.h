@@ -1,5 +1,6 @@
 // SIGINT/SIGTERM become a request that long-running loops poll (Caffe's sigint_effect:
-// snapshot, then stop). A second signal ends the process at once.
+// snapshot, then stop). A second such signal ends the process at once. SIGHUP makes the
+// same request however often it comes (a dead parent's death signal can repeat).
 #pragma once
 
 namespace bks {

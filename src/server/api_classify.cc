@@ -58,7 +58,9 @@ void add_classify_routes(httplib::Server& s, Context& c) {
         int64_t index = integer_field(body, "index", 0, std::max<int64_t>(0, ds->size - 1), 0);
         if (ds->size == 0) throw ApiError(409, "split", "that split is empty");
         out = c.classifier.classify_pixels(in, ds->field("data")->u8(index));
-        out["label"] = static_cast<int64_t>(ds->field("label")->f32(index)[0]);
+        const auto label = static_cast<int64_t>(ds->field("label")->f32(index)[0]);
+        out["label"] = label;
+        if (label >= 0 && label < static_cast<int64_t>(in.classes.size())) out["label_name"] = in.classes[static_cast<size_t>(label)];
         out["index"] = index;
       }
       out["iter"] = iter;

@@ -61,9 +61,8 @@ Scheduler::Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work
 }
 
 Scheduler::~Scheduler() {
-  // Children first, while the thread that started them lives: when it ends they get
-  // SIGINT from the kernel (PR_SET_PDEATHSIG), and a second SIGINT would stop a trainer
-  // before it saves.
+  // Children first, while the thread that started them lives (when it ends they get their
+  // death signal too; harmless, but the stop is ours to report).
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_children();

@@ -29,7 +29,10 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& dir, const 
     sigset_t none;  // the server blocks SIGINT/SIGTERM in its threads; the child must not
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    prctl(PR_SET_PDEATHSIG, SIGINT);
+    // If the server dies, the trainer snapshots and stops. SIGHUP, not SIGINT: the kernel
+    // may send it again as the child passes through the dying server's threads, and bakusoku
+    // takes a repeated SIGINT as "stop now".
+    prctl(PR_SET_PDEATHSIG, SIGHUP);
     if (getppid() != parent) _exit(127);  // the server died before prctl
     int fd = open(output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {

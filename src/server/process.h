@@ -10,7 +10,7 @@
 namespace bks::server {
 
 // Starts `argv` (argv[0] the program) in `dir` with stdout and stderr appended to
-// `output_file`. The child is interrupted (SIGINT: it snapshots and stops) if the server
+// `output_file`. The child is interrupted (SIGHUP: it snapshots and stops) if the server
 // dies. Throws RuntimeError when it cannot be started.
 pid_t spawn(const std::vector<std::string>& argv, const std::string& dir, const std::string& output_file);
 

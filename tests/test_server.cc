@@ -1,0 +1,386 @@
+// The dashboard's API against a real `bakusoku serve` on loopback: dataset -> model ->
+// training job -> metrics -> classification; abort and resume; a server stopped mid-job;
+// the token; and every kind of bad input, each with its status code.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* kTrain = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+const char* kTest = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+
+// `bakusoku serve --port 0` in its own data directory, stopped (SIGTERM) when it goes.
+class Server {
+ public:
+  explicit Server(const std::string& data_dir, std::vector<std::string> extra = {}) : dir_(data_dir) {
+    std::vector<std::string> args{BKS_BINARY, "serve", "--port", "0", "--data-dir", data_dir, "--slots", "1", "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int out[2];
+    EXPECT_EQ(pipe(out), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    // The first line names the URL: "bakusoku serve: http://127.0.0.1:PORT/".
+    std::string line;
+    char c;
+    while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
+    close(out[0]);
+    auto at = line.rfind(':');
+    port_ = at == std::string::npos ? 0 : std::atoi(line.c_str() + at + 1);
+    EXPECT_GT(port_, 0) << line;
+  }
+  ~Server() { stop(SIGTERM); }
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+  httplib::Client client(const std::string& token = "") const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    if (!token.empty()) c.set_bearer_token_auth(token);
+    return c;
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("bks_server_" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+json call(httplib::Client& c, const std::string& method, const std::string& path, const json& body, int& status) {
+  httplib::Result r = method == "GET"      ? c.Get(path)
+                      : method == "DELETE" ? c.Delete(path)
+                                           : c.Post(path, body.dump(), "application/json");
+  if (!r) {
+    status = -1;
+    return json();
+  }
+  status = r->status;
+  return json::parse(r->body, nullptr, false);
+}
+
+json get(httplib::Client& c, const std::string& path) {
+  int st = 0;
+  json j = call(c, "GET", path, {}, st);
+  EXPECT_EQ(st, 200) << path << ": " << j.dump();
+  return j;
+}
+
+json post(httplib::Client& c, const std::string& path, const json& body, int want = 200) {
+  int st = 0;
+  json j = call(c, "POST", path, body, st);
+  EXPECT_EQ(st, want) << path << ": " << j.dump();
+  return j;
+}
+
+bool wait_for(const std::function<bool()>& ok, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return ok();
+}
+
+// Packs Fashion-MNIST (its test set as the validation split) and waits for it.
+int64_t fashion_dataset(httplib::Client& c) {
+  json d = post(c, "/api/datasets", {{"name", "fashion"}, {"source", "idx"}, {"train_images", kTrain}, {"test_images", kTest},
+                                     {"class_names", {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                                                      "Sneaker", "Bag", "Ankle boot"}}},
+                201);
+  int64_t id = d.value("id", int64_t{0});
+  EXPECT_TRUE(wait_for([&] { return get(c, "/api/datasets/" + std::to_string(id)).value("status", "") == "done"; }, 120));
+  return id;
+}
+
+json model(httplib::Client& c, int64_t dataset, double epochs, double snapshot_epochs, const json& base_lr = 0.01) {
+  return post(c, "/api/models",
+              {{"name", "lenet"}, {"network", "lenet"}, {"dataset_id", dataset},
+               {"solver", {{"base_lr", base_lr}, {"epochs", epochs}, {"batch_size", 64}, {"snapshot_epochs", snapshot_epochs}}}},
+              201);
+}
+
+std::string job_state(httplib::Client& c, int64_t id) { return get(c, "/api/jobs/" + std::to_string(id)).value("state", ""); }
+
+TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
+  Server s(temp_dir("e2e"));
+  auto c = s.client();
+  int64_t ds = fashion_dataset(c);
+  json d = get(c, "/api/datasets/" + std::to_string(ds));
+  EXPECT_EQ(d["info"]["train_count"], 60000);
+  EXPECT_EQ(d["info"]["val_count"], 10000);
+  EXPECT_EQ(d["info"]["train_per_class"][3], 6000);
+  EXPECT_EQ(d["info"]["classes"][9], "Ankle boot");
+  auto thumb = c.Get("/api/datasets/" + std::to_string(ds) + "/images/1_0.png");
+  ASSERT_TRUE(thumb);
+  EXPECT_EQ(thumb->status, 200);
+  EXPECT_EQ(thumb->body.substr(1, 3), "PNG");
+
+  // A sweep of two learning rates: two jobs, run one after the other (one slot).
+  json m = model(c, ds, 0.2, 0.1, {0.01, 0.02});
+  ASSERT_EQ(m["jobs"].size(), 2u);
+  EXPECT_EQ(m["jobs"][0]["name"], "lenet lr=0.01 bs=64");
+  for (const json& j : m["jobs"]) {
+    int64_t id = j["id"];
+    ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "done"; }, 180)) << get(c, "/api/jobs/" + std::to_string(id)).dump();
+    json metrics = get(c, "/api/jobs/" + std::to_string(id) + "/metrics");
+    int train = 0, test = 0;
+    for (const json& r : metrics) (r["phase"] == "test" ? test : train)++;
+    EXPECT_GT(train, 0);
+    EXPECT_GE(test, 2);  // at iteration 0 and at the end
+    EXPECT_GT(metrics.back().value("accuracy", 0.0), 0.6) << metrics.back().dump();
+  }
+  const std::string job = "/api/jobs/" + std::to_string(m["jobs"][0]["id"].get<int64_t>());
+  json full = get(c, job);
+  ASSERT_FALSE(full["snapshots"].empty());
+  EXPECT_DOUBLE_EQ(full["progress"].get<double>(), 1.0);
+
+  // Downloads: the prototxt and the snapshot weights (safetensors: length-prefixed JSON).
+  auto net = c.Get(job + "/files/net.prototxt");
+  ASSERT_TRUE(net);
+  EXPECT_NE(net->body.find("InnerProduct"), std::string::npos);
+  auto w = c.Get(job + "/snapshots/" + std::to_string(full["snapshots"].back()["iter"].get<int64_t>()) + ".safetensors");
+  ASSERT_TRUE(w);
+  ASSERT_EQ(w->status, 200);
+  EXPECT_EQ(w->body[8], '{');
+
+  // Classify: an uploaded image (a Trouser thumbnail), and a validation sample.
+  httplib::MultipartFormDataItems form{{"image", thumb->body, "trouser.png", "image/png"}};
+  auto r = c.Post(job + "/classify", form);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json top = json::parse(r->body)["top"];
+  ASSERT_EQ(top.size(), 5u);
+  EXPECT_EQ(top[0]["name"], "Trouser") << top.dump();
+  json sample = post(c, job + "/classify", {{"split", "val"}, {"index", 3}});
+  EXPECT_EQ(sample["top"].size(), 5u);
+  EXPECT_TRUE(sample.contains("label_name"));
+
+  // Live events: the stream of a finished job replays its records and ends.
+  auto ev = c.Get(job + "/events");
+  ASSERT_TRUE(ev);
+  EXPECT_NE(ev->body.find("event: metric"), std::string::npos);
+  EXPECT_NE(ev->body.find("event: end"), std::string::npos);
+
+  // Clone, then delete the clone with its files.
+  json clone = post(c, job + "/clone", json::object(), 201);
+  int st = 0;
+  call(c, "DELETE", "/api/jobs/" + std::to_string(clone["id"].get<int64_t>()), {}, st);
+  EXPECT_EQ(st, 200);
+  call(c, "GET", "/api/jobs/" + std::to_string(clone["id"].get<int64_t>()), {}, st);
+  EXPECT_EQ(st, 404);
+}
+
+TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {
+  std::string dir = temp_dir("abort");
+  Server s(dir);
+  auto c = s.client();
+  int64_t ds = fashion_dataset(c);
+  int64_t id = model(c, ds, 20, 0.1)["jobs"][0]["id"];
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  ASSERT_TRUE(wait_for([&] { return !get(c, job)["snapshots"].empty(); }, 120));
+  json a = post(c, job + "/abort", json::object());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "aborted"; }, 60));
+  json aborted = get(c, job);
+  int64_t last = aborted["snapshots"].back()["iter"];
+  EXPECT_NE(aborted.value("reason", "").find("aborted"), std::string::npos);
+  json r = post(c, job + "/resume", json::object());
+  EXPECT_EQ(r["state"], "queued");
+  ASSERT_TRUE(wait_for([&] { return get(c, job).value("attempts", 0) == 2 && job_state(c, id) == "running"; }, 60));
+  std::ifstream out(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt");
+  std::string log((std::istreambuf_iterator<char>(out)), {});
+  EXPECT_NE(log.find("--snapshot " + (fs::path(dir) / "jobs" / std::to_string(id) / "run" / "snapshots").string() + "/iter_" +
+                     std::to_string(last) + ".solverstate"),
+            std::string::npos)
+      << log;
+  // A running job cannot be resumed; a finished one cannot be aborted.
+  int st = 0;
+  call(c, "POST", job + "/resume", json::object(), st);
+  EXPECT_EQ(st, 409);
+  post(c, job + "/abort", json::object());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "aborted"; }, 60));
+  call(c, "POST", job + "/abort", json::object(), st);
+  EXPECT_EQ(st, 409);
+}
+
+// The server stopped mid-job (killed outright): on restart the job is failed and
+// resumable, and resuming continues from its last snapshot.
+TEST(ServerApi, RestartAfterTheServerDiedMidJob) {
+  std::string dir = temp_dir("restart");
+  int64_t id = 0, last = 0;
+  {
+    Server s(dir);
+    auto c = s.client();
+    int64_t ds = fashion_dataset(c);
+    id = model(c, ds, 20, 0.1)["jobs"][0]["id"];
+    ASSERT_TRUE(wait_for([&] { return !get(c, "/api/jobs/" + std::to_string(id))["snapshots"].empty(); }, 120));
+    s.stop(SIGKILL);
+  }
+  // The trainer saw its parent die (SIGINT): it snapshots and stops.
+  fs::path log = fs::path(dir) / "jobs" / std::to_string(id) / "output.txt";
+  ASSERT_TRUE(wait_for([&] {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    return text.find("Interrupted at iteration") != std::string::npos;
+  }, 30));
+  Server s(dir);
+  auto c = s.client();
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  json j = get(c, job);
+  EXPECT_EQ(j["state"], "failed");
+  EXPECT_NE(j.value("reason", "").find("server stopped"), std::string::npos) << j.dump();
+  last = j["snapshots"].back()["iter"];
+  post(c, job + "/resume", json::object());
+  ASSERT_TRUE(wait_for([&] {
+    json now = get(c, job);
+    return now.contains("last_train") && now["last_train"]["iter"].get<int64_t>() > last && now["state"] == "running";
+  }, 120));
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("Resumed from"), std::string::npos);
+  EXPECT_NE(text.find("iter_" + std::to_string(last) + ".solverstate"), std::string::npos);
+}
+
+TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
+  std::string dir = temp_dir("bad");
+  Server s(dir);
+  auto c = s.client();
+  struct Case {
+    std::string path;
+    json body;
+    int status;
+    std::string field;
+  };
+  fs::create_directories(fs::path(dir) / "imports");
+  std::vector<Case> cases{
+      {"/api/datasets", {{"name", 5}, {"source", "idx"}}, 400, "name"},
+      {"/api/datasets", {{"name", "x"}, {"source", "lmdb"}}, 400, "source"},
+      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", "/etc/passwd"}}, 400, "train_images"},
+      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", std::string(dir) + "/imports/../bakusoku.db"}}, 400, "train_images"},
+      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", "/usr/share/datasets/../../etc/passwd"}}, 400, "train_images"},
+      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", kTrain}, {"val_percent", 90}}, 400, "val_percent"},
+      {"/api/datasets", {{"name", "x"}, {"source", "folder"}, {"root", std::string(dir) + "/imports"}, {"width", "wide"}}, 400, "width"},
+      {"/api/datasets", {{"name", "x"}, {"source", "folder"}, {"root", std::string(dir) + "/imports"}, {"width", 100000}}, 400, "width"},
+      {"/api/models", {{"name", "m"}, {"network", "lenet"}, {"dataset_id", 99}}, 400, "dataset_id"},
+      {"/api/models", {{"name", "m"}, {"network", "lenet"}}, 400, "dataset_id"},
+      {"/api/models/validate", {{"prototxt", 7}}, 400, "prototxt"},
+  };
+  for (const auto& k : cases) {
+    int st = 0;
+    json j = call(c, "POST", k.path, k.body, st);
+    EXPECT_EQ(st, k.status) << k.body.dump() << " -> " << j.dump();
+    EXPECT_EQ(j.value("field", ""), k.field) << k.body.dump() << " -> " << j.dump();
+    EXPECT_FALSE(j.value("error", "").empty());
+  }
+  // Not JSON; unknown ids; unknown routes.
+  auto r = c.Post("/api/datasets", "{not json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  int st = 0;
+  for (const char* p : {"/api/jobs/12345", "/api/datasets/12345", "/api/models/12345", "/api/nothing"}) {
+    call(c, "GET", p, {}, st);
+    EXPECT_EQ(st, 404) << p;
+  }
+  // A custom network with an error: the validator names the line; the model is refused.
+  json v = post(c, "/api/models/validate",
+                {{"prototxt", "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 10 } }\n"
+                              "layer { name: 'x' type: 'NoSuchLayer' bottom: 'ip' top: 'x' }\n"}});
+  EXPECT_FALSE(v["ok"].get<bool>());
+  EXPECT_EQ(v.value("line", 0), 2) << v.dump();
+  json p = post(c, "/api/models/validate", {{"prototxt", "layer {\n  name: 'ip' type: InnerProduct }\n"}});
+  EXPECT_FALSE(p["ok"].get<bool>());
+  EXPECT_EQ(p.value("line", 0), 2) << p.dump();
+
+  int64_t ds = fashion_dataset(c);
+  json bad_solver = call(c, "POST", "/api/models",
+                         {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"lr_policy", "cosine"}}}}, st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad_solver["field"], "lr_policy");
+  json bad_lr = call(c, "POST", "/api/models", {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"base_lr", -1}}}}, st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad_lr["field"], "base_lr");
+  json bad_net = call(c, "POST", "/api/models",
+                      {{"name", "m"}, {"network", "custom"}, {"dataset_id", ds}, {"prototxt", "layer { name: 'a' type: 'Bogus' bottom: 'data' top: 'a' }"}}, st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad_net["field"], "prototxt");
+  EXPECT_TRUE(get(c, "/api/models").empty()) << "a refused model leaves nothing behind";
+
+  // Uploads: not an image; larger than the limit.
+  int64_t id = model(c, ds, 0.05, 0)["jobs"][0]["id"];
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "done"; }, 120));
+  httplib::MultipartFormDataItems text{{"image", "just some text", "notes.txt", "text/plain"}};
+  r = c.Post(job + "/classify", text);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body).value("field", ""), "image");
+  httplib::MultipartFormDataItems huge{{"image", std::string(17 << 20, 'x'), "huge.png", "image/png"}};
+  r = c.Post(job + "/classify", huge);
+  EXPECT_TRUE(!r || r->status == 413) << (r ? r->body : "closed");
+  call(c, "GET", "/api/status", {}, st);
+  EXPECT_EQ(st, 200) << "the server is still up";
+}
+
+TEST(ServerApi, TokenIsRequiredWhenSetAndAJobThatCrashesOrWritesGarbageIsReported) {
+  std::string dir = temp_dir("token");
+  Server s(dir, {"--token", "s3cret"});
+  auto anonymous = s.client();
+  int st = 0;
+  json j = call(anonymous, "GET", "/api/status", {}, st);
+  EXPECT_EQ(st, 401);
+  EXPECT_FALSE(j.value("error", "").empty());
+  auto page = anonymous.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200) << "pages load; the API asks for the token";
+  call(anonymous, "GET", "/api/status?token=s3cret", {}, st);
+  EXPECT_EQ(st, 200);
+  auto c = s.client("s3cret");
+  get(c, "/api/status");
+
+  // A training child killed outright: failed, with the reason in words; its log full of
+  // bytes that are not text still comes back as JSON.
+  int64_t ds = fashion_dataset(c);
+  int64_t id = model(c, ds, 50, 0)["jobs"][0]["id"];
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  ASSERT_TRUE(wait_for([&] { return get(c, job).contains("pid"); }, 60));
+  std::ofstream(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt", std::ios::app) << std::string("\xff\xfe\x00\x01garbage\x80\n", 13);
+  kill(get(c, job)["pid"].get<int>(), SIGKILL);
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "failed"; }, 60));
+  json failed = get(c, job);
+  EXPECT_NE(failed.value("reason", "").find("killed"), std::string::npos) << failed.dump();
+  EXPECT_FALSE(failed["log_tail"].empty());
+  json log = get(c, job + "/log");
+  EXPECT_FALSE(log["lines"].empty());
+}
+
+}  // namespace
