@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
+#include <stb_image_write.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -186,6 +187,27 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   EXPECT_EQ(sample["top"].size(), 5u);
   EXPECT_TRUE(sample.contains("label_name"));
 
+  // The whole validation split, one image's layers, the network drawn.
+  json ev_split = post(c, job + "/evaluate", {{"split", "val"}});
+  EXPECT_EQ(ev_split["count"], 10000);
+  EXPECT_GT(ev_split["accuracy"].get<double>(), 0.6);
+  ASSERT_EQ(ev_split["confusion"].size(), 10u);
+  int64_t cells = 0;
+  for (const json& row : ev_split["confusion"])
+    for (const json& v : row) cells += v.get<int64_t>();
+  EXPECT_EQ(cells, 10000);
+  EXPECT_EQ(ev_split["per_class"][1]["name"], "Trouser");
+  json viz = post(c, job + "/visualize", {{"split", "val"}, {"index", 0}});
+  bool conv_filters = false;
+  for (const json& l : viz["layers"])
+    if (l["name"] == "conv1") conv_filters = l.contains("weights_image") && l.contains("activation_image");
+  EXPECT_TRUE(conv_filters) << viz.dump().substr(0, 400);
+  auto svg = c.Get("/api/models/" + std::to_string(m["id"].get<int64_t>()) + "/graph.svg");
+  ASSERT_TRUE(svg);
+  EXPECT_EQ(svg->status, 200);
+  EXPECT_NE(svg->body.find("<svg"), std::string::npos);
+  EXPECT_NE(svg->body.find("(100,20,24,24)"), std::string::npos) << "blob shapes on the arrows";
+
   // Live events: the stream of a finished job replays its records and ends.
   auto ev = c.Get(job + "/events");
   ASSERT_TRUE(ev);
@@ -199,6 +221,62 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   EXPECT_EQ(st, 200);
   call(c, "GET", "/api/jobs/" + std::to_string(clone["id"].get<int64_t>()), {}, st);
   EXPECT_EQ(st, 404);
+}
+
+// DIGITS' folder layout (root/<label>/*.png), resized and split; a custom network trains
+// on it while two watchers follow the same job live.
+TEST(ServerApi, ImageFolderDatasetCustomNetworkAndTwoWatchers) {
+  std::string dir = temp_dir("folder");
+  Server s(dir);
+  auto c = s.client();
+  for (const char* label : {"dark", "light"}) {
+    fs::path d = fs::path(dir) / "imports" / "shapes" / label;
+    fs::create_directories(d);
+    for (int i = 0; i < 20; ++i) {
+      std::vector<uint8_t> px(12 * 10);
+      for (size_t k = 0; k < px.size(); ++k) px[k] = static_cast<uint8_t>((std::string(label) == "dark" ? 20 : 200) + (k * 7 + i) % 40);
+      ASSERT_TRUE(stbi_write_png((d / ("img" + std::to_string(i) + ".png")).c_str(), 12, 10, 1, px.data(), 12));
+    }
+  }
+  std::ofstream(fs::path(dir) / "imports" / "shapes" / "dark" / "notes.txt") << "not an image; ignored";
+  json d = post(c, "/api/datasets", {{"name", "shapes"}, {"source", "folder"}, {"root", dir + "/imports/shapes"},
+                                     {"width", 8}, {"height", 8}, {"color", "grayscale"}, {"val_percent", 25}}, 201);
+  const std::string ds = "/api/datasets/" + std::to_string(d["id"].get<int64_t>());
+  ASSERT_TRUE(wait_for([&] { return get(c, ds).value("status", "") == "done"; }, 60)) << get(c, ds).dump();
+  json info = get(c, ds)["info"];
+  EXPECT_EQ(info["classes"], json({"dark", "light"}));
+  EXPECT_EQ(info["shape"], json({1, 8, 8}));
+  EXPECT_EQ(info["train_count"], 30);
+  EXPECT_EQ(info["val_count"], 10);
+  EXPECT_EQ(info["val_per_class"], json({5, 5}));
+
+  const char* net = "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 2 "
+                    "weight_filler { type: 'xavier' } } }\n"
+                    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n"
+                    "layer { name: 'acc' type: 'Accuracy' bottom: 'ip' bottom: 'label' top: 'accuracy' include { phase: TEST } }\n";
+  json m = post(c, "/api/models", {{"name", "tiny"}, {"network", "custom"}, {"prototxt", net}, {"dataset_id", d["id"]},
+                                   {"solver", {{"base_lr", 0.05}, {"epochs", 300}, {"batch_size", 10}, {"snapshot_epochs", 50}}}},
+                201);
+  const std::string job = "/api/jobs/" + std::to_string(m["jobs"][0]["id"].get<int64_t>());
+  std::string seen[2];
+  std::thread watchers[2];
+  for (int k = 0; k < 2; ++k)
+    watchers[k] = std::thread([&, k] {
+      auto w = s.client();
+      w.Get(job + "/events", [&](const char* data, size_t n) {
+        seen[k].append(data, n);
+        return true;
+      });
+    });
+  for (auto& t : watchers) t.join();
+  for (const auto& text : seen) {
+    EXPECT_NE(text.find("event: metric"), std::string::npos) << text.substr(0, 300);
+    EXPECT_NE(text.find("event: job"), std::string::npos);
+    EXPECT_NE(text.find("event: end"), std::string::npos);
+  }
+  json done = get(c, job);
+  EXPECT_EQ(done["state"], "done") << done.dump();
+  EXPECT_GT(done["last_test"].value("accuracy", 0.0), 0.9) << done.dump();
 }
 
 TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {

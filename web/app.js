@@ -134,7 +134,11 @@ async function jobPage(id) {
       <input type="file" id="image" accept="image/png,image/jpeg">
       <button id="classify-upload">Classify image</button>
       <button id="classify-sample" class="secondary">Classify a validation sample</button>
+      <button id="visualize" class="secondary">Show layers</button>
+      <button id="evaluate" class="secondary">Classify the whole validation set</button>
       <div id="classify-result"></div>
+      <div id="layers"></div>
+      <div id="evaluation"></div>
     </div>
     <h2>Downloads</h2><div class="card" id="downloads"></div>` : ''}
     <h2>Log</h2><pre class="log" id="log"></pre>`;
@@ -238,11 +242,42 @@ async function jobPage(id) {
     if (!f) return alert('Choose a PNG or JPEG image first.');
     const form = new FormData();
     form.append('image', f);
-    try { showTop(await api('POST', `/api/jobs/${id}/classify`, form)); } catch (e) { document.getElementById('classify-result').innerHTML = `<div class="error">${esc(e.message)}</div>`; }
+    lastInput = null;
+    try { showTop(await api('POST', `/api/jobs/${id}/classify`, form)); } catch (e) { failed('classify-result', e); }
   };
+  // The input of the last classification, for "Show layers".
+  let lastInput = null;
+  const failed = (slot, e) => { document.getElementById(slot).innerHTML = `<div class="error">${esc(e.message)}</div>`; };
   document.getElementById('classify-sample').onclick = async () => {
-    try { showTop(await api('POST', `/api/jobs/${id}/classify`, { split: 'val', index: Math.floor(Math.random() * 1000) })); }
-    catch (e) { document.getElementById('classify-result').innerHTML = `<div class="error">${esc(e.message)}</div>`; }
+    lastInput = { split: 'val', index: Math.floor(Math.random() * 1000) };
+    try { showTop(await api('POST', `/api/jobs/${id}/classify`, lastInput)); } catch (e) { failed('classify-result', e); }
+  };
+  document.getElementById('visualize').onclick = async () => {
+    const f = document.getElementById('image').files[0];
+    let body = lastInput || { split: 'val', index: 0 };
+    if (f) { body = new FormData(); body.append('image', f); }
+    try {
+      const r = await api('POST', `/api/jobs/${id}/visualize`, body);
+      const stat = s => s ? `mean ${fmt(s.mean, 3)} · std ${fmt(s.std, 3)} · [${fmt(s.min, 3)}, ${fmt(s.max, 3)}]` : '';
+      document.getElementById('layers').innerHTML = `<h2>Layers${r.index !== undefined ? ` (sample ${r.index}, ${esc(r.label_name ?? r.label)})` : ''}</h2>
+        <table><tr><th>layer</th><th>output</th><th>activations</th><th>weights</th></tr>${r.layers.map(l => `<tr>
+        <td><b>${esc(l.name)}</b><br><span class="muted">${esc(l.type)}</span></td><td>${l.shape.join('×')}</td>
+        <td>${l.activation_image ? `<img class="viz" src="${l.activation_image}" alt="activations of ${esc(l.name)}"><br>` : ''}<span class="muted">${stat(l.activation)}</span></td>
+        <td>${l.weights_image ? `<img class="viz" src="${l.weights_image}" alt="filters of ${esc(l.name)}"><br>` : ''}<span class="muted">${l.weights_shape ? l.weights_shape.join('×') + ' · ' + stat(l.weights) : ''}</span></td>
+        </tr>`).join('')}</table>`;
+    } catch (e) { failed('layers', e); }
+  };
+  document.getElementById('evaluate').onclick = async () => {
+    document.getElementById('evaluation').innerHTML = '<p class="muted">Classifying…</p>';
+    try {
+      const r = await api('POST', `/api/jobs/${id}/evaluate`, { split: 'val' });
+      const names = r.per_class.map(c => c.name);
+      const max = Math.max(...r.confusion.flat());
+      document.getElementById('evaluation').innerHTML = `<h2>Validation set: accuracy <span id="split-accuracy">${(100 * r.accuracy).toFixed(2)}%</span> of ${r.count} images</h2>
+        <table class="confusion"><tr><th>true / predicted</th>${names.map(n => `<th>${esc(n)}</th>`).join('')}<th>accuracy</th></tr>
+        ${r.confusion.map((row, i) => `<tr><th>${esc(names[i])}</th>${row.map(v => `<td style="background:rgba(194,65,12,${(v / max).toFixed(3)})">${v}</td>`).join('')}
+          <td>${(100 * r.per_class[i].accuracy).toFixed(1)}%</td></tr>`).join('')}</table>`;
+    } catch (e) { failed('evaluation', e); }
   };
 }
 
@@ -333,7 +368,8 @@ async function modelPage(id) {
     ${m.jobs.map(j => `<tr><td><a href="#/jobs/${j.id}">${esc(j.name)}</a></td><td>${j.params.base_lr}</td><td>${j.params.batch_size}</td><td>${state(j.state)}</td>
       <td>${j.last_test && j.last_test.accuracy !== undefined ? 'accuracy ' + fmt(j.last_test.accuracy) : ''}</td></tr>`).join('')}</table>
     <h2>${m.jobs.length > 1 ? 'Sweep: every job on one chart' : 'Curves'} (by epoch)</h2>
-    <div class="charts"><div class="chart"><canvas id="cmp-loss"></canvas></div><div class="chart"><canvas id="cmp-acc"></canvas></div></div>`;
+    <div class="charts"><div class="chart"><canvas id="cmp-loss"></canvas></div><div class="chart"><canvas id="cmp-acc"></canvas></div></div>
+    <h2>Network</h2><div class="card graph">${m.jobs.length ? `<img id="graph" src="${withToken(`/api/models/${id}/graph.svg`)}" alt="the network">` : ''}</div>`;
   const loss = lineChart(document.getElementById('cmp-loss'), 'train loss', 'epoch');
   const acc = lineChart(document.getElementById('cmp-acc'), 'test accuracy', 'epoch');
   const draw = async () => {

@@ -1,6 +1,8 @@
-// POST /api/jobs/<id>/classify: an uploaded image (multipart field "image") or a dataset
-// sample ({"split": "train"|"val", "index": N}) through the job's latest snapshot (or
-// ?iter=N): top-5 classes with probabilities.
+// Testing a trained job from the dashboard, through its latest snapshot (or ?iter=N):
+//   POST /api/jobs/<id>/classify   an uploaded image (multipart field "image") or a dataset
+//                                  sample ({"split": "train"|"val", "index": N}): top-5
+//   POST /api/jobs/<id>/visualize  the same input: every layer's activations and weights
+//   POST /api/jobs/<id>/evaluate   {"split": "val"}: accuracy, per class, confusion matrix
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -14,56 +16,96 @@ namespace bks::server {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The job's snapshot, network and dataset as the classifier needs them.
+ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
+  json job = row(c, "jobs", req);
+  if (job.value("kind", "") != "train") throw ApiError(409, "", "only training jobs classify");
+  const fs::path dir = c.scheduler.job_dir(job["id"]);
+  int64_t iter = -1;
+  if (req.has_param("iter")) {
+    try {
+      iter = std::stoll(req.get_param_value("iter"));
+    } catch (const std::exception&) {
+      throw ApiError(400, "iter", "'iter' must be an integer");
+    }
+  } else {
+    static const std::regex name(R"(iter_(\d+)\.safetensors)");
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir / "run" / "snapshots", ec)) {
+      std::smatch m;
+      std::string f = e.path().filename().string();
+      if (std::regex_match(f, m, name)) iter = std::max<int64_t>(iter, std::stoll(m[1]));
+    }
+  }
+  fs::path weights = dir / "run" / "snapshots" / fmt::format("iter_{}.safetensors", iter);
+  if (iter < 0) throw ApiError(409, "", "this job has no snapshot yet");
+  if (!fs::exists(weights)) throw ApiError(400, "iter", fmt::format("no snapshot at iteration {}", iter));
+  DatasetView d = dataset_view(c, job.value("dataset_id", int64_t{-1}), "dataset_id");
+  std::ifstream info_in(fs::path(d.dir) / "info.json");
+  json info = json::parse(info_in, nullptr, false);
+  out["iter"] = iter;
+  return {(dir / "net.prototxt").string(), weights.string(), d.shape,
+          info.is_object() ? info["classes"].get<std::vector<std::string>>() : std::vector<std::string>(), d.dir};
+}
+
+std::shared_ptr<const Dataset> split_of(const ClassifyInput& in, const std::string& split) {
+  if (split != "train" && split != "val") throw ApiError(400, "split", "'split' must be \"train\" or \"val\"");
+  auto ds = open_dataset((fs::path(in.dataset_dir) / (split + ".h5")).string());
+  if (ds->size == 0) throw ApiError(409, "split", "that split is empty");
+  return ds;
+}
+
+// The image a request names: an upload, or a dataset sample (then `out` gets its label).
+std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyInput& in, json& out) {
+  if (req.is_multipart_form_data()) {
+    if (!req.has_file("image")) throw ApiError(400, "image", "upload the image as multipart field 'image'");
+    return decode_image(req.get_file_value("image").content, in.shape);
+  }
+  json body = body_object(req);
+  std::string split = string_field(body, "split", false, 10);
+  auto ds = split_of(in, split.empty() ? "val" : split);
+  const int64_t index = integer_field(body, "index", 0, ds->size - 1, 0);
+  const uint8_t* px = ds->field("data")->u8(index);
+  const auto label = static_cast<int64_t>(ds->field("label")->f32(index)[0]);
+  out["index"] = index;
+  out["label"] = label;
+  if (label >= 0 && label < static_cast<int64_t>(in.classes.size())) out["label_name"] = in.classes[static_cast<size_t>(label)];
+  return std::vector<uint8_t>(px, px + ds->field("data")->sample_numel());
+}
+
+}  // namespace
+
 void add_classify_routes(httplib::Server& s, Context& c) {
   s.Post(R"(/api/jobs/(\d+)/classify)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
-      json job = row(c, "jobs", req);
-      if (job.value("kind", "") != "train") throw ApiError(409, "", "only training jobs classify");
-      const fs::path dir = c.scheduler.job_dir(job["id"]);
-      // The snapshot: ?iter=N, else the newest.
-      int64_t iter = -1;
-      if (req.has_param("iter")) {
-        try {
-          iter = std::stoll(req.get_param_value("iter"));
-        } catch (const std::exception&) {
-          throw ApiError(400, "iter", "'iter' must be an integer");
-        }
-      } else {
-        static const std::regex name(R"(iter_(\d+)\.safetensors)");
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(dir / "run" / "snapshots", ec)) {
-          std::smatch m;
-          std::string f = e.path().filename().string();
-          if (std::regex_match(f, m, name)) iter = std::max<int64_t>(iter, std::stoll(m[1]));
-        }
-      }
-      fs::path weights = dir / "run" / "snapshots" / fmt::format("iter_{}.safetensors", iter);
-      if (iter < 0 || !fs::exists(weights))
-        throw ApiError(409, iter < 0 ? "" : "iter", iter < 0 ? "this job has no snapshot yet" : fmt::format("no snapshot at iteration {}", iter));
-      DatasetView d = dataset_view(c, job.value("dataset_id", int64_t{-1}), "dataset_id");
-      std::ifstream info_in(fs::path(d.dir) / "info.json");
-      json info = json::parse(info_in, nullptr, false);
-      ClassifyInput in{(dir / "net.prototxt").string(), weights.string(), d.shape,
-                       info.is_object() ? info["classes"].get<std::vector<std::string>>() : std::vector<std::string>()};
       json out;
-      if (req.is_multipart_form_data()) {
-        if (!req.has_file("image")) throw ApiError(400, "image", "upload the image as multipart field 'image'");
-        out = c.classifier.classify_image(in, req.get_file_value("image").content);
-      } else {
-        json body = body_object(req);
-        std::string split = string_field(body, "split", false, 10);
-        if (split.empty()) split = "val";
-        if (split != "train" && split != "val") throw ApiError(400, "split", "'split' must be \"train\" or \"val\"");
-        auto ds = open_dataset((fs::path(d.dir) / (split + ".h5")).string());
-        int64_t index = integer_field(body, "index", 0, std::max<int64_t>(0, ds->size - 1), 0);
-        if (ds->size == 0) throw ApiError(409, "split", "that split is empty");
-        out = c.classifier.classify_pixels(in, ds->field("data")->u8(index));
-        const auto label = static_cast<int64_t>(ds->field("label")->f32(index)[0]);
-        out["label"] = label;
-        if (label >= 0 && label < static_cast<int64_t>(in.classes.size())) out["label_name"] = in.classes[static_cast<size_t>(label)];
-        out["index"] = index;
-      }
-      out["iter"] = iter;
+      ClassifyInput in = resolve(c, req, out);
+      std::vector<uint8_t> img = request_image(req, in, out);
+      out.update(c.classifier.classify_pixels(in, img.data()));
+      return out;
+    });
+  });
+  s.Post(R"(/api/jobs/(\d+)/visualize)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      json out;
+      ClassifyInput in = resolve(c, req, out);
+      std::vector<uint8_t> img = request_image(req, in, out);
+      out.update(c.classifier.visualize(in, img.data()));
+      return out;
+    });
+  });
+  s.Post(R"(/api/jobs/(\d+)/evaluate)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      json out;
+      ClassifyInput in = resolve(c, req, out);
+      json body = body_object(req);
+      std::string split = string_field(body, "split", false, 10);
+      if (split.empty()) split = "val";
+      auto ds = split_of(in, split);
+      out["split"] = split;
+      out.update(c.classifier.evaluate(in, ds->field("data")->u8(0), ds->field("label")->f32(0), ds->size));
       return out;
     });
   });

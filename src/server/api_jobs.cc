@@ -50,9 +50,9 @@ std::vector<std::pair<int64_t, fs::path>> snapshots(const fs::path& run) {
   return out;
 }
 
-// The job with what a page shows about it: progress and latest figures from its metrics,
-// the end of its log while it runs, its snapshots.
-json describe(Context& c, json job, bool full) {
+}  // namespace
+
+json describe_job(Context& c, json job, bool full) {
   const fs::path dir = c.scheduler.job_dir(job["id"]);
   if (job.value("kind", "") == "train") {
     // The last train and test records, from the end of the file.
@@ -80,6 +80,8 @@ json describe(Context& c, json job, bool full) {
   return job;
 }
 
+namespace {
+
 void send_file(httplib::Response& res, const fs::path& p, const std::string& type, const std::string& download_name) {
   std::ifstream in(p, std::ios::binary);
   if (!in) throw ApiError(404, "", "no file " + p.filename().string());
@@ -93,12 +95,12 @@ void add_job_routes(httplib::Server& s, Context& c) {
   s.Get("/api/jobs", [&c](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
       json out = json::array();
-      for (json& j : c.store.list("jobs")) out.push_back(describe(c, j, false));
+      for (json& j : c.store.list("jobs")) out.push_back(describe_job(c, j, false));
       return out;
     });
   });
   s.Get(R"(/api/jobs/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle(res, [&] { return describe(c, row(c, "jobs", req), true); });
+    handle(res, [&] { return describe_job(c, row(c, "jobs", req), true); });
   });
   s.Post(R"(/api/jobs/(\d+)/abort)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {

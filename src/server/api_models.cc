@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "server/graph_svg.h"
 #include "server/http.h"
 #include "server/models.h"
 
@@ -14,7 +15,7 @@ namespace {
 json with_jobs(Context& c, json m) {
   json jobs = json::array();
   for (const json& j : c.store.list("jobs"))
-    if (j.value("model_id", int64_t{-1}) == m["id"].get<int64_t>()) jobs.push_back(j);
+    if (j.value("model_id", int64_t{-1}) == m["id"].get<int64_t>()) jobs.push_back(describe_job(c, j, false));
   m["jobs"] = jobs;
   return m;
 }
@@ -113,6 +114,14 @@ void add_model_routes(httplib::Server& s, Context& c) {
   });
   s.Get(R"(/api/models/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] { return with_jobs(c, row(c, "models", req)); });
+  });
+  s.Get(R"(/api/models/(\d+)/graph\.svg)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle_raw(res, [&] {
+      json m = with_jobs(c, row(c, "models", req));
+      if (m["jobs"].empty()) throw ApiError(409, "", "this model has no job (and so no network file) left");
+      std::string file = c.scheduler.job_dir(m["jobs"][0]["id"]) + "/net.prototxt";
+      res.set_content(network_svg(file), "image/svg+xml");
+    });
   });
   s.Delete(R"(/api/models/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {

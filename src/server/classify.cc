@@ -2,6 +2,7 @@
 
 #include <stb_image.h>
 #include <stb_image_resize.h>
+#include <stb_image_write.h>
 
 #include <fmt/format.h>
 
@@ -10,14 +11,17 @@
 
 #include "engine/deploy.h"
 #include "engine/session.h"
+#include "passes/deploy_model.h"
 #include "server/api_error.h"
 
 namespace bks::server {
 
 struct Classifier::Entry {
   std::string key;
-  std::unique_ptr<InferenceSession> session;
+  std::unique_ptr<InferenceSession> session;  // optimised (classify, evaluate)
+  std::unique_ptr<BundleNet> plain;           // unoptimised, every value kept (visualize)
   std::mutex mu;  // one request at a time per session
+  Net& net() { return plain ? *plain->net : session->net(); }
 };
 
 namespace {
@@ -25,19 +29,32 @@ constexpr size_t kCached = 4;
 constexpr float kScale = 0.00390625f;  // the Data layers bakusoku serve writes scale pixels so
 }  // namespace
 
-std::shared_ptr<Classifier::Entry> Classifier::session(const ClassifyInput& in) {
-  const std::string key = in.net_file + "|" + in.weights_file;
+std::shared_ptr<Classifier::Entry> Classifier::session(const ClassifyInput& in, int64_t batch, bool plain) {
+  const std::string key = fmt::format("{}|{}|{}|{}", in.net_file, in.weights_file, batch, plain);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : cache_)
     if (e->key == key) return e;
   DeployOptions o;
   o.model = in.net_file;
   o.weights = in.weights_file;
-  o.batch = 1;
+  o.batch = batch;
   o.threads = 1;
   auto e = std::make_shared<Entry>();
   e->key = key;
-  e->session = std::make_unique<InferenceSession>(deploy(o).bundle, in.weights_file, 1);
+  if (plain) {
+    // The TEST graph with only training layers stripped: every layer's output to look at.
+    DeployModel m = load_deploy_model(o);
+    strip_training(m);
+    Bundle b;
+    b.net = to_net_parameter(m);
+    set_input_batch(b.net, batch);
+    b.weights = weights_by_layer(m);
+    NetOptions opt;
+    opt.reuse_buffers = false;
+    e->plain = build_bundle_net(b, b.net, in.weights_file, 1, opt);
+  } else {
+    e->session = std::make_unique<InferenceSession>(deploy(o).bundle, in.weights_file, 1);
+  }
   cache_.push_back(e);
   if (cache_.size() > kCached) cache_.erase(cache_.begin());
   return e;
@@ -67,8 +84,8 @@ json Classifier::classify_pixels(const ClassifyInput& in, const uint8_t* chw) {
   return json{{"top", top}};
 }
 
-json Classifier::classify_image(const ClassifyInput& in, const std::string& bytes) {
-  const int c = static_cast<int>(in.shape.at(0)), h = static_cast<int>(in.shape.at(1)), w = static_cast<int>(in.shape.at(2));
+std::vector<uint8_t> decode_image(const std::string& bytes, const std::vector<int64_t>& shape) {
+  const int c = static_cast<int>(shape.at(0)), h = static_cast<int>(shape.at(1)), w = static_cast<int>(shape.at(2));
   int iw = 0, ih = 0, ic = 0;
   stbi_uc* px = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &iw,
                                       &ih, &ic, c);
@@ -79,7 +96,148 @@ json Classifier::classify_image(const ClassifyInput& in, const std::string& byte
   if (!ok) throw ApiError(400, "image", "the image cannot be resized");
   for (int ch = 0; ch < c; ++ch)
     for (int i = 0; i < w * h; ++i) chw[static_cast<size_t>(ch * w * h + i)] = hwc[static_cast<size_t>(i * c + ch)];
-  return classify_pixels(in, chw.data());
+  return chw;
+}
+
+namespace {
+
+int argmax(const float* p, int64_t n) { return static_cast<int>(std::max_element(p, p + n) - p); }
+
+std::string base64(const std::string& in) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) | static_cast<unsigned char>(in[i + 2]);
+    out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], t[v & 63]};
+  }
+  if (i + 1 == in.size()) {
+    unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    out += {t[v >> 18], t[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == in.size()) {
+    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
+    out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+// Tiles `count` maps of h x w floats (each scaled to its own range, or all to one range)
+// into a grid `cols` wide with a 1-pixel gap, as a grey PNG data URL.
+std::string tile_png(const float* maps, int64_t count, int64_t h, int64_t w, int64_t cols, bool shared_range) {
+  cols = std::min(cols, count);
+  const int64_t rows = (count + cols - 1) / cols, W = cols * (w + 1) - 1, H = rows * (h + 1) - 1;
+  std::vector<uint8_t> img(static_cast<size_t>(W * H), 255);
+  const float glo = *std::min_element(maps, maps + count * h * w), ghi = *std::max_element(maps, maps + count * h * w);
+  for (int64_t k = 0; k < count; ++k) {
+    const float* m = maps + k * h * w;
+    float lo = shared_range ? glo : *std::min_element(m, m + h * w), hi = shared_range ? ghi : *std::max_element(m, m + h * w);
+    float scale = hi > lo ? 255.f / (hi - lo) : 0.f;
+    int64_t ox = (k % cols) * (w + 1), oy = (k / cols) * (h + 1);
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x)
+        img[static_cast<size_t>((oy + y) * W + ox + x)] = static_cast<uint8_t>((m[y * w + x] - lo) * scale);
+  }
+  std::string png;
+  auto append = [](void* ctx, void* data, int size) { static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size); };
+  stbi_write_png_to_func(append, &png, static_cast<int>(W), static_cast<int>(H), 1, img.data(), static_cast<int>(W));
+  return "data:image/png;base64," + base64(png);
+}
+
+json stats(const Tensor& t) {
+  const float* p = t.f32();
+  double sum = 0, sq = 0;
+  float lo = p[0], hi = p[0];
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    sum += p[i];
+    sq += static_cast<double>(p[i]) * p[i];
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+  }
+  double n = static_cast<double>(t.numel()), mean = sum / n;
+  return {{"mean", mean}, {"std", std::sqrt(std::max(0.0, sq / n - mean * mean))}, {"min", lo}, {"max", hi}};
+}
+
+}  // namespace
+
+json Classifier::evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count) {
+  const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(100, count));
+  auto e = session(in, batch);
+  std::lock_guard<std::mutex> lock(e->mu);
+  InferenceSession& s = *e->session;
+  Tensor& x = s.value(s.inputs()[0]);
+  if (x.numel() != batch * per)
+    throw ApiError(409, "", fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
+  int64_t classes = 0, correct = 0, counted = 0;
+  std::vector<std::vector<int64_t>> confusion;
+  for (int64_t start = 0; start < count; start += batch) {
+    const int64_t n = std::min(batch, count - start);  // the last batch repeats its last image
+    for (int64_t i = 0; i < batch * per; ++i) x.f32()[i] = images[(start + std::min(i / per, n - 1)) * per + i % per] * kScale;
+    s.run();
+    const Tensor& prob = s.value(s.outputs()[0]);
+    if (classes == 0) {
+      classes = prob.numel() / batch;
+      confusion.assign(static_cast<size_t>(classes), std::vector<int64_t>(static_cast<size_t>(classes), 0));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      auto truth = static_cast<int64_t>(labels[start + i]);
+      int64_t guess = argmax(prob.f32() + i * classes, classes);
+      if (truth < 0 || truth >= classes) continue;
+      ++confusion[static_cast<size_t>(truth)][static_cast<size_t>(guess)];
+      correct += truth == guess;
+      ++counted;
+    }
+  }
+  json per_class = json::array();
+  for (int64_t c = 0; c < classes; ++c) {
+    const auto& row = confusion[static_cast<size_t>(c)];
+    int64_t total = std::accumulate(row.begin(), row.end(), int64_t{0});
+    std::string name = c < static_cast<int64_t>(in.classes.size()) ? in.classes[static_cast<size_t>(c)] : std::to_string(c);
+    per_class.push_back({{"class", c}, {"name", name}, {"count", total},
+                         {"accuracy", total ? static_cast<double>(row[static_cast<size_t>(c)]) / static_cast<double>(total) : 0.0}});
+  }
+  return {{"count", counted},
+          {"accuracy", counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0},
+          {"per_class", per_class},
+          {"confusion", confusion}};
+}
+
+json Classifier::visualize(const ClassifyInput& in, const uint8_t* chw) {
+  auto e = session(in, 1, true);
+  std::lock_guard<std::mutex> lock(e->mu);
+  Net& net = e->net();
+  const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
+  Tensor& x = net.value(net.inputs()[0]);
+  if (x.numel() != per)
+    throw ApiError(409, "", fmt::format("the network reads {} values per image, the dataset gives {}", x.numel(), per));
+  for (int64_t i = 0; i < per; ++i) x.f32()[i] = chw[i] * kScale;
+  net.forward();
+  json layers = json::array();
+  const Graph& g = net.graph();
+  for (int n = 0; n < net.num_nodes(); ++n) {
+    const Node& node = g.nodes[n];
+    if (node.outputs.empty()) continue;
+    json l{{"name", node.name}, {"type", node.type}};
+    Tensor out = net.plain_copy(node.outputs[0]);
+    l["shape"] = out.shape();
+    l["activation"] = stats(out);
+    if (out.ndim() == 4 && out.dim(2) * out.dim(3) >= 4)
+      l["activation_image"] = tile_png(out.f32(), std::min<int64_t>(16, out.dim(1)), out.dim(2), out.dim(3), 8, false);
+    if (!node.params.empty()) {
+      const Tensor& w = e->plain->store.at(net.param_index(n, 0)).data;
+      l["weights_shape"] = w.shape();
+      l["weights"] = stats(w);
+      if (node.type == "Convolution" && w.ndim() == 4) {
+        // The first input channel of up to 32 filters, on one scale.
+        const int64_t oc = std::min<int64_t>(32, w.dim(0)), kh = w.dim(2), kw = w.dim(3);
+        std::vector<float> first(static_cast<size_t>(oc * kh * kw));
+        for (int64_t o = 0; o < oc; ++o) std::copy_n(w.f32() + o * w.dim(1) * kh * kw, kh * kw, first.begin() + o * kh * kw);
+        l["weights_image"] = tile_png(first.data(), oc, kh, kw, 8, true);
+      }
+    }
+    layers.push_back(std::move(l));
+  }
+  return {{"layers", layers}};
 }
 
 }  // namespace bks::server

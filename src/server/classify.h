@@ -16,19 +16,30 @@ struct ClassifyInput {
   std::string net_file, weights_file;  // the job's net.prototxt and snapshot
   std::vector<int64_t> shape;          // C, H, W the network reads
   std::vector<std::string> classes;
+  std::string dataset_dir;  // its packed splits (train.h5, val.h5)
 };
+
+// PNG or JPEG bytes as C x H x W bytes of `shape` (resized; grey or colour as C says).
+// ApiError 400 naming "image" when they are not an image.
+std::vector<uint8_t> decode_image(const std::string& bytes, const std::vector<int64_t>& shape);
 
 class Classifier {
  public:
-  // Image bytes (PNG or JPEG; ApiError 400 naming "image" when they are not one): resized to
-  // the network's input, scaled like the training data (1/256).
-  json classify_image(const ClassifyInput& in, const std::string& bytes);
-  // One sample (bytes, C x H x W) already in the network's shape.
+  // One image (bytes, C x H x W) in the network's shape, scaled like the training data
+  // (1/256): the top-5 classes.
   json classify_pixels(const ClassifyInput& in, const uint8_t* chw);
+  // Every sample of a split (`count` images of C x H x W bytes, `labels`): accuracy,
+  // per-class accuracy and the confusion matrix (rows: true class, columns: predicted).
+  json evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count);
+  // One sample through the unoptimised graph: for every layer its output's shape and
+  // statistics with up to 16 channels as a PNG (data URL), and the first convolution
+  // filters / weights as images.
+  json visualize(const ClassifyInput& in, const uint8_t* chw);
 
  private:
   struct Entry;
-  std::shared_ptr<Entry> session(const ClassifyInput& in);
+  // batch: images per run; plain: every value kept, no fusion (for visualize).
+  std::shared_ptr<Entry> session(const ClassifyInput& in, int64_t batch = 1, bool plain = false);
   std::mutex mu_;
   std::vector<std::shared_ptr<Entry>> cache_;  // most recent last; a few snapshots at most
 };

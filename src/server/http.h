@@ -40,6 +40,10 @@ json row(Context& c, const std::string& table, const httplib::Request& req);
 // packed yet).
 DatasetView dataset_view(Context& c, int64_t id, const std::string& field);
 
+// A job with what a page shows about it: progress and latest figures from its metrics,
+// and with `full` the end of its log while it runs and its snapshots.
+json describe_job(Context& c, json job, bool full);
+
 void add_dataset_routes(httplib::Server& s, Context& c);
 void add_model_routes(httplib::Server& s, Context& c);
 void add_job_routes(httplib::Server& s, Context& c);

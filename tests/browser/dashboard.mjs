@@ -107,13 +107,29 @@ try {
   console.log(`  top-1: ${top1}`);
   if (top1 !== 'Trouser') throw new Error(`top-1 is "${top1}", expected "Trouser"`);
 
-  step('models and datasets pages');
+  step('layer visualisations and the whole validation set');
+  await page.click('#visualize');
+  await page.waitForSelector('#layers img.viz');
+  await page.click('#evaluate');
+  await page.waitForSelector('#split-accuracy');
+  const acc = parseFloat(await page.textContent('#split-accuracy'));
+  console.log(`  validation accuracy: ${acc}%`);
+  if (!(acc > 70)) throw new Error(`validation accuracy ${acc}% after 3 epochs`);
+  await shot('08-layers-and-confusion');
+
+  step('the model page draws the network');
   await page.click('header >> text=Models');
   await page.waitForSelector('h1:has-text("Models")');
-  await shot('08-models');
+  await shot('09-models');
+  await page.click('text=lenet-browser');
+  await page.waitForSelector('#graph');
+  await page.waitForFunction(() => document.getElementById('graph').naturalWidth > 0, null, { timeout: 30000 });
+  await shot('10-model');
+
+  step('the datasets page');
   await page.click('header >> text=Datasets');
   await page.waitForSelector('h1:has-text("Datasets")');
-  await shot('09-datasets');
+  await shot('11-datasets');
 } catch (e) {
   failed = true;
   console.error('FAILED:', e.message);
