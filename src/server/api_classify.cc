@@ -78,24 +78,17 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
 }  // namespace
 
 void add_classify_routes(httplib::Server& s, Context& c) {
-  s.Post(R"(/api/jobs/(\d+)/classify)", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle(res, [&] {
-      json out;
-      ClassifyInput in = resolve(c, req, out);
-      std::vector<uint8_t> img = request_image(req, in, out);
-      out.update(c.classifier.classify_pixels(in, img.data()));
-      return out;
+  // One image in, through the top-5 or through every layer.
+  for (auto [verb, look] : {std::pair{"classify", &Classifier::classify_pixels}, std::pair{"visualize", &Classifier::visualize}})
+    s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb, [&c, look](const httplib::Request& req, httplib::Response& res) {
+      handle(res, [&] {
+        json out;
+        ClassifyInput in = resolve(c, req, out);
+        std::vector<uint8_t> img = request_image(req, in, out);
+        out.update((c.classifier.*look)(in, img.data()));
+        return out;
+      });
     });
-  });
-  s.Post(R"(/api/jobs/(\d+)/visualize)", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle(res, [&] {
-      json out;
-      ClassifyInput in = resolve(c, req, out);
-      std::vector<uint8_t> img = request_image(req, in, out);
-      out.update(c.classifier.visualize(in, img.data()));
-      return out;
-    });
-  });
   s.Post(R"(/api/jobs/(\d+)/evaluate)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       json out;

@@ -102,26 +102,18 @@ void add_job_routes(httplib::Server& s, Context& c) {
   s.Get(R"(/api/jobs/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] { return describe_job(c, row(c, "jobs", req), true); });
   });
-  s.Post(R"(/api/jobs/(\d+)/abort)", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle(res, [&] {
-      row(c, "jobs", req);
-      try {
-        return c.scheduler.abort(job_id(req));
-      } catch (const InputError& e) {
-        throw ApiError(409, "", e.what());
-      }
+  // State changes the scheduler refuses (InputError: not in a state that allows it): 409.
+  for (auto [verb, change] : {std::pair{"abort", &Scheduler::abort}, std::pair{"resume", &Scheduler::resume}})
+    s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb, [&c, change](const httplib::Request& req, httplib::Response& res) {
+      handle(res, [&] {
+        row(c, "jobs", req);
+        try {
+          return (c.scheduler.*change)(job_id(req));
+        } catch (const InputError& e) {
+          throw ApiError(409, "", e.what());
+        }
+      });
     });
-  });
-  s.Post(R"(/api/jobs/(\d+)/resume)", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle(res, [&] {
-      row(c, "jobs", req);
-      try {
-        return c.scheduler.resume(job_id(req));
-      } catch (const InputError& e) {
-        throw ApiError(409, "", e.what());
-      }
-    });
-  });
   s.Post(R"(/api/jobs/(\d+)/clone)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(
         res,
