@@ -50,10 +50,12 @@ Scheduler::Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work
   fs::create_directories(fs::path(config_.data_dir) / "jobs");
   // A server that stopped left these without a process: say so, and let them resume.
   for (json& job : store_.list("jobs")) {
-    if (job.value("state", "") != "running") continue;
+    const std::string state = job.value("state", "");
+    if (state != "running" && state != "new") continue;
     job["state"] = "failed";
     job["finished"] = now_seconds();
-    job["reason"] = "the server stopped while this job ran; resume continues from its last snapshot";
+    job["reason"] = state == "new" ? "the server stopped while it created this job; clone it to try again"
+                                   : "the server stopped while this job ran; resume continues from its last snapshot";
     job.erase("pid");
     store_.put("jobs", job);
   }
@@ -108,12 +110,14 @@ void Scheduler::wait_for_change(uint64_t seen, int timeout_ms) {
 int64_t Scheduler::submit(json job) {
   json files = job.value("files", json::object());
   job.erase("files");
-  job["state"] = "queued";
+  job["state"] = "new";  // not yet "queued": the scheduler must not start it before its files exist
   job["created"] = now_seconds();
   job["attempts"] = 0;
   int64_t id = store_.insert("jobs", job);
   fs::create_directories(job_dir(id));
   for (auto& [name, text] : files.items()) std::ofstream(fs::path(job_dir(id)) / name) << text.get<std::string>();
+  job["state"] = "queued";
+  store_.put("jobs", job);
   touch();
   return id;
 }
