@@ -15,6 +15,8 @@
 #include <functional>
 #include <thread>
 
+#include "server/process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -459,6 +461,19 @@ TEST(ServerApi, TokenIsRequiredWhenSetAndAJobThatCrashesOrWritesGarbageIsReporte
   EXPECT_FALSE(failed["log_tail"].empty());
   json log = get(c, job + "/log");
   EXPECT_FALSE(log["lines"].empty());
+}
+
+// What ended a training child, in words.
+TEST(ServerProcess, ExitReasonsInWords) {
+  using bks::server::exit_reason;
+  EXPECT_EQ(exit_reason(0, "done"), "");
+  EXPECT_EQ(exit_reason(2 << 8, "Training lenet\nerror: net.prototxt:12: layer 'conv9' (Convolution): bottom 'x' not found\n"),
+            "bad input: net.prototxt:12: layer 'conv9' (Convolution): bottom 'x' not found");
+  EXPECT_NE(exit_reason(SIGKILL, "iter 100").find("out-of-memory killer"), std::string::npos);
+  EXPECT_EQ(exit_reason(1 << 8, "error: std::bad_alloc\n"), "out of memory: std::bad_alloc");
+  EXPECT_NE(exit_reason(SIGSEGV, "").find("segmentation fault"), std::string::npos);
+  EXPECT_EQ(exit_reason(1 << 8, "error: training diverged: loss is nan at iteration 7\n"),
+            "failed (exit code 1): training diverged: loss is nan at iteration 7");
 }
 
 }  // namespace
