@@ -426,7 +426,9 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   EXPECT_EQ(json::parse(r->body).value("field", ""), "image");
   httplib::MultipartFormDataItems huge{{"image", std::string(17 << 20, 'x'), "huge.png", "image/png"}};
   r = c.Post(job + "/classify", huge);
-  EXPECT_TRUE(!r || r->status == 413) << (r ? r->body : "closed");
+  ASSERT_TRUE(r) << "the server answers an oversized upload";
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(json::parse(r->body, nullptr, false).value("field", ""), "image") << r->body;
   call(c, "GET", "/api/status", {}, st);
   EXPECT_EQ(st, 200) << "the server is still up";
 }
@@ -446,6 +448,13 @@ TEST(ServerApi, TokenIsRequiredWhenSetAndAJobThatCrashesOrWritesGarbageIsReporte
   EXPECT_EQ(st, 200);
   auto c = s.client("s3cret");
   get(c, "/api/status");
+  {
+    // Beyond loopback without --token: one is generated, printed, and required.
+    Server open_server(temp_dir("token_any"), {"--host", "0.0.0.0"});
+    auto any = open_server.client();
+    call(any, "GET", "/api/status", {}, st);
+    EXPECT_EQ(st, 401);
+  }
 
   // A training child killed outright: failed, with the reason in words; its log full of
   // bytes that are not text still comes back as JSON.

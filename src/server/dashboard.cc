@@ -91,7 +91,10 @@ int serve(ServeOptions o) {
                       : res.status == 413 ? "the request is larger than 16 MB"
                       : res.status == 405 ? "method not allowed"
                                           : "bad request";
-    reply(res, res.status, {{"error", fmt::format("{} {}: {}", req.method, req.path, why)}});
+    json err{{"error", fmt::format("{} {}: {}", req.method, req.path, why)}};
+    // An upload too large names what was uploaded.
+    if (res.status == 413) err["field"] = req.path.find("/classify") != std::string::npos || req.path.find("/visualize") != std::string::npos ? "image" : "body";
+    reply(res, res.status, err);
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
