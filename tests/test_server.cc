@@ -252,6 +252,13 @@ TEST(ServerApi, ImageFolderDatasetCustomNetworkAndTwoWatchers) {
   EXPECT_EQ(info["val_count"], 10);
   EXPECT_EQ(info["val_per_class"], json({5, 5}));
 
+  // LeNet's 5x5 convolutions do not fit 8x8 images: refused, saying why.
+  int st = 0;
+  json lenet = call(c, "POST", "/api/models", {{"name", "l"}, {"network", "lenet"}, {"dataset_id", d["id"]}}, st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(lenet.value("field", ""), "network");
+  EXPECT_NE(lenet.value("error", "").find("does not fit"), std::string::npos) << lenet.dump();
+
   const char* net = "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 2 "
                     "weight_filler { type: 'xavier' } } }\n"
                     "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n"
@@ -414,6 +421,12 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_net["field"], "prototxt");
   EXPECT_TRUE(get(c, "/api/models").empty()) << "a refused model leaves nothing behind";
+  // The other standard networks build on 28x28 grey images (then go, with their jobs).
+  for (const char* network : {"cifar10_quick", "resnet"}) {
+    json m = post(c, "/api/models", {{"name", network}, {"network", network}, {"dataset_id", ds}}, 201);
+    call(c, "DELETE", "/api/models/" + std::to_string(m["id"].get<int64_t>()), {}, st);
+    EXPECT_EQ(st, 200) << network;
+  }
 
   // Uploads: not an image; larger than the limit.
   int64_t id = model(c, ds, 0.05, 0)["jobs"][0]["id"];

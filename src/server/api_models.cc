@@ -87,6 +87,7 @@ void add_model_routes(httplib::Server& s, Context& c) {
               plan.push_back({lr, batch, custom.empty() ? standard_network(network, d, batch) : custom_network(custom, d, batch),
                               solver_text(solver, lr, batch, d)});
             }
+          if (custom.empty()) check_builds(plan.front().net, "network");  // e.g. images too small for it
           const int64_t id = c.store.insert("models", m);
           const bool sweep = plan.size() > 1;
           for (const auto& p : plan) {

@@ -162,6 +162,17 @@ int line_of(const std::string& message) {
 
 }  // namespace
 
+void check_builds(const std::string& text, const std::string& field) {
+  try {
+    NetLoad nl;
+    nl.source = "network.prototxt";
+    parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
+    build_both_phases(nl);
+  } catch (const std::exception& e) {
+    throw ApiError(400, field, e.what());
+  }
+}
+
 std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch) {
   std::string body;
   if (name == "lenet") body = kLeNet;

@@ -25,6 +25,9 @@ struct Validation {
 
 // The train/test prototxt of a standard network reading `d` with this batch size.
 std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch);
+// Builds the net in both phases; ApiError(400, field) saying what is wrong otherwise (a
+// standard network on images too small for it, say).
+void check_builds(const std::string& text, const std::string& field);
 // A custom network (its own data layers are replaced by ones reading `d`), as prototxt
 // text; throws ApiError(400, "prototxt") with the line when it does not parse or build.
 std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch);
