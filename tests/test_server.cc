@@ -144,6 +144,15 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   EXPECT_EQ(d["info"]["val_count"], 10000);
   EXPECT_EQ(d["info"]["train_per_class"][3], 6000);
   EXPECT_EQ(d["info"]["classes"][9], "Ankle boot");
+  // The same files resized to 32x32 colour (the shape CIFAR-style networks expect).
+  json big = post(c, "/api/datasets", {{"name", "fashion32"}, {"source", "idx"}, {"train_images", kTest}, {"width", 32},
+                                       {"height", 32}, {"color", "color"}, {"val_percent", 20}}, 201);
+  const std::string big_path = "/api/datasets/" + std::to_string(big["id"].get<int64_t>());
+  ASSERT_TRUE(wait_for([&] { return get(c, big_path).value("status", "") == "done"; }, 120)) << get(c, big_path).dump();
+  json big_info = get(c, big_path)["info"];
+  EXPECT_EQ(big_info["shape"], json({3, 32, 32}));
+  EXPECT_EQ(big_info["train_count"], 8000);
+  EXPECT_EQ(big_info["val_count"], 2000);
   auto thumb = c.Get("/api/datasets/" + std::to_string(ds) + "/images/1_0.png");
   ASSERT_TRUE(thumb);
   EXPECT_EQ(thumb->status, 200);

@@ -328,10 +328,11 @@ function newDatasetPage() {
       <div class="error" data-error-for="test_images"></div>
       <label><input type="checkbox" name="fashion" checked> Fashion-MNIST class names</label></div>
     <div id="folder" hidden><label>Folder</label><input type="text" name="root" placeholder="/path/to/images (inside the server's import folders)">
-      <div class="error" data-error-for="root"></div>
-      <div class="row"><div><label>Width</label><input type="number" name="width" value="28"><div class="error" data-error-for="width"></div></div>
-      <div><label>Height</label><input type="number" name="height" value="28"><div class="error" data-error-for="height"></div></div>
-      <div><label>Colour</label><select name="color"><option value="grayscale">grayscale</option><option value="color">colour</option></select></div></div></div>
+      <div class="error" data-error-for="root"></div></div>
+    <div class="row"><div><label>Width</label><input type="number" name="width" placeholder="as stored"><div class="error" data-error-for="width"></div></div>
+      <div><label>Height</label><input type="number" name="height" placeholder="as stored"><div class="error" data-error-for="height"></div></div>
+      <div><label>Colour</label><select name="color"><option value="">as stored</option><option value="grayscale">grayscale</option><option value="color">colour</option></select>
+      <div class="error" data-error-for="color"></div></div></div>
     <label>Validation % (when there is no test set)</label><input type="number" name="val_percent" value="10"><div class="error" data-error-for="val_percent"></div>
     <div class="error" data-error-for=""></div>
     <button type="submit" id="create-dataset">Create dataset</button></form>`;
@@ -345,8 +346,12 @@ function newDatasetPage() {
       if (form.test_images.value) body.test_images = form.test_images.value;
       if (form.fashion.checked) body.class_names = fashionClasses;
     } else {
-      Object.assign(body, { root: form.root.value, width: Number(form.width.value), height: Number(form.height.value), color: form.color.value });
+      body.root = form.root.value;
     }
+    // Empty: the files' own size and colour (folders: 28x28 grey).
+    if (form.width.value) body.width = Number(form.width.value);
+    if (form.height.value) body.height = Number(form.height.value);
+    if (form.color.value) body.color = form.color.value;
     try { const d = await api('POST', '/api/datasets', body); location.hash = `#/datasets/${d.id}`; } catch (err) { showError(form, err); }
   };
 }

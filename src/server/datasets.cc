@@ -33,18 +33,25 @@ json validate_dataset_spec(const json& body, const std::vector<std::string>& roo
   std::string source = string_field(body, "source", true, 20);
   spec["source"] = source;
   spec["val_percent"] = integer_field(body, "val_percent", 0, 50, 10);
+  // Size and colour: required for folders (default 28x28 grey); for IDX files only when
+  // they should change (otherwise the files' own).
+  auto geometry = [&](bool defaults) {
+    for (const char* f : {"width", "height"})
+      if (defaults || body.contains(f)) spec[f] = integer_field(body, f, 4, 512, 28);
+    std::string color = string_field(body, "color", false, 20);
+    if (color.empty() && defaults) color = "grayscale";
+    if (!color.empty() && color != "grayscale" && color != "color")
+      throw ApiError(400, "color", "'color' must be \"grayscale\" or \"color\"");
+    if (!color.empty()) spec["color"] = color;
+  };
   if (source == "idx") {
     spec["train_images"] = path_field(body, "train_images", roots, false);
     if (body.contains("test_images") && !body["test_images"].is_null())
       spec["test_images"] = path_field(body, "test_images", roots, false);
+    geometry(false);
   } else if (source == "folder") {
     spec["root"] = path_field(body, "root", roots, true);
-    spec["width"] = integer_field(body, "width", 4, 512, 28);
-    spec["height"] = integer_field(body, "height", 4, 512, 28);
-    std::string color = string_field(body, "color", false, 20);
-    if (color.empty()) color = "grayscale";
-    if (color != "grayscale" && color != "color") throw ApiError(400, "color", "'color' must be \"grayscale\" or \"color\"");
-    spec["color"] = color;
+    geometry(true);
   } else {
     throw ApiError(400, "source", "'source' must be \"idx\" or \"folder\"");
   }
@@ -78,28 +85,58 @@ void check(const std::atomic<bool>& cancelled) {
   if (cancelled) throw RuntimeError("cancelled");
 }
 
+// Appends one C x H x W byte image as `to` (C, H, W): channels 1 -> 3 repeated, 3 -> 1
+// averaged, each channel resized.
+void append_as(const uint8_t* chw, const Shape& from, const Shape& to, std::vector<uint8_t>& out) {
+  if (from == to) {
+    out.insert(out.end(), chw, chw + shape_numel(from));
+    return;
+  }
+  const int64_t fc = from[0], fh = from[1], fw = from[2], tc = to[0], th = to[1], tw = to[2];
+  std::vector<uint8_t> plane(static_cast<size_t>(fh * fw)), resized(static_cast<size_t>(th * tw));
+  for (int64_t c = 0; c < tc; ++c) {
+    if (fc == tc) {
+      std::copy_n(chw + c * fh * fw, fh * fw, plane.begin());
+    } else if (fc == 1) {
+      std::copy_n(chw, fh * fw, plane.begin());
+    } else {
+      for (int64_t i = 0; i < fh * fw; ++i) {
+        int sum = 0;
+        for (int64_t k = 0; k < fc; ++k) sum += chw[k * fh * fw + i];
+        plane[static_cast<size_t>(i)] = static_cast<uint8_t>(sum / fc);
+      }
+    }
+    if (!stbir_resize_uint8(plane.data(), static_cast<int>(fw), static_cast<int>(fh), 0, resized.data(), static_cast<int>(tw),
+                            static_cast<int>(th), 0, 1))
+      throw RuntimeError("cannot resize an image");
+    out.insert(out.end(), resized.begin(), resized.end());
+  }
+}
+
 void from_idx(const json& spec, Packing& p, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
   std::string images = spec["train_images"];
   auto train = read_idx_pair(images, idx_labels_path(images));
   const DatasetField& d = *train->field("data");
   const DatasetField& l = *train->field("label");
-  p.shape = d.sample_shape;
-  const int64_t per = d.sample_numel();
+  const Shape& stored = d.sample_shape;
+  if (stored.size() != 3 || (stored[0] != 1 && stored[0] != 3)) throw InputError(images + ": images must have 1 or 3 channels");
+  // The packed shape: the files' own, or the width, height and colour asked for.
+  p.shape = {spec.contains("color") ? (spec["color"] == "color" ? 3 : 1) : stored[0], spec.value("height", stored[1]),
+             spec.value("width", stored[2])};
   int max_label = 0;
   for (int64_t i = 0; i < train->size; ++i) max_label = std::max<int>(max_label, l.u8(i)[0]);
   progress(0.2);
   check(cancelled);
   auto add = [&](Split& s, const Dataset& ds, int64_t i) {
-    const uint8_t* x = ds.field("data")->u8(i);
-    s.data.insert(s.data.end(), x, x + per);
+    append_as(ds.field("data")->u8(i), ds.field("data")->sample_shape, p.shape, s.data);
     s.labels.push_back(static_cast<float>(ds.field("label")->u8(i)[0]));
   };
   if (spec.contains("test_images")) {
     std::string t = spec["test_images"];
     auto test = read_idx_pair(t, idx_labels_path(t));
-    if (test->field("data")->sample_shape != p.shape)
-      throw ApiError(400, "test_images", fmt::format("test images are {} but training images are {}",
-                                                     shape_str(test->field("data")->sample_shape), shape_str(p.shape)));
+    if (test->field("data")->sample_shape != stored)
+      throw InputError(fmt::format("{}: test images are {} but training images are {}", t,
+                                   shape_str(test->field("data")->sample_shape), shape_str(stored)));
     for (int64_t i = 0; i < train->size; ++i) add(p.train, *train, i);
     for (int64_t i = 0; i < test->size; ++i) add(p.val, *test, i);
   } else {
