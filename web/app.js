@@ -222,6 +222,18 @@ async function jobPage(id) {
     api('GET', `/api/jobs/${id}/log`).then(r => { document.getElementById('log').textContent = r.lines.join('\n'); });
   });
   cleanup.push(() => es.close());
+  // The log, live while the job runs.
+  const logTimer = setInterval(async () => {
+    if (!['queued', 'running'].includes(current.state)) return;
+    try {
+      const r = await api('GET', `/api/jobs/${id}/log`);
+      const log = document.getElementById('log');
+      const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      log.textContent = r.lines.join('\n');
+      if (atEnd) log.scrollTop = log.scrollHeight;
+    } catch (e) { /* the next tick tries again */ }
+  }, 2000);
+  cleanup.push(() => clearInterval(logTimer));
   const downloads = async () => {
     const j = await api('GET', `/api/jobs/${id}`);
     const snaps = (j.snapshots || []).map(s => `<a href="${withToken(`/api/jobs/${id}/snapshots/${s.iter}.safetensors`)}">iteration ${s.iter}</a>`).join(' · ');
