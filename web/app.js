@@ -46,7 +46,7 @@ function lineChart(canvas, yTitle, xTitle = 'iteration') {
     options: {
       animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
       elements: { point: { radius: 0 }, line: { borderWidth: 1.5 } },
-      scales: { x: { type: 'linear', title: { display: true, text: xTitle } }, y: { title: { display: true, text: yTitle } } },
+      scales: { x: { type: 'linear', min: 0, title: { display: true, text: xTitle } }, y: { title: { display: true, text: yTitle } } },
       plugins: { legend: { position: 'bottom' } },
     },
   });
@@ -60,11 +60,12 @@ function zeroBased(chart) {
   chart.options.scales.y.max = top > 0 ? 1.1 * top : undefined;
 }
 const palette = ['#c2410c', '#1d4ed8', '#15803d', '#7c3aed', '#be185d', '#0e7490', '#a16207', '#4b5563'];
-function series(chart, label, colorIndex, dashed) {
+// sparse: few points (test results), drawn as dots too.
+function series(chart, label, colorIndex, sparse) {
   let s = chart.data.datasets.find(d => d.label === label);
   if (!s) {
     const color = palette[colorIndex % palette.length];
-    s = { label, data: [], borderColor: color, backgroundColor: color, borderDash: dashed ? [6, 3] : [] };
+    s = { label, data: [], borderColor: color, backgroundColor: color, pointRadius: sparse ? 3 : 0 };
     chart.data.datasets.push(s);
   }
   return s;
@@ -180,6 +181,8 @@ async function jobPage(id) {
     speed: lineChart(document.getElementById('chart-speed'), 'images/s'),
     usage: lineChart(document.getElementById('chart-usage'), 'CPU % / memory MB', 'seconds'),
   };
+  charts.acc.options.scales.y.min = 0;  // accuracy lives in [0, 1]
+  charts.acc.options.scales.y.max = 1;
   const records = [];
   const usageStart = Date.now() / 1000;
   const add = r => {
@@ -189,9 +192,9 @@ async function jobPage(id) {
       if (r.lr !== undefined) series(charts.lr, 'lr', 2).data.push({ x, y: r.lr });
       if (r.images_per_s !== undefined) series(charts.speed, 'images/s', 3).data.push({ x, y: r.images_per_s });
     } else {
-      if (r.loss !== undefined) series(charts.loss, 'test loss', 1).data.push({ x, y: r.loss });
+      if (r.loss !== undefined) series(charts.loss, 'test loss', 1, true).data.push({ x, y: r.loss });
       for (const [k, v] of Object.entries(r))
-        if (k.startsWith('accuracy')) series(charts.acc, 'test ' + k, k === 'accuracy' ? 1 : 4).data.push({ x, y: v });
+        if (k.startsWith('accuracy')) series(charts.acc, 'test ' + k, k === 'accuracy' ? 1 : 4, true).data.push({ x, y: v });
     }
   };
   const redraw = () => { zeroBased(charts.lr); for (const c of Object.values(charts)) c.update('none'); };
@@ -389,11 +392,13 @@ async function modelPage(id) {
     <h2>Network</h2><div class="card graph">${m.jobs.length ? `<img id="graph" src="${withToken(`/api/models/${id}/graph.svg`)}" alt="the network">` : ''}</div>`;
   const loss = lineChart(document.getElementById('cmp-loss'), 'train loss', 'epoch');
   const acc = lineChart(document.getElementById('cmp-acc'), 'test accuracy', 'epoch');
+  acc.options.scales.y.min = 0;
+  acc.options.scales.y.max = 1;
   const draw = async () => {
     for (const [k, j] of m.jobs.entries()) {
       const recs = await api('GET', `/api/jobs/${j.id}/metrics`);
       series(loss, j.name, k).data = recs.filter(r => r.phase === 'train').map(r => ({ x: r.epoch, y: r.loss }));
-      series(acc, j.name, k).data = recs.filter(r => r.phase === 'test' && r.accuracy !== undefined).map(r => ({ x: r.epoch, y: r.accuracy }));
+      series(acc, j.name, k, true).data = recs.filter(r => r.phase === 'test' && r.accuracy !== undefined).map(r => ({ x: r.epoch, y: r.accuracy }));
     }
     loss.update('none');
     acc.update('none');

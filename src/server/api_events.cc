@@ -68,7 +68,7 @@ void add_event_routes(httplib::Server& s, Context& c) {
           sink.done();
           return true;
         }
-        std::string text = dump(*job);
+        std::string text = dump(describe_job(c, *job, false));  // with its progress
         if (text != w->last_job) {
           if (!send(sink, "job", text)) return false;
           w->last_job = text;
