@@ -61,6 +61,7 @@ class Server {
     waitpid(pid_, &st, 0);
     pid_ = -1;
   }
+  int port() const { return port_; }
   httplib::Client client(const std::string& token = "") const {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(120, 0);
@@ -492,6 +493,29 @@ TEST(ServerApi, TokenIsRequiredWhenSetAndAJobThatCrashesOrWritesGarbageIsReporte
   EXPECT_FALSE(failed["log_tail"].empty());
   json log = get(c, job + "/log");
   EXPECT_FALSE(log["lines"].empty());
+}
+
+// A port in use, a bad port, a data directory that cannot be made: one line, exit code 2.
+TEST(ServerApi, StartErrorsAreClear) {
+  Server s(temp_dir("port"));
+  auto run = [](const std::string& args) {
+    std::string cmd = std::string(BKS_BINARY) + " serve " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int st = pclose(p);
+    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  };
+  auto [code, out] = run("--port " + std::to_string(s.port()) + " --data-dir " + temp_dir("port2"));
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("cannot listen"), std::string::npos) << out;
+  std::tie(code, out) = run("--port 70000");
+  EXPECT_EQ(code, 2) << out;
+  std::tie(code, out) = run("--data-dir /proc/bakusoku-nope --port 0");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("/proc/bakusoku-nope"), std::string::npos) << out;
 }
 
 // What ended a training child, in words.

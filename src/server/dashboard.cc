@@ -1,6 +1,7 @@
 #include "server/dashboard.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -75,6 +76,12 @@ int serve(ServeOptions o) {
   httplib::Server http;
   http.new_task_queue = [] { return new httplib::ThreadPool(32); };  // live charts hold a thread each
   http.set_payload_max_length(16 << 20);
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
+  // server share the port silently and take half the requests.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   const std::string token = o.token;
   http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
     if (token.empty() || req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
