@@ -134,7 +134,8 @@ async function jobPage(id) {
     <div class="card" id="classify">
       <input type="file" id="image" accept="image/png,image/jpeg">
       <button id="classify-upload">Classify image</button>
-      <button id="classify-sample" class="secondary">Classify a validation sample</button>
+      <button id="classify-sample" class="secondary">Classify validation sample</button>
+      <input type="number" id="sample-index" min="0" placeholder="# (random)" style="width:110px">
       <button id="visualize" class="secondary">Show layers</button>
       <button id="evaluate" class="secondary">Classify the whole validation set</button>
       <div id="classify-result"></div>
@@ -262,9 +263,12 @@ async function jobPage(id) {
   };
   // The input of the last classification, for "Show layers".
   let lastInput = null;
+  let valCount = 1;  // validation images to pick a random one from
+  api('GET', `/api/datasets/${job.dataset_id}`).then(d => { valCount = Math.max(1, d.info ? d.info.val_count : 1); }).catch(() => {});
   const failed = (slot, e) => { document.getElementById(slot).innerHTML = `<div class="error">${esc(e.message)}</div>`; };
   document.getElementById('classify-sample').onclick = async () => {
-    lastInput = { split: 'val', index: Math.floor(Math.random() * 1000) };
+    const chosen = document.getElementById('sample-index').value;
+    lastInput = { split: 'val', index: chosen !== '' ? Number(chosen) : Math.floor(Math.random() * valCount) };
     try { showTop(await api('POST', `/api/jobs/${id}/classify`, lastInput)); } catch (e) { failed('classify-result', e); }
   };
   document.getElementById('visualize').onclick = async () => {
