@@ -13,12 +13,7 @@ class ConvolutionOp final : public Op {
     parse_conv_param(p_, g_, [this](const std::string& m) { fail("convolution_param: {}", m); });
     fusion_ = init.node.param.fusion_param();
     choice_ = init.node.param.kernel_choice();
-    int8_threshold_ = init.node.param.int8_input_threshold();
-    if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
-    if (int8_threshold_ > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
-    int8_out_threshold_ = init.node.param.int8_output_threshold();
-    if (int8_out_threshold_ < 0.f) fail("int8_output_threshold must be positive");
-    if (int8_out_threshold_ > 0.f && !(int8_threshold_ > 0.f)) fail("int8_output_threshold needs int8_input_threshold");
+    read_int8_thresholds(init, int8_threshold_, int8_out_threshold_);
     if (!choice_.empty() && choice_ != "direct" && choice_ != "winograd")
       fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice_);
     fused_ = fusion_.residual_sum() || fusion_.relu();

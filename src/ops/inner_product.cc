@@ -14,12 +14,7 @@ class InnerProductOp final : public Op {
     fusion_ = init.node.param.fusion_param();
     if (fusion_.residual_sum()) fail("fusion_param.residual_sum is supported on Convolution only");
     if (fusion_.relu() && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
-    int8_threshold_ = init.node.param.int8_input_threshold();
-    if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
-    if (int8_threshold_ > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
-    int8_out_threshold_ = init.node.param.int8_output_threshold();
-    if (int8_out_threshold_ < 0.f) fail("int8_output_threshold must be positive");
-    if (int8_out_threshold_ > 0.f && !(int8_threshold_ > 0.f)) fail("int8_output_threshold needs int8_input_threshold");
+    read_int8_thresholds(init, int8_threshold_, int8_out_threshold_);
   }
   int min_inputs() const override { return 1; }
 

@@ -37,6 +37,15 @@ void Op::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
   }
 }
 
+void Op::read_int8_thresholds(const OpInit& init, float& in, float& out) const {
+  in = init.node.param.int8_input_threshold();
+  out = init.node.param.int8_output_threshold();
+  if (in < 0.f) fail("int8_input_threshold must be positive");
+  if (in > 0.f && init.phase == proto::TRAIN) fail("int8_input_threshold is for inference graphs, not TRAIN");
+  if (out < 0.f) fail("int8_output_threshold must be positive");
+  if (out > 0.f && !(in > 0.f)) fail("int8_output_threshold needs int8_input_threshold");
+}
+
 Op::ChannelSplit Op::split_channels(const Shape& s) const {
   if (s.size() < 2) fail("bottom must have at least 2 axes, got {}", shape_str(s));
   return {s[0], s[1], shape_count(s, 2, static_cast<int>(s.size()))};

@@ -137,6 +137,9 @@ class Op {
     int64_t n, c, spatial;
   };
   ChannelSplit split_channels(const Shape& s) const;
+  // The INT8 thresholds deploy gave this layer (int8_input_threshold, int8_output_threshold;
+  // 0 when absent), checked: positive, inference only, an output one only with an input one.
+  void read_int8_thresholds(const OpInit& init, float& in, float& out) const;
 
   // Whether backward must produce input i's gradient (set by the runtime before prepare();
   // true when never set), so kernels that would only serve unused gradients are not built.
