@@ -7,7 +7,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include "data/dataset.h"
 #include "server/http.h"
@@ -31,13 +30,8 @@ ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
       throw ApiError(400, "iter", "'iter' must be an integer");
     }
   } else {
-    static const std::regex name(R"(iter_(\d+)\.safetensors)");
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir / "run" / "snapshots", ec)) {
-      std::smatch m;
-      std::string f = e.path().filename().string();
-      if (std::regex_match(f, m, name)) iter = std::max<int64_t>(iter, std::stoll(m[1]));
-    }
+    auto snaps = snapshot_files((dir / "run").string(), "safetensors");
+    if (!snaps.empty()) iter = snaps.back().first;
   }
   fs::path weights = dir / "run" / "snapshots" / fmt::format("iter_{}.safetensors", iter);
   if (iter < 0) throw ApiError(409, "", "this job has no snapshot yet");

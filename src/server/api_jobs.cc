@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "core/error.h"
@@ -37,19 +36,6 @@ json read_metrics(const fs::path& file) {
   return out;
 }
 
-std::vector<std::pair<int64_t, fs::path>> snapshots(const fs::path& run) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  static const std::regex name(R"(iter_(\d+)\.safetensors)");
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(run / "snapshots", ec)) {
-    std::smatch m;
-    std::string f = e.path().filename().string();
-    if (std::regex_match(f, m, name)) out.emplace_back(std::stoll(m[1]), e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 }  // namespace
 
 json describe_job(Context& c, json job, bool full) {
@@ -71,7 +57,8 @@ json describe_job(Context& c, json job, bool full) {
     if (!last_test.is_null()) job["last_test"] = last_test;
     if (full) {
       json snaps = json::array();
-      for (auto& [iter, path] : snapshots(dir / "run")) snaps.push_back({{"iter", iter}, {"bytes", fs::file_size(path)}});
+      for (auto& [iter, path] : snapshot_files((dir / "run").string(), "safetensors"))
+        snaps.push_back({{"iter", iter}, {"bytes", fs::file_size(path)}});
       job["snapshots"] = snaps;
     }
   }

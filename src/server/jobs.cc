@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,19 @@ namespace bks::server {
 
 namespace fs = std::filesystem;
 
+std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& run, const std::string& extension) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  const std::regex name("iter_(\\d+)\\." + extension);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(run) / "snapshots", ec)) {
+    std::smatch m;
+    std::string f = e.path().filename().string();
+    if (std::regex_match(f, m, name)) out.emplace_back(std::stoll(m[1]), e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -25,23 +39,6 @@ double now_seconds() {
 namespace {
 
 constexpr double kAbortGraceSeconds = 20;  // SIGINT first (snapshot), SIGKILL after this
-
-// The newest snapshot's solver state in a run directory, or "".
-std::string last_snapshot(const fs::path& run) {
-  std::string best;
-  long best_iter = -1;
-  std::error_code ec;
-  static const std::regex name(R"(iter_(\d+)\.solverstate)");
-  for (const auto& e : fs::directory_iterator(run / "snapshots", ec)) {
-    std::smatch m;
-    std::string f = e.path().filename().string();
-    if (std::regex_match(f, m, name) && std::stol(m[1]) > best_iter) {
-      best_iter = std::stol(m[1]);
-      best = e.path().string();
-    }
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -276,7 +273,10 @@ json Scheduler::resume(int64_t id) {
   std::string state = job->value("state", "");
   if (state != "aborted" && state != "failed") input_error("job {} is {}; only aborted or failed jobs can be resumed", id, state);
   std::string from;
-  if (job->value("kind", "") == "train") from = last_snapshot(fs::path(job_dir(id)) / "run");
+  if (job->value("kind", "") == "train") {
+    auto states = snapshot_files((fs::path(job_dir(id)) / "run").string(), "solverstate");
+    if (!states.empty()) from = states.back().second;
+  }
   (*job)["resume_from"] = from;
   (*job)["state"] = "queued";
   (*job)["reason"] = from.empty() ? "no snapshot yet: starts from the beginning" : "resumes from " + fs::path(from).filename().string();

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "server/store.h"
 
@@ -85,5 +87,9 @@ class Scheduler {
 };
 
 double now_seconds();  // wall clock, seconds since the epoch
+
+// The snapshots of a run directory (run/snapshots/iter_<N>.<extension>: "safetensors" or
+// "solverstate"), by iteration.
+std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& run, const std::string& extension);
 
 }  // namespace bks::server
