@@ -10,6 +10,7 @@
 
 #include "data/dataset.h"
 #include "server/http.h"
+#include "server/images.h"
 
 namespace bks::server {
 
@@ -55,7 +56,12 @@ std::shared_ptr<const Dataset> split_of(const ClassifyInput& in, const std::stri
 std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyInput& in, json& out) {
   if (req.is_multipart_form_data()) {
     if (!req.has_file("image")) throw ApiError(400, "image", "upload the image as multipart field 'image'");
-    return decode_image(req.get_file_value("image").content, in.shape);
+    std::vector<uint8_t> chw;
+    std::string why;
+    if (!decode_chw(req.get_file_value("image").content, static_cast<int>(in.shape.at(0)), static_cast<int>(in.shape.at(1)),
+                    static_cast<int>(in.shape.at(2)), chw, why))
+      throw ApiError(400, "image", fmt::format("not a PNG or JPEG image ({})", why));
+    return chw;
   }
   json body = body_object(req);
   std::string split = string_field(body, "split", false, 10);

@@ -1,7 +1,5 @@
 #include "server/classify.h"
 
-#include <stb_image.h>
-#include <stb_image_resize.h>
 #include <stb_image_write.h>
 
 #include <fmt/format.h>
@@ -82,21 +80,6 @@ json Classifier::classify_pixels(const ClassifyInput& in, const uint8_t* chw) {
     top.push_back({{"class", c}, {"name", name}, {"probability", p[c]}});
   }
   return json{{"top", top}};
-}
-
-std::vector<uint8_t> decode_image(const std::string& bytes, const std::vector<int64_t>& shape) {
-  const int c = static_cast<int>(shape.at(0)), h = static_cast<int>(shape.at(1)), w = static_cast<int>(shape.at(2));
-  int iw = 0, ih = 0, ic = 0;
-  stbi_uc* px = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &iw,
-                                      &ih, &ic, c);
-  if (!px) throw ApiError(400, "image", fmt::format("not a PNG or JPEG image ({})", stbi_failure_reason()));
-  std::vector<uint8_t> hwc(static_cast<size_t>(w * h * c)), chw(hwc.size());
-  int ok = stbir_resize_uint8(px, iw, ih, 0, hwc.data(), w, h, 0, c);
-  stbi_image_free(px);
-  if (!ok) throw ApiError(400, "image", "the image cannot be resized");
-  for (int ch = 0; ch < c; ++ch)
-    for (int i = 0; i < w * h; ++i) chw[static_cast<size_t>(ch * w * h + i)] = hwc[static_cast<size_t>(i * c + ch)];
-  return chw;
 }
 
 namespace {

@@ -19,10 +19,6 @@ struct ClassifyInput {
   std::string dataset_dir;  // its packed splits (train.h5, val.h5)
 };
 
-// PNG or JPEG bytes as C x H x W bytes of `shape` (resized; grey or colour as C says).
-// ApiError 400 naming "image" when they are not an image.
-std::vector<uint8_t> decode_image(const std::string& bytes, const std::vector<int64_t>& shape);
-
 class Classifier {
  public:
   // One image (bytes, C x H x W) in the network's shape, scaled like the training data

@@ -1,6 +1,5 @@
 #include "server/datasets.h"
 
-#include <stb_image.h>
 #include <stb_image_resize.h>
 #include <stb_image_write.h>
 
@@ -16,6 +15,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "server/api_error.h"
+#include "server/images.h"
 
 namespace bks::server {
 
@@ -172,7 +172,6 @@ void from_folder(const json& spec, Packing& p, const std::function<void(double)>
   size_t total = 0, done = 0;
   for (auto& [name, files] : classes) total += files.size();
   const int pct = spec.value("val_percent", 10);
-  std::vector<uint8_t> resized(static_cast<size_t>(w * h * c));
   for (size_t label = 0; label < classes.size(); ++label) {
     auto& files = classes[label].second;
     p.classes.push_back(classes[label].first);
@@ -181,15 +180,11 @@ void from_folder(const json& spec, Packing& p, const std::function<void(double)>
     const size_t n_val = files.size() * static_cast<size_t>(pct) / 100;
     for (size_t k = 0; k < files.size(); ++k) {
       check(cancelled);
-      int iw = 0, ih = 0, ic = 0;
-      stbi_uc* px = stbi_load(files[k].c_str(), &iw, &ih, &ic, c);
-      if (!px) throw InputError(fmt::format("{}: not a readable PNG or JPEG image ({})", files[k].string(), stbi_failure_reason()));
-      int ok = stbir_resize_uint8(px, iw, ih, 0, resized.data(), w, h, 0, c);
-      stbi_image_free(px);
-      if (!ok) throw RuntimeError(fmt::format("{}: cannot resize", files[k].string()));
       Split& s = k < n_val ? p.val : p.train;
-      for (int ch = 0; ch < c; ++ch)  // HWC -> CHW
-        for (int i = 0; i < w * h; ++i) s.data.push_back(resized[static_cast<size_t>(i * c + ch)]);
+      std::ifstream in(files[k], std::ios::binary);
+      std::string why;
+      if (!decode_chw(std::string(std::istreambuf_iterator<char>(in), {}), c, h, w, s.data, why))
+        throw InputError(fmt::format("{}: not a readable PNG or JPEG image ({})", files[k].string(), why));
       s.labels.push_back(static_cast<float>(label));
       progress(0.8 * static_cast<double>(++done) / static_cast<double>(total));
     }
