@@ -38,13 +38,8 @@ void add_model_routes(httplib::Server& s, Context& c) {
       json body = body_object(req);
       std::string text = string_field(body, "prototxt", true, 1 << 20);
       std::vector<int64_t> shape{1, 28, 28};
-      int64_t classes = 10;
-      if (body.contains("dataset_id")) {
-        DatasetView d = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id");
-        shape = d.shape;
-        classes = d.classes;
-      }
-      Validation v = validate_prototxt(text, shape, classes);
+      if (body.contains("dataset_id")) shape = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id").shape;
+      Validation v = validate_prototxt(text, shape);
       json out{{"ok", v.ok}};
       if (!v.ok) {
         out["error"] = v.error;

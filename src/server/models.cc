@@ -196,7 +196,7 @@ std::string custom_network(const std::string& text, const DatasetView& d, int64_
   }
 }
 
-Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape, int64_t classes) {
+Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape) {
   Validation v;
   try {
     std::string dims;
@@ -211,7 +211,6 @@ Validation validate_prototxt(const std::string& text, const std::vector<int64_t>
     v.error = e.what();
     v.line = line_of(v.error);
   }
-  (void)classes;
   return v;
 }
 

@@ -33,7 +33,7 @@ void check_builds(const std::string& text, const std::string& field);
 std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch);
 // Parses and builds `text` (for the editor's validate button) without a dataset: data
 // layers become inputs of `shape`.
-Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape, int64_t classes);
+Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape);
 
 // The solver settings of a model request, validated (ApiError naming the field).
 json validate_solver(const json& body);
