@@ -16,6 +16,7 @@
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
+#include "core/file_io.h"
 #include "formats/prototxt.h"
 #include "formats/weights.h"
 

@@ -10,7 +10,7 @@
 #include "caffe.pb.h"
 #include "data/dataset.h"
 #include "data/transform.h"
-#include "formats/prototxt.h"
+#include "core/file_io.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "formats/caffe_net.h"
+#include "core/file_io.h"
 #include "formats/prototxt.h"
 #include "runtime/net.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "core/log.h"
-#include "formats/prototxt.h"
+#include "core/file_io.h"
 #include "formats/safetensors.h"
 #include "train/trainer.h"
 

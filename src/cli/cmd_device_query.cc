@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "backend/backend.h"
 #include "core/sysinfo.h"
 
 namespace bks::cli {
@@ -19,7 +20,7 @@ Runner add_device_query(CLI::App& app) {
     auto yes = [&](const char* f) { return s.has(f) ? "yes" : "no"; };
     fmt::print("  AVX2 {}  AVX-512 {}  VNNI {}  BF16 {}  AMX {}\n", yes("avx2"), yes("avx512f"),
                s.has("avx512_vnni") || s.has("avx_vnni") ? "yes" : "no", yes("avx512_bf16"), yes("amx_tile"));
-    fmt::print("oneDNN:         {} (kernels for {})\n", s.onednn_version, s.onednn_isa);
+    fmt::print("oneDNN:         {} (kernels for {})\n", onednn_version(), onednn_isa());
     fmt::print("OpenMP threads: {}\n", omp_get_max_threads());
     fmt::print("GPUs:           none (this build has no CUDA backend)\n");
     return 0;

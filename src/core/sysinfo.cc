@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <oneapi/dnnl/dnnl.hpp>
 
 namespace bks {
 
@@ -41,19 +40,6 @@ SysInfo query_sysinfo() {
   s.physical_cores = cores.empty() ? s.logical_cpus : static_cast<int>(cores.size());
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   s.memory_gb = static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024 * 1024);
-  const dnnl_version_t* v = dnnl_version();
-  s.onednn_version = fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: s.onednn_isa = "avx512_core_amx"; break;
-    case dnnl::cpu_isa::avx512_core_bf16: s.onednn_isa = "avx512_core_bf16"; break;
-    case dnnl::cpu_isa::avx512_core_vnni: s.onednn_isa = "avx512_core_vnni"; break;
-    case dnnl::cpu_isa::avx512_core: s.onednn_isa = "avx512_core"; break;
-    case dnnl::cpu_isa::avx2_vnni: s.onednn_isa = "avx2_vnni"; break;
-    case dnnl::cpu_isa::avx2: s.onednn_isa = "avx2"; break;
-    case dnnl::cpu_isa::avx: s.onednn_isa = "avx"; break;
-    case dnnl::cpu_isa::sse41: s.onednn_isa = "sse41"; break;
-    default: s.onednn_isa = "other"; break;
-  }
   return s;
 }
 

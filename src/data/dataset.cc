@@ -18,22 +18,6 @@ const DatasetField* Dataset::field(const std::string& name) const {
   return nullptr;
 }
 
-FileKind detect_file_kind(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return FileKind::missing;
-  if (std::filesystem::is_directory(path, ec)) return FileKind::directory;
-  std::ifstream in(path, std::ios::binary);
-  unsigned char h[8] = {0};
-  in.read(reinterpret_cast<char*>(h), 8);
-  auto got = in.gcount();
-  if (got >= 2 && h[0] == 0x1f && h[1] == 0x8b) return FileKind::gzip;
-  if (got >= 8 && h[0] == 0x89 && h[1] == 'H' && h[2] == 'D' && h[3] == 'F') return FileKind::hdf5;
-  if (got >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4) return FileKind::idx;
-  bool printable = got > 0;
-  for (int i = 0; i < got; ++i) printable = printable && (h[i] == '\n' || h[i] == '\r' || h[i] == '\t' || (h[i] >= 32 && h[i] < 127));
-  return printable ? FileKind::text : FileKind::unknown;
-}
-
 namespace {
 std::mutex g_cache_mu;
 std::map<std::string, std::weak_ptr<const Dataset>> g_cache;

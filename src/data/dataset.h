@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/tensor.h"
 
 namespace bks {
@@ -32,8 +33,6 @@ struct Dataset {
   const DatasetField* field(const std::string& name) const;
 };
 
-enum class FileKind { missing, idx, gzip, hdf5, text, directory, unknown };
-FileKind detect_file_kind(const std::string& path);
 
 // Opens (or returns the cached) dataset for a Data layer's `source`: an IDX images file
 // (raw or gzip) with its labels file beside it, or an HDF5 file with 'data' and 'label'.

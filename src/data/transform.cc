@@ -1,6 +1,6 @@
 #include "data/transform.h"
 
-#include "formats/prototxt.h"
+#include "core/file_io.h"
 
 namespace bks {
 

@@ -1,17 +1,10 @@
 #include "formats/prototxt.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace bks {
 namespace {
@@ -29,14 +22,6 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 };
 
 }  // namespace
-
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) input_error("{}: cannot open {} ({})", path, what, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void parse_prototxt_string(const std::string& text, const std::string& name,
                            google::protobuf::Message& msg, std::vector<int>* layer_lines) {
@@ -60,43 +45,6 @@ void parse_prototxt_string(const std::string& text, const std::string& name,
 
 void read_prototxt(const std::string& path, google::protobuf::Message& msg, std::vector<int>* layer_lines) {
   parse_prototxt_string(read_file(path, "prototxt file"), path, msg, layer_lines);
-}
-
-void read_binary_proto(const std::string& path, google::protobuf::Message& msg) {
-  std::string bytes = read_file(path, "binary proto file");
-  if (!msg.ParseFromString(bytes)) input_error("{}: not a valid binary {}", path, msg.GetTypeName());
-}
-
-void write_file_atomic(const std::string& path, const std::string& data) {
-  write_file_atomic(path, std::vector<std::string_view>{data});
-}
-
-void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) runtime_error("{}: cannot write ({})", tmp, std::strerror(errno));
-  for (std::string_view data : pieces) {
-    size_t done = 0;
-    while (done < data.size()) {
-      ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        int e = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        runtime_error("{}: write failed ({})", tmp, std::strerror(e));
-      }
-      done += static_cast<size_t>(w);
-    }
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    runtime_error("{}: cannot flush to disk ({})", tmp, std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    runtime_error("{}: cannot rename into place ({})", path, std::strerror(errno));
-  }
 }
 
 }  // namespace bks

@@ -19,13 +19,4 @@ void read_prototxt(const std::string& path, google::protobuf::Message& msg,
 void parse_prototxt_string(const std::string& text, const std::string& name,
                            google::protobuf::Message& msg, std::vector<int>* layer_lines = nullptr);
 
-// Reads a binary protobuf file (Caffe's .binaryproto / .caffemodel).
-void read_binary_proto(const std::string& path, google::protobuf::Message& msg);
-
-std::string read_file(const std::string& path, const char* what);
-// Writes atomically: temporary file, fsync, rename.
-void write_file_atomic(const std::string& path, const std::string& data);
-// The same for a file made of pieces, written in order without joining them in memory.
-void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
-
 }  // namespace bks

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/prototxt.h"
+#include "core/file_io.h"
 
 namespace bks {
 namespace {

@@ -4,8 +4,7 @@
 
 #include "caffe.pb.h"
 #include "core/log.h"
-#include "data/dataset.h"
-#include "formats/prototxt.h"
+#include "core/file_io.h"
 #include "formats/safetensors.h"
 
 namespace bks {

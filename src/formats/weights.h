@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "runtime/param_store.h"
+#include "graph/param_store.h"
 
 namespace bks {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "caffe.pb.h"
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 
 namespace bks {
 

@@ -10,7 +10,7 @@
 
 #include "caffe.pb.h"
 #include "ops/conv_int8.h"
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 
 namespace bks {
 

@@ -36,7 +36,7 @@ class InnerProductOp final : public Op {
     return int8_threshold_ > 0.f ? LayoutRule::any_in_any_out : LayoutRule::plain_only;
   }
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>&) override {
-    auto t = int8_output_type(fusion_, int8_out_threshold_);
+    auto t = int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_);
     return t == memory::data_type::f32 ? memory::desc() : plain_md(out_shape_, t);
   }
 
@@ -55,7 +55,7 @@ class InnerProductOp final : public Op {
       Int8MatMulSpec spec{m_, n_, k_, t, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(), int8_threshold_,
                           int8_out_threshold_};
       memory::desc src = in_layout_.empty() || in_layout_[0].data.ndims == 0 ? plain_md(in[0]) : in_layout_[0];
-      int8_ = std::make_unique<Int8MatMul>(eng, spec, src, int8_output_type(fusion_, int8_out_threshold_));
+      int8_ = std::make_unique<Int8MatMul>(eng, spec, src, int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
       return;
     }
     fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),

@@ -1,6 +1,6 @@
 // Local response normalisation (ACROSS_CHANNELS, WITHIN_CHANNEL) on oneDNN, whose formula
 // matches Caffe's: y = x * (k + alpha / n * sum(x^2))^-beta over the n-wide (or n x n) window.
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 #include "ops/op.h"
 
 namespace bks {

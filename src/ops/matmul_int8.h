@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 
 namespace bks {
 

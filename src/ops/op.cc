@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 
 namespace bks {
 

@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "graph/graph.h"
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 namespace bks {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 #include "ops/op.h"
 #include "ops/pooling_tiled.h"
 

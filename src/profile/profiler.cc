@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/prototxt.h"
+#include "core/file_io.h"
 
 namespace bks {
 

@@ -9,7 +9,7 @@
 
 #include "core/log.h"
 #include "core/parallel.h"
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 #include "runtime/filler.h"
 
 namespace bks {

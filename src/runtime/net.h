@@ -16,7 +16,7 @@
 #include "ops/op.h"
 #include "profile/profiler.h"
 #include "runtime/arena.h"
-#include "runtime/param_store.h"
+#include "graph/param_store.h"
 
 namespace bks {
 

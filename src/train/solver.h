@@ -8,7 +8,7 @@
 
 #include "caffe.pb.h"
 #include "formats/safetensors.h"
-#include "runtime/param_store.h"
+#include "graph/param_store.h"
 
 namespace bks {
 

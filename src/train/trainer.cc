@@ -8,8 +8,10 @@
 
 #include "core/log.h"
 #include "core/signals.h"
+#include "backend/backend.h"
 #include "core/sysinfo.h"
 #include "formats/caffe_net.h"
+#include "core/file_io.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -120,7 +122,7 @@ class TrainerImpl {
 nlohmann::json TrainerImpl::hardware_json() const {
   SysInfo si = query_sysinfo();
   return {{"cpu", si.cpu_model}, {"logical_cpus", si.logical_cpus}, {"physical_cores", si.physical_cores},
-          {"isa", si.isa},       {"onednn", si.onednn_version},     {"onednn_isa", si.onednn_isa},
+          {"isa", si.isa},       {"onednn", onednn_version()},     {"onednn_isa", onednn_isa()},
           {"memory_gb", si.memory_gb}};
 }
 

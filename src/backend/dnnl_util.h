@@ -3,7 +3,6 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "caffe.pb.h"
 #include "core/tensor.h"
 
 namespace bks {
@@ -18,9 +17,9 @@ bool is_int8(const memory::desc& md);
 // Symmetric quantization: the level |x| = threshold maps to. s8 (and f32 quantized to s8):
 // 127; u8 (non-negative values, after a ReLU): 255.
 float int8_levels(memory::data_type t);
-// The type an INT8 layer writes: f32 without an int8 output threshold; u8 when a fused
-// ReLU (slope 0) makes it non-negative; s8 otherwise.
-memory::data_type int8_output_type(const proto::FusionParameter& fusion, float out_threshold);
+// The type an INT8 layer writes: f32 without an int8 output threshold; u8 when its values
+// are non-negative (a fused ReLU of slope 0); s8 otherwise.
+memory::data_type int8_output_type(bool non_negative, float out_threshold);
 
 // One operand of a primitive: the user's buffer is plain; the kernel may prefer a blocked
 // layout, in which case a reorder (built once, at prepare time) runs on each call.

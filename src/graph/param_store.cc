@@ -1,4 +1,4 @@
-#include "runtime/param_store.h"
+#include "graph/param_store.h"
 
 namespace bks {
 

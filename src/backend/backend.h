@@ -8,6 +8,10 @@
 
 namespace bks {
 
+// oneDNN's version ("2.6.0") and the best instruction set its kernels use on this CPU.
+std::string onednn_version();
+std::string onednn_isa();
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -1,4 +1,4 @@
-#include "ops/dnnl_util.h"
+#include "backend/dnnl_util.h"
 
 #include "core/error.h"
 
@@ -30,9 +30,9 @@ bool is_int8(const memory::desc& md) {
 
 float int8_levels(memory::data_type t) { return t == memory::data_type::u8 ? 255.f : 127.f; }
 
-memory::data_type int8_output_type(const proto::FusionParameter& fusion, float out_threshold) {
+memory::data_type int8_output_type(bool non_negative, float out_threshold) {
   if (!(out_threshold > 0.f)) return memory::data_type::f32;
-  return fusion.relu() && fusion.relu_negative_slope() == 0.f ? memory::data_type::u8 : memory::data_type::s8;
+  return non_negative ? memory::data_type::u8 : memory::data_type::s8;
 }
 
 void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale) {

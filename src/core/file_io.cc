@@ -1,0 +1,80 @@
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/message.h>
+
+#include "core/error.h"
+
+namespace bks {
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) input_error("{}: cannot open {} ({})", path, what, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void read_binary_proto(const std::string& path, google::protobuf::Message& msg) {
+  std::string bytes = read_file(path, "binary proto file");
+  if (!msg.ParseFromString(bytes)) input_error("{}: not a valid binary {}", path, msg.GetTypeName());
+}
+
+void write_file_atomic(const std::string& path, const std::string& data) {
+  write_file_atomic(path, std::vector<std::string_view>{data});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) runtime_error("{}: cannot write ({})", tmp, std::strerror(errno));
+  for (std::string_view data : pieces) {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        runtime_error("{}: write failed ({})", tmp, std::strerror(e));
+      }
+      done += static_cast<size_t>(w);
+    }
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    runtime_error("{}: cannot flush to disk ({})", tmp, std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    runtime_error("{}: cannot rename into place ({})", path, std::strerror(errno));
+  }
+}
+
+FileKind detect_file_kind(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return FileKind::missing;
+  if (std::filesystem::is_directory(path, ec)) return FileKind::directory;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char h[8] = {0};
+  in.read(reinterpret_cast<char*>(h), 8);
+  auto got = in.gcount();
+  if (got >= 2 && h[0] == 0x1f && h[1] == 0x8b) return FileKind::gzip;
+  if (got >= 8 && h[0] == 0x89 && h[1] == 'H' && h[2] == 'D' && h[3] == 'F') return FileKind::hdf5;
+  if (got >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4) return FileKind::idx;
+  bool printable = got > 0;
+  for (int i = 0; i < got; ++i) printable = printable && (h[i] == '\n' || h[i] == '\r' || h[i] == '\t' || (h[i] >= 32 && h[i] < 127));
+  return printable ? FileKind::text : FileKind::unknown;
+}
+
+}  // namespace bks

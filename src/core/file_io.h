@@ -1,0 +1,28 @@
+// Whole-file reads and atomic writes: temporary file, fsync, rename, so a crash never
+// leaves a half-written file in place of a good one.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace google::protobuf {
+class Message;
+}
+
+namespace bks {
+
+// The file's bytes; InputError "path: cannot open <what> (reason)" when it cannot be read.
+std::string read_file(const std::string& path, const char* what);
+// Reads a binary protobuf file (Caffe's .binaryproto / .caffemodel) into `msg`.
+void read_binary_proto(const std::string& path, google::protobuf::Message& msg);
+// Writes atomically: temporary file, fsync, rename.
+void write_file_atomic(const std::string& path, const std::string& data);
+// The same for a file made of pieces, written in order without joining them in memory.
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+
+// What a file holds, by its first bytes: IDX (raw or gzip), HDF5, text, ...
+enum class FileKind { missing, idx, gzip, hdf5, text, directory, unknown };
+FileKind detect_file_kind(const std::string& path);
+
+}  // namespace bks
