@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -431,6 +432,21 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_net["field"], "prototxt");
   EXPECT_TRUE(get(c, "/api/models").empty()) << "a refused model leaves nothing behind";
+  // multistep: its steps (epochs) become Caffe's stepvalue (iterations); the schedule preview
+  // takes the dataset's iterations per epoch (60000 images / 64 = 938) as the model does.
+  json multi = post(c, "/api/models",
+                    {{"name", "multi"}, {"network", "lenet"}, {"dataset_id", ds},
+                     {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 2}}, {"epochs", 3}}}},
+                    201);
+  auto solver_file = c.Get("/api/jobs/" + std::to_string(multi["jobs"][0]["id"].get<int64_t>()) + "/files/solver.prototxt");
+  ASSERT_TRUE(solver_file);
+  EXPECT_NE(solver_file->body.find("stepvalue: 938\nstepvalue: 1876\n"), std::string::npos) << solver_file->body;
+  call(c, "DELETE", "/api/models/" + std::to_string(multi["id"].get<int64_t>()), {}, st);
+  EXPECT_EQ(st, 200);
+  json by_dataset = post(c, "/api/lr_schedule",
+                         {{"dataset_id", ds}, {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 2}}, {"epochs", 3}}}});
+  EXPECT_EQ(by_dataset.value("iterations_per_epoch", 0), 938) << by_dataset.dump();
+  EXPECT_EQ(by_dataset.value("max_iter", 0), 3 * 938) << by_dataset.dump();
   // The other standard networks build on 28x28 grey images (then go, with their jobs).
   for (const char* network : {"cifar10_quick", "resnet"}) {
     json m = post(c, "/api/models", {{"name", network}, {"network", network}, {"dataset_id", ds}}, 201);
@@ -454,6 +470,87 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   EXPECT_EQ(json::parse(r->body, nullptr, false).value("field", ""), "image") << r->body;
   call(c, "GET", "/api/status", {}, st);
   EXPECT_EQ(st, 200) << "the server is still up";
+}
+
+// The learning rate at `iter` in a schedule from /api/lr_schedule (NaN when not sampled).
+double lr_at(const json& schedule, int64_t iter) {
+  for (const json& p : schedule.value("points", json::array()))
+    if (p["iter"].get<int64_t>() == iter) return p["lr"].get<double>();
+  ADD_FAILURE() << "no point at iteration " << iter << " in " << schedule.dump();
+  return std::nan("");
+}
+
+// The form's schedule preview is the trainer's own learning_rate(): values either side of
+// each step, a bounded number of points, and bad settings refused naming the field.
+TEST(ServerApi, LrScheduleIsTheTrainersLearningRate) {
+  Server s(temp_dir("lr"));
+  auto c = s.client();
+  auto near = [](double want) { return want * 1e-6; };
+  // step: 10 iterations per epoch, the rate x0.1 every 2 epochs, 5 epochs: every iteration.
+  json step = post(c, "/api/lr_schedule",
+                   {{"iterations_per_epoch", 10},
+                    {"solver", {{"base_lr", 0.01}, {"lr_policy", "step"}, {"gamma", 0.1}, {"step_epochs", 2}, {"epochs", 5}}}});
+  EXPECT_EQ(step.value("max_iter", 0), 50) << step.dump();
+  ASSERT_EQ(step["points"].size(), 51u);
+  EXPECT_NEAR(lr_at(step, 0), 0.01, near(0.01));
+  EXPECT_NEAR(lr_at(step, 19), 0.01, near(0.01));
+  EXPECT_NEAR(lr_at(step, 20), 0.001, near(0.001));
+  EXPECT_NEAR(lr_at(step, 39), 0.001, near(0.001));
+  EXPECT_NEAR(lr_at(step, 40), 0.0001, near(0.0001));
+  EXPECT_NEAR(lr_at(step, 50), 0.0001, near(0.0001));
+  EXPECT_DOUBLE_EQ(step["points"][20]["epoch"].get<double>(), 2.0);
+
+  // multistep: steps at 1.5 and 3 epochs = iterations 15 and 30; of a sweep's base_lr
+  // list, the first.
+  json multi = post(c, "/api/lr_schedule",
+                    {{"iterations_per_epoch", 10},
+                     {"solver", {{"base_lr", {0.01, 0.5}}, {"lr_policy", "multistep"}, {"gamma", 0.1}, {"stepvalue_epochs", {1.5, 3}},
+                                 {"epochs", 4}}}});
+  ASSERT_EQ(multi["points"].size(), 41u) << multi.dump();
+  EXPECT_NEAR(lr_at(multi, 14), 0.01, near(0.01));
+  EXPECT_NEAR(lr_at(multi, 15), 0.001, near(0.001));
+  EXPECT_NEAR(lr_at(multi, 29), 0.001, near(0.001));
+  EXPECT_NEAR(lr_at(multi, 30), 0.0001, near(0.0001));
+  EXPECT_NEAR(lr_at(multi, 40), 0.0001, near(0.0001));
+
+  // A long run: 200 points, evenly spread from iteration 0 to max_iter.
+  json poly = post(c, "/api/lr_schedule",
+                   {{"iterations_per_epoch", 1000}, {"solver", {{"lr_policy", "poly"}, {"power", 1}, {"epochs", 10}}}});
+  ASSERT_EQ(poly["points"].size(), 200u) << poly.dump().substr(0, 300);
+  EXPECT_EQ(poly["points"][0]["iter"], 0);
+  EXPECT_EQ(poly["points"][199]["iter"], 10000);
+  EXPECT_NEAR(lr_at(poly, 0), 0.01, near(0.01));
+  EXPECT_NEAR(poly["points"][199]["lr"].get<double>(), 0.0, 1e-12);
+
+  struct Case {
+    json body;
+    std::string field;
+  };
+  const json ipe{{"iterations_per_epoch", 10}};
+  auto with = [&](const json& solver) {
+    json b = ipe;
+    b["solver"] = solver;
+    return b;
+  };
+  std::vector<Case> cases{
+      {with({{"lr_policy", "multistep"}}), "stepvalue_epochs"},
+      {with({{"lr_policy", "multistep"}, {"stepvalue_epochs", {2, 1}}}), "stepvalue_epochs"},
+      {json{{"iterations_per_epoch", 1}, {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 1.2}}}}}, "stepvalue_epochs"},
+      {with({{"lr_policy", "cosine"}}), "lr_policy"},
+      {with({{"gamma", "high"}}), "gamma"},
+      {with({{"epochs", 0}}), "epochs"},
+      {json{{"solver", json::object()}}, "dataset_id"},
+      {json{{"dataset_id", 99}, {"solver", json::object()}}, "dataset_id"},
+      {json{{"iterations_per_epoch", 0}}, "iterations_per_epoch"},
+      {json{{"iterations_per_epoch", 10}, {"solver", 3}}, "solver"},
+  };
+  for (const auto& k : cases) {
+    int st = 0;
+    json j = call(c, "POST", "/api/lr_schedule", k.body, st);
+    EXPECT_EQ(st, 400) << k.body.dump() << " -> " << j.dump();
+    EXPECT_EQ(j.value("field", ""), k.field) << k.body.dump() << " -> " << j.dump();
+    EXPECT_FALSE(j.value("error", "").empty());
+  }
 }
 
 TEST(ServerApi, TokenIsRequiredWhenSetAndAJobThatCrashesOrWritesGarbageIsReported) {

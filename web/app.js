@@ -38,6 +38,7 @@ function showError(form, err) {
   form.querySelectorAll('.error').forEach(e => e.textContent = '');
   const slot = (err.field && form.querySelector(`[data-error-for="${err.field}"]`)) || form.querySelector('[data-error-for=""]');
   slot.textContent = err.message;
+  return slot;
 }
 function lineChart(canvas, yTitle, xTitle = 'iteration') {
   return new Chart(canvas, {
@@ -412,19 +413,6 @@ async function modelPage(id) {
   cleanup.push(() => clearInterval(timer));
 }
 
-// Learning rate at iteration `it` for Caffe's policies (the preview chart).
-function lrAt(s, it, stepsize, maxIter) {
-  const lr = s.base_lr;
-  switch (s.lr_policy) {
-    case 'step': return lr * Math.pow(s.gamma, Math.floor(it / stepsize));
-    case 'exp': return lr * Math.pow(s.gamma, it);
-    case 'inv': return lr * Math.pow(1 + s.gamma * it, -s.power);
-    case 'poly': return lr * Math.pow(1 - it / maxIter, s.power);
-    case 'sigmoid': return lr / (1 + Math.exp(-s.gamma * (it - stepsize)));
-    default: return lr;
-  }
-}
-
 async function newModelPage() {
   const [datasets, networks] = await Promise.all([api('GET', '/api/datasets'), api('GET', '/api/networks')]);
   const ready = datasets.filter(d => d.status === 'done');
@@ -442,9 +430,10 @@ async function newModelPage() {
       <div><label>Base learning rate (list: a sweep)</label><input type="text" name="base_lr" value="0.01"><div class="error" data-error-for="base_lr"></div></div>
       <div><label>Batch size (list: a sweep)</label><input type="text" name="batch_size" value="64"><div class="error" data-error-for="batch_size"></div></div>
       <div><label>Epochs</label><input type="number" step="any" name="epochs" value="2"><div class="error" data-error-for="epochs"></div></div>
-      <div><label>Learning rate policy</label><select name="lr_policy">${['fixed', 'step', 'exp', 'inv', 'poly', 'sigmoid'].map(t => `<option>${t}</option>`).join('')}</select></div>
+      <div><label>Learning rate policy</label><select name="lr_policy">${['fixed', 'step', 'exp', 'inv', 'multistep', 'poly', 'sigmoid'].map(t => `<option>${t}</option>`).join('')}</select></div>
       <div><label>gamma</label><input type="number" step="any" name="gamma" value="0.1"><div class="error" data-error-for="gamma"></div></div>
       <div><label>step (epochs)</label><input type="number" name="step_epochs" value="1"><div class="error" data-error-for="step_epochs"></div></div>
+      <div><label>steps (epochs, comma-separated; multistep)</label><input type="text" name="stepvalue_epochs" value="1"><div class="error" data-error-for="stepvalue_epochs"></div></div>
       <div><label>power</label><input type="number" step="any" name="power" value="0.75"><div class="error" data-error-for="power"></div></div>
       <div><label>Momentum</label><input type="number" step="any" name="momentum" value="0.9"><div class="error" data-error-for="momentum"></div></div>
       <div><label>Weight decay</label><input type="number" step="any" name="weight_decay" value="0.0005"><div class="error" data-error-for="weight_decay"></div></div>
@@ -456,23 +445,37 @@ async function newModelPage() {
   const form = document.getElementById('form');
   const list = v => v.split(/[\s,]+/).filter(x => x).map(Number);
   form.network.onchange = () => { document.getElementById('custom').hidden = form.network.value !== 'custom'; };
-  const preview = lineChart(document.getElementById('lr-preview'), 'learning rate', 'epoch');
-  const drawPreview = () => {
-    const d = ready.find(x => String(x.id) === form.dataset_id.value);
-    const batch = list(form.batch_size.value)[0] || 64;
-    const ipe = d ? Math.max(1, Math.ceil(d.info.train_count / batch)) : 1000;
-    const maxIter = Math.max(1, Math.round(Number(form.epochs.value) * ipe));
-    const s = { lr_policy: form.lr_policy.value, gamma: Number(form.gamma.value), power: Number(form.power.value) };
-    preview.data.datasets = [];
-    list(form.base_lr.value).forEach((lr, k) => {
-      const pts = [];
-      for (let i = 0; i <= 200; ++i) { const it = Math.round(maxIter * i / 200); pts.push({ x: it / ipe, y: lrAt({ ...s, base_lr: lr }, it, Number(form.step_epochs.value) * ipe, maxIter) }); }
-      series(preview, 'base_lr ' + lr, k).data = pts;
-    });
-    zeroBased(preview);
-    preview.update('none');
+  // The solver settings as POST /api/models takes them (the preview sends the same).
+  const solverOf = () => {
+    const solver = { type: form.type.value, base_lr: list(form.base_lr.value), batch_size: list(form.batch_size.value), epochs: Number(form.epochs.value),
+      lr_policy: form.lr_policy.value, gamma: Number(form.gamma.value), step_epochs: Number(form.step_epochs.value), power: Number(form.power.value),
+      momentum: Number(form.momentum.value), weight_decay: Number(form.weight_decay.value), snapshot_epochs: Number(form.snapshot_epochs.value) };
+    if (solver.lr_policy === 'multistep') solver.stepvalue_epochs = list(form.stepvalue_epochs.value);
+    return solver;
   };
-  form.oninput = drawPreview;
+  // The schedule preview: the server's learning_rate() (POST /api/lr_schedule), one series
+  // per base_lr of a sweep, asked again a moment after the last change.
+  const preview = lineChart(document.getElementById('lr-preview'), 'learning rate', 'epoch');
+  let asked = 0, previewSlot = null, previewTimer = null, gone = false;
+  cleanup.push(() => { gone = true; clearTimeout(previewTimer); });
+  const drawPreview = async () => {
+    const n = ++asked, solver = solverOf();
+    const where = form.dataset_id.value ? { dataset_id: Number(form.dataset_id.value) } : { iterations_per_epoch: 1000 };
+    const lrs = solver.base_lr.length ? solver.base_lr : [undefined];  // none: the server names the field
+    try {
+      const answers = await Promise.all(lrs.map(lr => api('POST', '/api/lr_schedule', { ...where, solver: lr === undefined ? solver : { ...solver, base_lr: lr } })));
+      if (gone || n !== asked) return;  // a newer request or another page
+      if (previewSlot) { previewSlot.textContent = ''; previewSlot = null; }
+      preview.data.datasets = [];
+      answers.forEach((a, k) => { series(preview, 'base_lr ' + lrs[k], k).data = a.points.map(p => ({ x: p.epoch, y: p.lr })); });
+      zeroBased(preview);
+      preview.update('none');
+    } catch (err) {
+      if (gone || n !== asked) return;
+      previewSlot = showError(form, err);
+    }
+  };
+  form.oninput = () => { clearTimeout(previewTimer); previewTimer = setTimeout(drawPreview, 250); };
   drawPreview();
   document.getElementById('validate').onclick = async () => {
     const body = { prototxt: form.prototxt.value };
@@ -493,10 +496,7 @@ async function newModelPage() {
   };
   form.onsubmit = async e => {
     e.preventDefault();
-    const solver = { type: form.type.value, base_lr: list(form.base_lr.value), batch_size: list(form.batch_size.value), epochs: Number(form.epochs.value),
-      lr_policy: form.lr_policy.value, gamma: Number(form.gamma.value), step_epochs: Number(form.step_epochs.value), power: Number(form.power.value),
-      momentum: Number(form.momentum.value), weight_decay: Number(form.weight_decay.value), snapshot_epochs: Number(form.snapshot_epochs.value) };
-    const body = { name: form.name.value, network: form.network.value, dataset_id: Number(form.dataset_id.value), solver };
+    const body = { name: form.name.value, network: form.network.value, dataset_id: Number(form.dataset_id.value), solver: solverOf() };
     if (body.network === 'custom') body.prototxt = form.prototxt.value;
     try {
       const m = await api('POST', '/api/models', body);

@@ -1,12 +1,16 @@
 // /api/models: a network (standard or custom prototxt) on a dataset with solver settings;
 // creating one queues a training job per sweep combination (base_lr x batch_size).
+// /api/lr_schedule: the learning rate such a model's solver gives, for the form's preview.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "server/graph_svg.h"
 #include "server/http.h"
 #include "server/models.h"
+#include "train/lr_policy.h"
 
 namespace bks::server {
 
@@ -21,6 +25,47 @@ json with_jobs(Context& c, json m) {
 }
 
 std::string number(double x) { return fmt::format("{}", x); }
+
+constexpr int64_t kSchedulePoints = 200;  // at most, from iteration 0 to max_iter
+
+// The learning rate of the solver a model request describes (its first base_lr and
+// batch_size), at up to kSchedulePoints iterations evenly spread over max_iter, computed by
+// learning_rate() as training does. Iterations per epoch: given, or from the dataset.
+json lr_schedule(Context& c, const json& body) {
+  json solver_body = body.value("solver", json::object());
+  if (!solver_body.is_object()) throw ApiError(400, "solver", "'solver' must be an object");
+  const json solver = validate_solver(solver_body);
+  const auto has = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (has("dataset_id") && has("iterations_per_epoch"))
+    throw ApiError(400, "iterations_per_epoch", "give 'dataset_id' or 'iterations_per_epoch', not both");
+  int64_t ipe = 0;
+  if (has("iterations_per_epoch")) {
+    ipe = integer_field(body, "iterations_per_epoch", 1, 100000000, 0);
+  } else if (has("dataset_id")) {
+    DatasetView d = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id");
+    ipe = iterations_per_epoch(static_cast<int64_t>(solver["batch_size"][0].get<double>()), d);
+  } else {
+    throw ApiError(400, "dataset_id", "'dataset_id' (or 'iterations_per_epoch') is required");
+  }
+  const proto::SolverParameter p = solver_parameter(solver, solver["base_lr"][0].get<double>(), ipe);
+  try {
+    check_lr_policy(p, "solver");
+  } catch (const std::exception& e) {
+    throw ApiError(400, "lr_policy", e.what());
+  }
+  const int64_t max_iter = p.max_iter(), n = std::min(kSchedulePoints - 1, max_iter);
+  json points = json::array();
+  for (int64_t i = 0; i <= n; ++i) {
+    const int64_t it =
+        n == 0 ? 0 : std::llround(static_cast<double>(max_iter) * static_cast<double>(i) / static_cast<double>(n));
+    const float lr = learning_rate(p, it);
+    // The float's shortest decimal form (0.001, not 0.0010000000474974513); null when it
+    // overflows (exp with gamma > 1).
+    json y = std::isfinite(lr) ? json(std::stod(fmt::format("{}", lr))) : json(nullptr);
+    points.push_back({{"epoch", static_cast<double>(it) / static_cast<double>(ipe)}, {"iter", it}, {"lr", y}});
+  }
+  return json{{"iterations_per_epoch", ipe}, {"max_iter", max_iter}, {"points", points}};
+}
 
 }  // namespace
 
@@ -47,6 +92,9 @@ void add_model_routes(httplib::Server& s, Context& c) {
       }
       return out;
     });
+  });
+  s.Post("/api/lr_schedule", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] { return lr_schedule(c, body_object(req)); });
   });
   s.Post("/api/models", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(

@@ -217,7 +217,7 @@ Validation validate_prototxt(const std::string& text, const std::vector<int64_t>
 json validate_solver(const json& body) {
   json s;
   static const std::set<std::string> types{"SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"};
-  static const std::set<std::string> policies{"fixed", "step", "exp", "inv", "poly", "sigmoid"};
+  static const std::set<std::string> policies{"fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid"};
   std::string type = string_field(body, "type", false, 20);
   if (type.empty()) type = "SGD";
   if (!types.count(type)) throw ApiError(400, "type", "'type' must be one of SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam");
@@ -228,11 +228,20 @@ json validate_solver(const json& body) {
     if (b != std::floor(b)) throw ApiError(400, "batch_size", "'batch_size' values must be integers");
   std::string policy = string_field(body, "lr_policy", false, 20);
   if (policy.empty()) policy = "fixed";
-  if (!policies.count(policy)) throw ApiError(400, "lr_policy", "'lr_policy' must be fixed, step, exp, inv, poly or sigmoid");
+  if (!policies.count(policy))
+    throw ApiError(400, "lr_policy", "'lr_policy' must be fixed, step, exp, inv, multistep, poly or sigmoid");
   s["lr_policy"] = policy;
   s["gamma"] = number_field(body, "gamma", 0, 10, 0.1);
   s["power"] = number_field(body, "power", 0, 10, 0.75);
   s["step_epochs"] = integer_field(body, "step_epochs", 1, 10000, 1);
+  if (policy == "multistep") {  // Caffe's stepvalue, in epochs
+    if (!body.contains("stepvalue_epochs") || body["stepvalue_epochs"].is_null())
+      throw ApiError(400, "stepvalue_epochs", "lr_policy 'multistep' needs 'stepvalue_epochs' (the epochs where the rate drops)");
+    const auto steps = number_list_field(body, "stepvalue_epochs", 0.01, 1000, 1, 32);
+    for (size_t i = 1; i < steps.size(); ++i)
+      if (steps[i] <= steps[i - 1]) throw ApiError(400, "stepvalue_epochs", "'stepvalue_epochs' must increase");
+    s["stepvalue_epochs"] = steps;
+  }
   s["momentum"] = number_field(body, "momentum", 0, 0.999, 0.9);
   s["weight_decay"] = number_field(body, "weight_decay", 0, 1, 0.0005);
   s["epochs"] = number_field(body, "epochs", 0.01, 1000, 1);
@@ -244,23 +253,49 @@ int64_t iterations_per_epoch(int64_t batch, const DatasetView& d) {
   return std::max<int64_t>(1, (d.train_count + batch - 1) / batch);
 }
 
-std::string solver_text(const json& s, double base_lr, int64_t batch, const DatasetView& d) {
-  const int64_t ipe = iterations_per_epoch(batch, d);
+namespace {
+
+// The solver prototxt for `ipe` iterations per epoch; test settings when `val_count` > 0.
+std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t val_count) {
   const int64_t max_iter = std::max<int64_t>(1, static_cast<int64_t>(std::llround(s["epochs"].get<double>() * ipe)));
+  const std::string policy = s["lr_policy"].get<std::string>();
   std::string t = fmt::format("net: \"net.prototxt\"\ntype: \"{}\"\nbase_lr: {}\nlr_policy: \"{}\"\n", s["type"].get<std::string>(),
-                              base_lr, s["lr_policy"].get<std::string>());
+                              base_lr, policy);
   t += fmt::format("gamma: {}\npower: {}\nstepsize: {}\n", s["gamma"].get<double>(), s["power"].get<double>(),
                    s["step_epochs"].get<int64_t>() * ipe);
+  if (policy == "multistep") {
+    int64_t last = -1;
+    for (double e : s["stepvalue_epochs"].get<std::vector<double>>()) {
+      const int64_t at = std::max<int64_t>(1, std::llround(e * ipe));
+      if (at <= last)
+        throw ApiError(400, "stepvalue_epochs",
+                       fmt::format("'stepvalue_epochs': two steps fall on iteration {} ({} iterations per epoch)", at, ipe));
+      t += fmt::format("stepvalue: {}\n", at);
+      last = at;
+    }
+  }
   if (s["type"] != "AdaGrad") t += fmt::format("momentum: {}\n", s["momentum"].get<double>());
   t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(), max_iter,
                    std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
   const double snap = s["snapshot_epochs"].get<double>();
   t += fmt::format("snapshot: {}\n", snap > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
-  if (d.val_count > 0) {
-    int64_t test_batch = std::min<int64_t>(100, d.val_count);
-    t += fmt::format("test_iter: {}\ntest_interval: {}\n", (d.val_count + test_batch - 1) / test_batch, std::min(ipe, max_iter));
+  if (val_count > 0) {
+    int64_t test_batch = std::min<int64_t>(100, val_count);
+    t += fmt::format("test_iter: {}\ntest_interval: {}\n", (val_count + test_batch - 1) / test_batch, std::min(ipe, max_iter));
   }
   return t;
+}
+
+}  // namespace
+
+std::string solver_text(const json& s, double base_lr, int64_t batch, const DatasetView& d) {
+  return solver_text_for(s, base_lr, iterations_per_epoch(batch, d), d.val_count);
+}
+
+proto::SolverParameter solver_parameter(const json& s, double base_lr, int64_t ipe) {
+  proto::SolverParameter p;
+  parse_prototxt_string(solver_text_for(s, base_lr, ipe, 0), "solver.prototxt", p);
+  return p;
 }
 
 }  // namespace bks::server

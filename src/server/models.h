@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "caffe.pb.h"
 #include "server/store.h"
 
 namespace bks::server {
@@ -41,5 +42,8 @@ json validate_solver(const json& body);
 // epochs and the dataset's size.
 std::string solver_text(const json& solver, double base_lr, int64_t batch, const DatasetView& d);
 int64_t iterations_per_epoch(int64_t batch, const DatasetView& d);
+// The same solver (without the test settings, which need the dataset) as Caffe's message,
+// for `ipe` iterations per epoch: what the learning-rate schedule preview evaluates.
+proto::SolverParameter solver_parameter(const json& solver, double base_lr, int64_t ipe);
 
 }  // namespace bks::server
