@@ -8,6 +8,14 @@
 
 namespace bks {
 
+// How an op deals with oneDNN's blocked tensor layouts (e.g. nChw16c), which let
+// convolution, pooling and ReLU chains run without converting to and from plain NCHW.
+enum class LayoutRule {
+  plain_only,       // inputs and outputs are plain row-major (the default)
+  any_in_same_out,  // elementwise: any input layout; the output has the input's layout
+  any_in_any_out,   // converts internally: any input layout, output in its preferred one
+};
+
 // oneDNN's version ("2.6.0") and the best instruction set its kernels use on this CPU.
 std::string onednn_version();
 std::string onednn_isa();

@@ -146,6 +146,7 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
     if (lp.loss_weight_size() > 0 && lp.loss_weight_size() != lp.top_size())
       input_error("{}: layer '{}': loss_weight has {} entries for {} tops", where, n.name, lp.loss_weight_size(),
                   lp.top_size());
+    n.loss_weight.assign(lp.loss_weight().begin(), lp.loss_weight().end());
     g.nodes.push_back(std::move(n));
   }
   if (g.nodes.empty()) input_error("{}: no layers in phase {}", net.source, proto::Phase_Name(state.phase()));

@@ -39,7 +39,8 @@ struct Node {
   proto::LayerParameter param;
   std::vector<int> inputs;
   std::vector<int> outputs;
-  std::vector<float> loss_weight;     // one per output; 0 when the output is not a loss
+  // One per output when given (empty: the op's default for output 0, 0 for the others).
+  std::vector<float> loss_weight;
   std::vector<bool> propagate_down;   // one per input
   std::vector<ParamRef> params;       // filled when the op declares its blobs
 };

@@ -53,14 +53,6 @@ struct OpCall {
   std::vector<Tensor*> param_grad;
 };
 
-// How an op deals with oneDNN's blocked tensor layouts (e.g. nChw16c), which let
-// convolution, pooling and ReLU chains run without converting to and from plain NCHW.
-enum class LayoutRule {
-  plain_only,       // inputs and outputs are plain row-major (the default)
-  any_in_same_out,  // elementwise: any input layout; the output has the input's layout
-  any_in_any_out,   // converts internally: any input layout, output in its preferred one
-};
-
 class Op {
  public:
   explicit Op(const OpInit& init);

@@ -1,10 +1,11 @@
-// Net: executes a Graph for one phase on one backend.
+// Net: the executor. Runs a Graph for one phase on one backend, following a Plan.
 //
 // At construction it instantiates each node's op, infers shapes, creates or looks up the
-// parameter blobs, decides which values need gradients, which buffers can be shared
-// (in-place layers, views) and builds every kernel. forward() and backward() then run with
-// no allocation. Gradients are summed here, not in ops: a value read by several nodes, a
-// parameter shared by several layers, or accumulated over iter_size micro-batches.
+// parameter blobs, asks the planner (runtime/plan.h) for a Plan (gradients, layouts,
+// shared buffers, arena offsets), binds the buffers and builds every kernel. forward() and
+// backward() then run with no allocation. Gradients are summed here, not in ops: a value
+// read by several nodes, a parameter shared by several layers, or accumulated over
+// iter_size micro-batches.
 #pragma once
 
 #include <functional>
@@ -16,6 +17,7 @@
 #include "ops/op.h"
 #include "profile/profiler.h"
 #include "runtime/arena.h"
+#include "runtime/plan.h"
 #include "graph/param_store.h"
 
 namespace bks {
@@ -50,13 +52,14 @@ class Net {
   Tensor& value(int v) { return data_[v]; }
   Tensor& value(const std::string& name);
   Tensor& grad(int v) { return grad_[v]; }
+  const Plan& plan() const { return plan_; }
   bool has_grad(int v) const { return grad_[v].defined(); }
   // Values nobody consumes (loss, accuracy, ...), in graph order. With reuse_buffers these
   // (and Input blobs) are the only values whose contents survive a whole pass.
-  const std::vector<int>& outputs() const { return outputs_; }
+  const std::vector<int>& outputs() const { return plan_.outputs; }
   // Values produced by Input layers, to be filled by the caller.
   std::vector<int> inputs() const;
-  float loss_weight(int v) const { return loss_weight_[v]; }
+  float loss_weight(int v) const { return plan_.grad.loss_weight[v]; }
   ParamStore& store() { return store_; }
   // Store indices of the parameters this net's nodes use, each once, in graph order.
   const std::vector<int>& param_indices() const { return param_indices_; }
@@ -64,7 +67,7 @@ class Net {
   int param_index(int node, int i) const { return node_params_.at(node).at(i); }
   Op& op(int node) { return *ops_[node]; }
   int num_nodes() const { return static_cast<int>(ops_.size()); }
-  bool node_runs_backward(int node) const { return runs_backward_[node]; }
+  bool node_runs_backward(int node) const { return plan_.grad.runs_backward[node]; }
 
   // Called with a store index once that parameter's gradient for this backward pass is
   // complete (all its layers are done): the hook for overlapping allreduce with backward.
@@ -79,9 +82,9 @@ class Net {
   // The element type value v is kept in: f32, or s8/u8 between int8 layers.
   DType value_dtype(int v) const;
   // Bytes of arena memory this net's plan needs (activations, gradients, scratch).
-  size_t planned_bytes() const { return arena_bytes_; }
+  size_t planned_bytes() const { return plan_.memory.arena_bytes; }
   // Whether value v is in a blocked oneDNN layout (then value(v) is not row-major).
-  bool is_blocked(int v) const { return layout_[v].data.ndims > 0; }
+  bool is_blocked(int v) const { return plan_.is_blocked(v); }
   // One line per node: shapes, kernel, in-place decisions.
   std::string describe() const;
 
@@ -89,42 +92,24 @@ class Net {
   void create_ops(uint64_t seed);
   void infer_shapes();
   void bind_params(uint64_t seed);
-  void plan_gradients(bool force_backward);
-  void plan_layouts();
-  void allocate();
-  void plan_buffers();
-  void prepare_kernels();
-  void build_calls();
-  bool can_write_in_place(int node, int input) const;
-  bool place_concat_inputs(int node);
-  size_t blocked_bytes(int v) const;  // physical bytes of a blocked value, 0 when plain
-  void plan_memory();                 // liveness -> offsets in the arena
+  std::vector<OpFacts> op_facts() const;
+  PreferredLayout preferred_layout();
+  void apply_plan();  // layouts into the ops, buffers into the arena, kernels built
   void bind_to_arena();
-  size_t arena_bytes() const { return arena_bytes_; }
 
   Graph graph_;
   Phase phase_;
   ParamStore& store_;
   Backend& backend_;
+  NetOptions options_;
   std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<OpFacts> facts_;
+  Plan plan_;
   std::vector<Tensor> data_, grad_, scratch_;
-  std::vector<float> loss_weight_;
-  std::vector<int> outputs_;
   std::vector<int> param_indices_;
-  std::vector<std::vector<int>> node_params_;       // store index per node param slot
-  std::vector<bool> runs_backward_;
-  std::vector<std::vector<bool>> need_in_grad_;     // per node, per input
-  std::vector<std::vector<bool>> accumulate_in_grad_;  // write into scratch, then add
-  std::vector<std::vector<int>> grad_ready_after_;  // per node: params complete after its backward
-  std::vector<int> data_alias_, grad_alias_;        // per value: value whose buffer it shares, or -1
-  std::vector<size_t> data_alias_offset_;           // per value: byte offset into that buffer
-  std::vector<dnnl::memory::desc> layout_;          // per value (data and gradient); empty = plain
+  std::vector<std::vector<int>> node_params_;  // store index per node param slot
   std::vector<OpCall> calls_;
   std::function<void(int)> grad_ready_;
-  NetOptions options_;
-  static constexpr size_t kDedicated = SIZE_MAX;
-  std::vector<size_t> data_offset_, grad_offset_, scratch_offset_;  // kDedicated: own buffer
-  size_t arena_bytes_ = 0;
   Profiler* profiler_ = nullptr;
 };
 
