@@ -497,7 +497,7 @@ namespace {
 // its outputs stay within bfloat16's precision of FP32's. Elsewhere: a clear error.
 TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   DeployOptions o = write_model("bf16", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
-  o.precision = "bf16";
+  o.precision = Precision::bf16;
   SysInfo si = query_sysinfo();
   if (!si.has("avx512_bf16") && !si.has("amx_bf16")) {
     EXPECT_THROW(deploy(o), InputError);
@@ -505,7 +505,7 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   }
   DeployResult r = deploy(o);
   EXPECT_EQ(r.bundle.info.at("precision"), "bf16");
-  o.precision = "fp32";
+  o.precision = Precision::fp32;
   DeployResult f = deploy(o);
   InferenceSession a(r.bundle, "bf16", 2), b(f.bundle, "fp32", 2);
   EXPECT_NE(a.net().describe().find("bf16"), std::string::npos) << a.net().describe();
@@ -657,6 +657,37 @@ layer { name: 'conv3' type: 'Convolution' bottom: 'conv2' top: 'conv3' convoluti
 layer { name: 'relu3' type: 'ReLU' bottom: 'conv3' top: 'conv3' }
 layer { name: 'ip' type: 'InnerProduct' bottom: 'conv3' top: 'ip' inner_product_param { num_output: 10 } }
 )";
+
+// deploy() given int8 quantizes (calibration and quantization are its passes), and says so
+// in its reports; given int8 without a calibration source it refuses.
+TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
+  DeployOptions o = write_model("int8_owned", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
+  o.precision = Precision::int8;
+  EXPECT_THROW(deploy(o), InputError);
+  o.calibration.dataset = "random";
+  o.calibration.batches = 4;
+  o.calibration.method = "minmax";
+  DeployResult r = deploy(o);
+  EXPECT_EQ(r.bundle.info.at("precision"), "int8");
+  ASSERT_TRUE(r.calibration.has_value());
+  EXPECT_EQ(r.int8.quantized, 4);
+  EXPECT_EQ(r.int8.int8_outputs, 3);
+  int with_threshold = 0;
+  for (const auto& l : r.bundle.net.layer()) with_threshold += l.int8_input_threshold() > 0.f;
+  EXPECT_EQ(with_threshold, 4);
+  std::vector<std::string> passes;
+  for (const auto& rep : r.reports) passes.push_back(rep.pass);
+  EXPECT_NE(std::find(passes.begin(), passes.end(), "calibrate"), passes.end());
+  EXPECT_NE(std::find(passes.begin(), passes.end(), "quantize-int8"), passes.end());
+  EXPECT_NE(r.kernels.find("s8 output"), std::string::npos) << r.kernels;
+  // The same table quantizes the same way by hand.
+  o.precision = Precision::fp32;
+  o.calibration = {};
+  Bundle by_hand = deploy(o).bundle;
+  quantize_int8(by_hand, *r.calibration, r.shapes);
+  for (int i = 0; i < by_hand.net.layer_size(); ++i)
+    EXPECT_FLOAT_EQ(by_hand.net.layer(i).int8_output_threshold(), r.bundle.net.layer(i).int8_output_threshold());
+}
 
 TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
   DeployOptions o = write_model("int8_chain", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);

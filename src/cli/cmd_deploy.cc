@@ -2,11 +2,7 @@
 
 #include "cli/commands.h"
 #include "core/log.h"
-#include "engine/calibrate.h"
-#include "engine/quantize.h"
 #include "engine/deploy.h"
-#include "engine/session.h"
-#include "profile/profiler.h"
 
 namespace bks::cli {
 
@@ -18,50 +14,6 @@ std::string op_counts(const DeployModel& m) {
   std::string s;
   for (auto& [type, c] : count) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", c, type);
   return fmt::format("{} ops: {}", m.graph.nodes.size(), s);
-}
-
-struct BatchChoice {
-  int64_t batch = 1;
-  std::string table;
-};
-
-// Times the bundle at batch 1, 2, 4, ... while its activation arena fits `cap_bytes`, and
-// stops once two sizes in a row give no more throughput than the best so far.
-BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, double cap_bytes) {
-  BatchChoice c;
-  double best = 0;
-  int worse = 0;
-  c.table = "batch auto: items/s by batch size (activation arena)\n";
-  for (int64_t batch = 1; batch <= 4096 && worse < 2; batch *= 2) {
-    InferenceSession s(b, name, threads, batch);
-    double arena = static_cast<double>(s.net().planned_bytes());
-    if (arena > cap_bytes) {
-      if (batch == 1)
-        input_error("--memory-cap {:.3f} MB: even batch 1 needs {:.3f} MB of activations", cap_bytes / 1e6, arena / 1e6);
-      c.table += fmt::format("  {:>5}  arena {:.1f} MB exceeds the cap\n", batch, arena / 1e6);
-      break;
-    }
-    for (int v : s.inputs()) s.value(v).fill(0.5f);
-    for (int i = 0; i < 3; ++i) s.run();
-    int runs = 0;
-    double t0 = now_us(), elapsed = 0;
-    while (runs < 5 || elapsed < 2e5) {  // at least 5 runs and 0.2 s
-      s.run();
-      ++runs;
-      elapsed = now_us() - t0;
-    }
-    double rate = batch * runs / (elapsed / 1e6);
-    c.table += fmt::format("  {:>5}  {:>10.0f} items/s  ({:.1f} MB)\n", batch, rate, arena / 1e6);
-    if (rate > best * 1.02) {
-      best = rate;
-      c.batch = batch;
-      worse = 0;
-    } else {
-      ++worse;
-    }
-  }
-  c.table += fmt::format("  chosen: batch {}\n", c.batch);
-  return c;
 }
 
 }  // namespace
@@ -100,10 +52,12 @@ Runner add_deploy(CLI::App& app) {
     DeployOptions d;
     d.model = o->model;
     d.weights = o->weights;
-    d.precision = o->precision;
+    d.output = o->out;
+    d.precision = parse_precision(o->precision, "--precision");
     d.threads = o->threads;
-    const bool auto_batch = o->batch == "auto";
-    if (!o->batch.empty() && !auto_batch) {
+    d.auto_batch = o->batch == "auto";
+    d.memory_cap_bytes = o->memory_cap_mb * 1e6;
+    if (!o->batch.empty() && !d.auto_batch) {
       try {
         d.batch = std::stoll(o->batch);
       } catch (const std::exception&) {
@@ -111,6 +65,10 @@ Runner add_deploy(CLI::App& app) {
       }
       if (d.batch <= 0) input_error("--batch must be a positive integer or 'auto', got '{}'", o->batch);
     }
+    d.calibration.dataset = o->calib;
+    d.calibration.from_bundle = o->calib_from;
+    d.calibration.batches = o->calib_batches;
+    d.calibration.method = o->calib_method;
     auto show = [&](const PassReport& r, const DeployModel& m) {
       if (r.pass == "input") {
         fmt::print("{} before optimisation ({})\n", o->model, op_counts(m));
@@ -122,53 +80,21 @@ Runner add_deploy(CLI::App& app) {
       for (const auto& c : r.changes) fmt::print("    {}\n", c);
       if (!r.changes.empty()) fmt::print("{}", describe_graph(m));
     };
-    if (o->precision == "int8" && o->calib.empty() && o->calib_from.empty())
-      input_error("--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges");
-    if (!o->calib.empty() && !o->calib_from.empty()) input_error("give --calib or --calib-from, not both");
     DeployResult r = deploy(d, show);
-    if (!o->calib.empty() || !o->calib_from.empty()) {
-      CalibrationTable t;
-      if (!o->calib_from.empty()) {
-        Bundle from = load_bundle(o->calib_from);
-        auto it = from.info.find("calibration");
-        if (it == from.info.end()) input_error("{}: this bundle holds no calibration table", o->calib_from);
-        t = CalibrationTable::from_json(it->second, o->calib_from);
-      } else {
-        t = calibrate(r.bundle, o->out, o->calib == "test" ? std::string() : o->calib, o->calib_batches, o->calib_method,
-                      o->threads);
-      }
-      r.bundle.info["calibration"] = t.to_json();
+    if (r.calibration) {
+      const CalibrationTable& t = *r.calibration;
       fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
-      if (o->precision == "int8") {
-        Int8Plan q = quantize_int8(r.bundle, t, r.shapes);
-        fmt::print("int8: {} convolution / inner product layer(s) quantized, {} of them writing int8 for int8 readers; "
-                   "other layers run in FP32\n", q.quantized, q.int8_outputs);
-      }
     }
-    if (auto_batch) {
-      BatchChoice c = choose_batch(r.bundle, o->out, o->threads, o->memory_cap_mb * 1e6);
-      r.bundle.info["batch_tuning"] = c.table;
-      fmt::print("{}", c.table);
-      set_input_batch(r.bundle.net, c.batch);
-    }
-    // Build the bundle's net once: it checks the graph runs, and shows the kernels chosen.
-    InferenceSession s(r.bundle, o->out, o->threads);
-    Net& net = s.net();
-    // Save what autotuning chose, so loading the bundle does not time kernels again (and
-    // every session of an embedding runs the same kernels).
-    int tuned = 0;
-    for (int n = 0; n < net.num_nodes() && n < r.bundle.net.layer_size(); ++n) {
-      std::string choice = net.op(n).tuning_decision();
-      if (choice.empty()) continue;
-      r.bundle.net.mutable_layer(n)->set_kernel_choice(choice);
-      tuned += choice != "direct";
-    }
-    fmt::print("autotuning: {} layer(s) run a non-default kernel\n", tuned);
-    if (o->print_graph) fmt::print("kernels and layouts:\n{}", net.describe());
+    if (d.precision == Precision::int8)
+      fmt::print("int8: {} convolution / inner product layer(s) quantized, {} of them writing int8 for int8 readers; "
+                 "other layers run in FP32\n", r.int8.quantized, r.int8.int8_outputs);
+    fmt::print("{}", r.batch_table);
+    fmt::print("autotuning: {} layer(s) run a non-default kernel\n", r.tuned);
+    if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);
     save_bundle(o->out, r.bundle);
-    fmt::print("wrote {}: {} precision, batch {}, {} ops, activation arena {:.2f} MB\n", o->out, d.precision, s.batch(),
-               net.num_nodes(), net.planned_bytes() / 1e6);
+    fmt::print("wrote {}: {} precision, batch {}, {} ops, activation arena {:.2f} MB\n", o->out,
+               precision_name(d.precision), r.batch, r.ops, r.arena_bytes / 1e6);
     return 0;
   };
 }

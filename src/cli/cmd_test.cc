@@ -19,7 +19,7 @@ int test_bundle(const std::string& path, const std::string& data, int iterations
   Net& net = *scored->net;
   auto [batch, samples] = net.data_extent();
   Evaluation ev = evaluate(net, iterations, 0);
-  std::string precision = bundle_precision(b);
+  const char* precision = precision_name(bundle_precision(b));
   fmt::print("{} ({} precision): {} batches of {} from a set of {}\n", path, precision, iterations, batch, samples);
   for (size_t k = 0; k < net.outputs().size(); ++k)
     fmt::print("{} = {:.4f}\n", net.graph().values[net.outputs()[k]].name, ev.output_means[k]);

@@ -6,6 +6,8 @@
 #include "core/sysinfo.h"
 #include "formats/caffe_net.h"
 #include "formats/weights.h"
+#include "engine/batch_tuning.h"
+#include "engine/session.h"
 #include "runtime/net.h"
 
 namespace bks {
@@ -19,9 +21,7 @@ void require_bf16() {
 namespace {
 
 DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "int8")
-    input_error("--precision must be fp32, bf16 or int8, got '{}'", o.precision);
-  if (o.precision == "bf16") require_bf16();
+  if (o.precision == Precision::bf16) require_bf16();
   proto::NetState st = nl.param.state();
   st.set_phase(proto::TEST);
   CpuBackend backend(o.threads);
@@ -58,7 +58,40 @@ std::string test_data_layers(const NetLoad& nl) {
 
 DeployModel load_deploy_model(const DeployOptions& o) { return load_deploy_model(o, load_net_file(o.model)); }
 
+namespace {
+
+void check_options(const DeployOptions& o) {
+  const CalibrationOptions& c = o.calibration;
+  if (o.precision == Precision::int8 && c.dataset.empty() && c.from_bundle.empty())
+    input_error("--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges");
+  if (!c.dataset.empty() && !c.from_bundle.empty()) input_error("give --calib or --calib-from, not both");
+  if (o.auto_batch && o.batch > 0) input_error("--batch: give a batch size or 'auto', not both");
+}
+
+// The bundle's graph must still build after every step that changed it.
+void verify_bundle(const Bundle& b, const std::string& name, const std::string& stage, int threads) {
+  try {
+    InferenceSession s(b, name, threads);
+  } catch (const InputError& e) {
+    runtime_error("deploy: the bundle's graph no longer builds after {}: {}", stage, e.what());
+  }
+}
+
+CalibrationTable calibration_table(const DeployOptions& o, const Bundle& b, const std::string& name) {
+  const CalibrationOptions& c = o.calibration;
+  if (c.from_bundle.empty())
+    return calibrate(b, name, c.dataset == "test" ? std::string() : c.dataset, c.batches, c.method, o.threads);
+  Bundle from = load_bundle(c.from_bundle);
+  auto it = from.info.find("calibration");
+  if (it == from.info.end()) input_error("{}: this bundle holds no calibration table", c.from_bundle);
+  return CalibrationTable::from_json(it->second, c.from_bundle);
+}
+
+}  // namespace
+
 DeployResult deploy(const DeployOptions& o, const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
+  check_options(o);
+  const std::string name = o.output.empty() ? o.model : o.output;
   NetLoad nl = load_net_file(o.model);
   DeployModel m = load_deploy_model(o, nl);
   if (after_each) after_each(PassReport{"input", {}}, m);
@@ -68,16 +101,64 @@ DeployResult deploy(const DeployOptions& o, const std::function<void(const PassR
   if (o.batch > 0) set_input_batch(r.bundle.net, o.batch);
   r.bundle.weights = weights_by_layer(m);
   for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;
-  r.bundle.info["precision"] = o.precision;
+  r.bundle.info["precision"] = precision_name(o.precision);
   r.bundle.info["source_model"] = o.model;
   r.bundle.info["source_weights"] = o.weights;
-  std::string passes;
-  for (const auto& rep : r.reports)
-    for (const auto& c : rep.changes) passes += rep.pass + ": " + c + "\n";
-  r.bundle.info["passes"] = passes;
   std::string data = test_data_layers(nl);
   if (!data.empty()) r.bundle.info["data_layers"] = data;
+
+  // Calibration (measured on the FP32 bundle), then INT8 quantization from its table.
+  if (!o.calibration.dataset.empty() || !o.calibration.from_bundle.empty()) {
+    r.calibration = calibration_table(o, r.bundle, name);
+    r.bundle.info["calibration"] = r.calibration->to_json();
+    PassReport cal{"calibrate", {}};
+    for (auto& [blob, th] : r.calibration->threshold) cal.changes.push_back(fmt::format("{}: |x| <= {:.4g}", blob, th));
+    r.reports.push_back(cal);
+    if (o.precision == Precision::int8) {
+      r.int8 = quantize_int8(r.bundle, *r.calibration, r.shapes);
+      verify_bundle(r.bundle, name, "quantize-int8", o.threads);
+      r.reports.push_back({"quantize-int8",
+                           {fmt::format("{} convolution / inner product layer(s) quantized, {} writing int8 for int8 "
+                                        "readers", r.int8.quantized, r.int8.int8_outputs)}});
+    }
+  }
+  if (o.auto_batch) {
+    BatchChoice c = choose_batch(r.bundle, name, o.threads, o.memory_cap_bytes);
+    r.batch_table = c.table;
+    r.bundle.info["batch_tuning"] = c.table;
+    set_input_batch(r.bundle.net, c.batch);
+    r.reports.push_back({"tune-batch", {fmt::format("batch {}", c.batch)}});
+  }
+  // Build the bundle's net once: it checks the graph runs and autotunes the kernels. What
+  // autotuning chose is saved, so loading the bundle does not time kernels again (and
+  // every session of an embedding runs the same kernels).
+  if (o.autotune) autotune(r, name, o.threads);
+  std::string passes;
+  for (const auto& rep : r.reports)
+    if (rep.pass != "calibrate")
+      for (const auto& c : rep.changes) passes += rep.pass + ": " + c + "\n";
+  r.bundle.info["passes"] = passes;
   return r;
+}
+
+void autotune(DeployResult& r, const std::string& name, int threads) {
+  InferenceSession s(r.bundle, name, threads);
+  Net& net = s.net();
+  PassReport tune{"autotune", {}};
+  for (int n = 0; n < net.num_nodes() && n < r.bundle.net.layer_size(); ++n) {
+    std::string choice = net.op(n).tuning_decision();
+    if (choice.empty()) continue;
+    r.bundle.net.mutable_layer(n)->set_kernel_choice(choice);
+    if (choice != "direct") {
+      ++r.tuned;
+      tune.changes.push_back(fmt::format("{}: {}", net.graph().nodes[n].name, choice));
+    }
+  }
+  r.reports.push_back(tune);
+  r.kernels = net.describe();
+  r.arena_bytes = net.planned_bytes();
+  r.batch = s.batch();
+  r.ops = net.num_nodes();
 }
 
 }  // namespace bks

@@ -1,21 +1,46 @@
 // `bakusoku deploy`: from a trained network (deploy prototxt, or a train/test prototxt whose
-// TEST phase is used) and its weights to an optimised inference bundle.
+// TEST phase is used) and its weights to an optimised inference bundle. One pipeline for
+// the command line, the dashboard and the C++ API: graph passes, then (fp32/bf16/int8)
+// calibration and quantization, batch-size tuning and kernel autotuning, each reported as
+// a pass and each followed by a check that the bundle's graph still builds.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/bundle.h"
+#include "engine/calibrate.h"
+#include "engine/precision.h"
+#include "engine/quantize.h"
 #include "passes/deploy_model.h"
 
 namespace bks {
 
+// Where INT8 activation ranges come from.
+struct CalibrationOptions {
+  // "" (none), "test" (the data the net was tested on), "random" (uniform inputs, for
+  // timing only) or a dataset file.
+  std::string dataset;
+  std::string from_bundle;  // reuse the table saved in this bundle instead
+  int batches = 10;
+  std::string method = "entropy";  // minmax, percentile, entropy
+};
+
 struct DeployOptions {
   std::string model, weights;
-  std::string precision = "fp32";
-  int64_t batch = 0;  // 0: the batch the net declares
+  std::string output;  // the bundle's path, named in messages (may be empty)
+  Precision precision = Precision::fp32;
+  int64_t batch = 0;   // 0: the batch the net declares
+  bool auto_batch = false;  // the highest-throughput batch whose arena fits memory_cap_bytes
+  double memory_cap_bytes = 1024e6;
+  // Build the bundle's net at the end: time the candidate kernels and record the choice
+  // in the bundle, and fill DeployResult's kernels/arena/batch/ops (off: the caller builds
+  // the net itself and kernels pick when the bundle is loaded).
+  bool autotune = true;
+  CalibrationOptions calibration;
   int threads = 0;
 };
 
@@ -23,6 +48,15 @@ struct DeployResult {
   Bundle bundle;
   std::vector<PassReport> reports;
   std::map<std::string, Shape> shapes;  // every blob of the optimised graph (batch as declared)
+  std::optional<CalibrationTable> calibration;
+  Int8Plan int8;
+  std::string batch_table;  // --batch auto: items/s by batch size
+  int tuned = 0;            // layers whose autotuned kernel is not the default one
+  // The bundle's net as built at the end: kernels and layouts, arena, batch.
+  std::string kernels;
+  size_t arena_bytes = 0;
+  int64_t batch = 0;
+  int ops = 0;
 };
 
 // InputError unless this CPU has bfloat16 instructions (AVX-512 BF16 or AMX).
@@ -30,8 +64,14 @@ void require_bf16();
 // Builds the TEST-phase model with its weights (the model and weights as loaded, before
 // any pass), for deploy and for comparing against the optimised graph.
 DeployModel load_deploy_model(const DeployOptions& o);
-// load_deploy_model + every pass + the bundle. `after_each` sees the model before the first
-// pass (with an empty report) and after each pass.
+// load_deploy_model + every graph pass + the bundle + calibration, quantization, batch
+// tuning and autotuning as options ask. `after_each` sees the model before the first pass
+// (with an empty report) and after each graph pass. InputError on options that do not go
+// together (int8 without a calibration source, both --calib and --calib-from, bf16 on a
+// CPU without it).
+// Builds r.bundle's net: records each layer's autotuned kernel and fills r's kernels,
+// arena_bytes, batch and ops.
+void autotune(DeployResult& r, const std::string& name, int threads);
 DeployResult deploy(const DeployOptions& o,
                     const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
 

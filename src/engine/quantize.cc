@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/precision.h"
+
 namespace bks {
 
 namespace {
@@ -83,7 +85,7 @@ Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std:
     ++plan.quantized;
   }
   plan.int8_outputs = keep_int8_between_layers(b.net);
-  b.info["precision"] = "int8";
+  b.info["precision"] = precision_name(Precision::int8);
   return plan;
 }
 

@@ -23,13 +23,13 @@ InferenceSession::~InferenceSession() = default;
 NetOptions inference_options(const Bundle& b) {
   NetOptions opt;
   opt.constant_params = true;  // the weights are the bundle's, fixed
-  opt.bf16 = bundle_precision(b) == "bf16";
+  opt.bf16 = bundle_precision(b) == Precision::bf16;
   return opt;
 }
 
-std::string bundle_precision(const Bundle& b) {
+Precision bundle_precision(const Bundle& b) {
   auto it = b.info.find("precision");
-  return it == b.info.end() ? "fp32" : it->second;
+  return it == b.info.end() ? Precision::fp32 : parse_precision(it->second, "the bundle's precision");
 }
 
 std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph, const std::string& source,

@@ -7,14 +7,15 @@
 #include <vector>
 
 #include "engine/bundle.h"
+#include "engine/precision.h"
 #include "runtime/net.h"
 
 namespace bks {
 
+// The precision deploy recorded (fp32 when none was).
+Precision bundle_precision(const Bundle& b);
 // Copies the bundle's blobs into every parameter of `store` (all must be present, F32, of
 // the graph's shapes; InputError naming `source` otherwise).
-// "fp32" or "bf16", as deploy recorded it.
-std::string bundle_precision(const Bundle& b);
 void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore& store);
 
 // A net that scores the bundle on its recorded TEST data layers (`data_source`, when not

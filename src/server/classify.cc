@@ -37,6 +37,7 @@ std::shared_ptr<Classifier::Entry> Classifier::session(const ClassifyInput& in, 
   o.weights = in.weights_file;
   o.batch = batch;
   o.threads = 1;
+  o.autotune = false;  // the session below builds the net
   auto e = std::make_shared<Entry>();
   e->key = key;
   if (plain) {
