@@ -10,7 +10,7 @@
 namespace bks::test {
 
 OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase, int num_outputs,
-                     const std::function<void(Op&)>& before_prepare) {
+                     const std::function<void(Kernel&)>& before_prepare) {
   node_ = std::make_unique<Node>();
   parse_prototxt_string(layer, "test layer", node_->param);
   node_->name = node_->param.name().empty() ? "op" : node_->param.name();
@@ -19,10 +19,23 @@ OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shap
   for (int j = 0; j < num_outputs; ++j) node_->outputs.push_back(static_cast<int>(in_shapes.size()) + j);
   backend_ = std::make_unique<CpuBackend>(2);
   OpInit init{*node_, "test:" + node_->name, phase, 42, *backend_};
-  op_ = OpRegistry::get().create(init);
+  OpContext ctx{*node_, init.where, phase};
   std::vector<Shape> out_shapes(num_outputs);
-  op_->infer(in_shapes, out_shapes);
-  auto decls = op_->declare_params(in_shapes);
+  std::vector<ParamDecl> decls;
+  if (const OpDef* def = OpDefRegistry::get().find(node_->type)) {
+    def->check(ctx);
+    def->infer(ctx, in_shapes, out_shapes);
+    decls = def->params(ctx, in_shapes);
+    facts_ = def->facts(ctx, in_shapes);
+    op_ = KernelRegistry::get().create(init);
+    op_->reshape(in_shapes, out_shapes);
+  } else {
+    auto op = KernelRegistry::get().create_op(init);
+    op->infer(in_shapes, out_shapes);
+    decls = op->declare_params(in_shapes);
+    facts_ = op->facts(in_shapes.size());
+    op_ = std::move(op);
+  }
   Rng rng(3);
   for (auto& d : decls) {
     Tensor p(d.shape);
@@ -50,7 +63,7 @@ OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shap
   for (auto& t : params) call_.params.push_back(&t);
   for (auto& t : out_grad) call_.out_grad.push_back(&t);
   for (size_t i = 0; i < in_grad.size(); ++i)
-    call_.in_grad.push_back(op_->can_propagate_to(static_cast<int>(i)) ? &in_grad[i] : nullptr);
+    call_.in_grad.push_back(can_propagate_to(static_cast<int>(i)) ? &in_grad[i] : nullptr);
   for (auto& t : param_grad) call_.param_grad.push_back(t.defined() ? &t : nullptr);
   randomize_inputs();
 }
@@ -77,7 +90,7 @@ double OpHarness::objective() {
 void OpHarness::check_gradients(float step, float tol, std::vector<int> inputs) {
   if (inputs.empty())
     for (size_t i = 0; i < in.size(); ++i)
-      if (op_->can_propagate_to(static_cast<int>(i))) inputs.push_back(static_cast<int>(i));
+      if (can_propagate_to(static_cast<int>(i))) inputs.push_back(static_cast<int>(i));
   forward();
   backward();
   std::vector<Tensor> analytic_in, analytic_p;

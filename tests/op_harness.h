@@ -16,7 +16,7 @@ class OpHarness {
   // `layer` is a LayerParameter in text format (without the enclosing "layer { }").
   // `before_prepare` may set layouts (Op::set_layouts) before kernels are built.
   OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase = proto::TRAIN,
-            int num_outputs = 1, const std::function<void(Op&)>& before_prepare = {});
+            int num_outputs = 1, const std::function<void(Kernel&)>& before_prepare = {});
   ~OpHarness();
 
   void forward();
@@ -28,14 +28,19 @@ class OpHarness {
   // `inputs` (all that can propagate when empty; {-1} for none) and all learnable params.
   void check_gradients(float step = 1e-3f, float tol = 1e-2f, std::vector<int> inputs = {});
 
-  Op& op() { return *op_; }
+  Kernel& op() { return *op_; }
+  const OpFacts& facts() const { return facts_; }
+  bool can_propagate_to(int i) const {
+    return i >= static_cast<int>(facts_.can_propagate_to.size()) || facts_.can_propagate_to[i];
+  }
   std::vector<Tensor> in, out, params, in_grad, out_grad, param_grad;
 
  private:
   double objective();
   std::unique_ptr<Node> node_;
   std::unique_ptr<CpuBackend> backend_;
-  std::unique_ptr<Op> op_;
+  std::unique_ptr<Kernel> op_;
+  OpFacts facts_;
   OpCall call_;
 };
 

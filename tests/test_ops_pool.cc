@@ -72,7 +72,7 @@ TEST_P(PoolTest, GradientsMatchFiniteDifferences) {
 // same Caffe rules. Input in NHWC, output converted to plain.
 TEST_P(PoolTest, ChannelsLastKernelMatchesCaffeRule) {
   const auto& pc = GetParam();
-  auto nhwc = [&](Op& op) {
+  auto nhwc = [&](Kernel& op) {
     op.set_layouts({dnnl::memory::desc({pc.n, pc.c, pc.h, pc.w}, dnnl::memory::data_type::f32,
                                        dnnl::memory::format_tag::nhwc)},
                    {dnnl::memory::desc()});

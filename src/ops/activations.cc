@@ -1,4 +1,4 @@
-// Elementwise activations and transforms of Caffe's common set.
+// Elementwise activations and transforms of Caffe's common set (see ops/elementwise.h).
 #include <algorithm>
 #include <cmath>
 
@@ -7,211 +7,152 @@
 namespace bks {
 namespace {
 
-class ReLUOp final : public ElementwiseOp<ReLUOp> {
- public:
-  explicit ReLUOp(const OpInit& i) : ElementwiseOp(i), slope_(i.node.param.relu_param().negative_slope()) {
-    // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
-    needs_x_ = slope_ < 0.f;
-    reads_y_ = !needs_x_;
-    zero_preserving_ = true;
-  }
-  struct Kernel {
-    float slope;
-    float ux;  // 1: the sign comes from x, 0: from y (arithmetic, so no load is conditional)
-    float f(float x) const { return std::max(x, 0.f) + slope * std::min(x, 0.f); }
-    float grad(float x, float y) const { return ux * x + (1.f - ux) * y > 0.f ? 1.f : slope; }
-  };
-  Kernel kernel() const { return {slope_, needs_x_ ? 1.f : 0.f}; }
+void no_traits(const Node&, OpTraits&) {}
 
- private:
-  float slope_;
+struct ReLUFn {
+  float slope;
+  float ux;  // 1: the sign comes from x, 0: from y (arithmetic, so no load is conditional)
+  static ReLUFn from(const OpContext& c) {
+    float s = c.node.param.relu_param().negative_slope();
+    return {s, s < 0.f ? 1.f : 0.f};
+  }
+  static void add_traits(const Node&, OpTraits& t) { t.fusable_activation = true; }
+  // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
+  ElementwiseFlow flow() const { return {slope < 0.f, !(slope < 0.f), true}; }
+  float f(float x) const { return std::max(x, 0.f) + slope * std::min(x, 0.f); }
+  float grad(float x, float y) const { return ux * x + (1.f - ux) * y > 0.f ? 1.f : slope; }
 };
 
-class SigmoidOp final : public ElementwiseOp<SigmoidOp> {
- public:
-  explicit SigmoidOp(const OpInit& i) : ElementwiseOp(i) {
-    needs_x_ = false;
-    reads_y_ = true;
-  }
-  struct Kernel {
-    float f(float x) const { return 0.5f * std::tanh(0.5f * x) + 0.5f; }
-    float grad(float, float y) const { return y * (1.f - y); }
-  };
-  Kernel kernel() const { return {}; }
+struct SigmoidFn {
+  static SigmoidFn from(const OpContext&) { return {}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {false, true, false}; }
+  float f(float x) const { return 0.5f * std::tanh(0.5f * x) + 0.5f; }
+  float grad(float, float y) const { return y * (1.f - y); }
 };
 
-class TanHOp final : public ElementwiseOp<TanHOp> {
- public:
-  explicit TanHOp(const OpInit& i) : ElementwiseOp(i) {
-    needs_x_ = false;
-    reads_y_ = true;
-    zero_preserving_ = true;
-  }
-  struct Kernel {
-    float f(float x) const { return std::tanh(x); }
-    float grad(float, float y) const { return 1.f - y * y; }
-  };
-  Kernel kernel() const { return {}; }
+struct TanHFn {
+  static TanHFn from(const OpContext&) { return {}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {false, true, true}; }
+  float f(float x) const { return std::tanh(x); }
+  float grad(float, float y) const { return 1.f - y * y; }
 };
 
-class ELUOp final : public ElementwiseOp<ELUOp> {
- public:
-  explicit ELUOp(const OpInit& i) : ElementwiseOp(i), alpha_(i.node.param.elu_param().alpha()) {
-    needs_x_ = alpha_ <= 0.f;
-    reads_y_ = true;
-    zero_preserving_ = true;
+struct ELUFn {
+  float alpha;
+  bool use_x;
+  static ELUFn from(const OpContext& c) {
+    float a = c.node.param.elu_param().alpha();
+    return {a, a <= 0.f};
   }
-  struct Kernel {
-    float alpha;
-    bool use_x;
-    float f(float x) const { return x > 0.f ? x : alpha * (std::exp(x) - 1.f); }
-    float grad(float x, float y) const { return (use_x ? x > 0.f : y > 0.f) ? 1.f : y + alpha; }
-  };
-  Kernel kernel() const { return {alpha_, needs_x_}; }
-
- private:
-  float alpha_;
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {use_x, true, true}; }
+  float f(float x) const { return x > 0.f ? x : alpha * (std::exp(x) - 1.f); }
+  float grad(float x, float y) const { return (use_x ? x > 0.f : y > 0.f) ? 1.f : y + alpha; }
 };
 
-class AbsValOp final : public ElementwiseOp<AbsValOp> {
- public:
-  explicit AbsValOp(const OpInit& i) : ElementwiseOp(i) { zero_preserving_ = true; }
-  struct Kernel {
-    float f(float x) const { return std::fabs(x); }
-    float grad(float x, float) const { return static_cast<float>((x > 0.f) - (x < 0.f)); }
-  };
-  Kernel kernel() const { return {}; }
+struct AbsValFn {
+  static AbsValFn from(const OpContext&) { return {}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {true, false, true}; }
+  float f(float x) const { return std::fabs(x); }
+  float grad(float x, float) const { return static_cast<float>((x > 0.f) - (x < 0.f)); }
 };
 
-class PowerOp final : public ElementwiseOp<PowerOp> {
- public:
-  explicit PowerOp(const OpInit& i) : ElementwiseOp(i) {
-    auto& p = i.node.param.power_param();
-    power_ = p.power();
-    scale_ = p.scale();
-    shift_ = p.shift();
+struct PowerFn {
+  float power, scale, shift;
+  static PowerFn from(const OpContext& c) {
+    auto& p = c.node.param.power_param();
+    return {p.power(), p.scale(), p.shift()};
   }
-  struct Kernel {
-    float power, scale, shift;
-    float f(float x) const { return power == 1.f ? shift + scale * x : std::pow(shift + scale * x, power); }
-    float grad(float x, float) const {
-      return power == 1.f ? scale : power * scale * std::pow(shift + scale * x, power - 1.f);
-    }
-  };
-  Kernel kernel() const { return {power_, scale_, shift_}; }
-
- private:
-  float power_, scale_, shift_;
+  // power 1 is affine: y = scale * x + shift (fold-constants folds it into neighbours).
+  static void add_traits(const Node& n, OpTraits& t) { t.per_channel_affine = n.param.power_param().power() == 1.f; }
+  ElementwiseFlow flow() const { return {}; }
+  float f(float x) const { return power == 1.f ? shift + scale * x : std::pow(shift + scale * x, power); }
+  float grad(float x, float) const {
+    return power == 1.f ? scale : power * scale * std::pow(shift + scale * x, power - 1.f);
+  }
 };
 
 // Shared by Exp and Log: Caffe's base -1 means e.
-float log_of_base(float base, const Op& op) {
+float log_of_base(float base, const OpContext& c, const char* field) {
   if (base == -1.f) return 1.f;
-  if (!(base > 0.f)) throw InputError(op.where() + ": base must be positive or -1 (for e)");
+  if (!(base > 0.f)) c.fail("{}.base must be positive or -1 (for e)", field);
   return std::log(base);
 }
 
-class ExpOp final : public ElementwiseOp<ExpOp> {
- public:
-  explicit ExpOp(const OpInit& i) : ElementwiseOp(i) {
-    auto& p = i.node.param.exp_param();
-    float lb = log_of_base(p.base(), *this);
-    in_scale_ = lb * p.scale();
-    out_scale_ = std::exp(lb * p.shift());
-    needs_x_ = false;
-    reads_y_ = true;
+struct ExpFn {
+  float in_scale, out_scale;
+  static ExpFn from(const OpContext& c) {
+    auto& p = c.node.param.exp_param();
+    float lb = log_of_base(p.base(), c, "exp_param");
+    return {lb * p.scale(), std::exp(lb * p.shift())};
   }
-  struct Kernel {
-    float in_scale, out_scale;
-    float f(float x) const { return out_scale * std::exp(in_scale * x); }
-    float grad(float, float y) const { return y * in_scale; }
-  };
-  Kernel kernel() const { return {in_scale_, out_scale_}; }
-
- private:
-  float in_scale_, out_scale_;
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {false, true, false}; }
+  float f(float x) const { return out_scale * std::exp(in_scale * x); }
+  float grad(float, float y) const { return y * in_scale; }
 };
 
-class LogOp final : public ElementwiseOp<LogOp> {
- public:
-  explicit LogOp(const OpInit& i) : ElementwiseOp(i) {
-    auto& p = i.node.param.log_param();
-    inv_log_base_ = 1.f / log_of_base(p.base(), *this);
-    scale_ = p.scale();
-    shift_ = p.shift();
+struct LogFn {
+  float inv_log_base, scale, shift;
+  static LogFn from(const OpContext& c) {
+    auto& p = c.node.param.log_param();
+    return {1.f / log_of_base(p.base(), c, "log_param"), p.scale(), p.shift()};
   }
-  struct Kernel {
-    float inv_log_base, scale, shift;
-    float f(float x) const { return std::log(shift + scale * x) * inv_log_base; }
-    float grad(float x, float) const { return scale * inv_log_base / (shift + scale * x); }
-  };
-  Kernel kernel() const { return {inv_log_base_, scale_, shift_}; }
-
- private:
-  float inv_log_base_, scale_, shift_;
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {}; }
+  float f(float x) const { return std::log(shift + scale * x) * inv_log_base; }
+  float grad(float x, float) const { return scale * inv_log_base / (shift + scale * x); }
 };
 
-class BNLLOp final : public ElementwiseOp<BNLLOp> {
- public:
-  using ElementwiseOp::ElementwiseOp;
-  struct Kernel {
-    float f(float x) const { return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
-    float grad(float x, float) const { return 1.f / (1.f + std::exp(-x)); }
-  };
-  Kernel kernel() const { return {}; }
+struct BNLLFn {
+  static BNLLFn from(const OpContext&) { return {}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {}; }
+  float f(float x) const { return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+  float grad(float x, float) const { return 1.f / (1.f + std::exp(-x)); }
 };
 
-class ClipOp final : public ElementwiseOp<ClipOp> {
- public:
-  explicit ClipOp(const OpInit& i) : ElementwiseOp(i) {
-    if (!i.node.param.has_clip_param()) fail("clip_param with min and max is required");
-    lo_ = i.node.param.clip_param().min();
-    hi_ = i.node.param.clip_param().max();
-    if (lo_ > hi_) fail("clip_param.min {} exceeds max {}", lo_, hi_);
+struct ClipFn {
+  float lo, hi;
+  static ClipFn from(const OpContext& c) {
+    if (!c.node.param.has_clip_param()) c.fail("clip_param with min and max is required");
+    float lo = c.node.param.clip_param().min(), hi = c.node.param.clip_param().max();
+    if (lo > hi) c.fail("clip_param.min {} exceeds max {}", lo, hi);
+    return {lo, hi};
   }
-  struct Kernel {
-    float lo, hi;
-    float f(float x) const { return std::min(std::max(x, lo), hi); }
-    float grad(float x, float) const { return (x >= lo && x <= hi) ? 1.f : 0.f; }
-  };
-  Kernel kernel() const { return {lo_, hi_}; }
-
- private:
-  float lo_, hi_;
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {}; }
+  float f(float x) const { return std::min(std::max(x, lo), hi); }
+  float grad(float x, float) const { return (x >= lo && x <= hi) ? 1.f : 0.f; }
 };
 
-class SwishOp final : public ElementwiseOp<SwishOp> {
- public:
-  explicit SwishOp(const OpInit& i) : ElementwiseOp(i), beta_(i.node.param.swish_param().beta()) {
-    reads_y_ = true;
-    zero_preserving_ = true;
+struct SwishFn {
+  float beta;
+  static SwishFn from(const OpContext& c) { return {c.node.param.swish_param().beta()}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {true, true, true}; }
+  float f(float x) const { return x / (1.f + std::exp(-beta * x)); }
+  float grad(float x, float y) const {
+    float s = 1.f / (1.f + std::exp(-beta * x));
+    return beta * y + s * (1.f - beta * y);
   }
-  struct Kernel {
-    float beta;
-    float f(float x) const { return x / (1.f + std::exp(-beta * x)); }
-    float grad(float x, float y) const {
-      float s = 1.f / (1.f + std::exp(-beta * x));
-      return beta * y + s * (1.f - beta * y);
-    }
-  };
-  Kernel kernel() const { return {beta_}; }
-
- private:
-  float beta_;
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("ReLU", ReLUOp);
-BKS_REGISTER_OP("Sigmoid", SigmoidOp);
-BKS_REGISTER_OP("TanH", TanHOp);
-BKS_REGISTER_OP("ELU", ELUOp);
-BKS_REGISTER_OP("AbsVal", AbsValOp);
-BKS_REGISTER_OP("Power", PowerOp);
-BKS_REGISTER_OP("Exp", ExpOp);
-BKS_REGISTER_OP("Log", LogOp);
-BKS_REGISTER_OP("BNLL", BNLLOp);
-BKS_REGISTER_OP("Clip", ClipOp);
-BKS_REGISTER_OP("Swish", SwishOp);
+BKS_REGISTER_ELEMENTWISE("ReLU", ReLUFn);
+BKS_REGISTER_ELEMENTWISE("Sigmoid", SigmoidFn);
+BKS_REGISTER_ELEMENTWISE("TanH", TanHFn);
+BKS_REGISTER_ELEMENTWISE("ELU", ELUFn);
+BKS_REGISTER_ELEMENTWISE("AbsVal", AbsValFn);
+BKS_REGISTER_ELEMENTWISE("Power", PowerFn);
+BKS_REGISTER_ELEMENTWISE("Exp", ExpFn);
+BKS_REGISTER_ELEMENTWISE("Log", LogFn);
+BKS_REGISTER_ELEMENTWISE("BNLL", BNLLFn);
+BKS_REGISTER_ELEMENTWISE("Clip", ClipFn);
+BKS_REGISTER_ELEMENTWISE("Swish", SwishFn);
 
 }  // namespace bks

@@ -1,7 +1,14 @@
-// Base for ops that map each element independently: y = f(x), dx = dy * f'(x, y).
-// The derived class returns, from kernel(), a small value with inline f(x) and grad(x, y);
-// the loops copy it to a local so its parameters are loop invariants and the compiler
-// vectorises them. Ops whose gradient needs only y may run in place.
+// Ops that map each element independently: y = f(x), dx = dy * f'(x, y).
+//
+// Each such op is a small function object `Fn` with
+//   static Fn from(const OpContext& c)   its attributes, checked (errors name the field);
+//   Flow flow() const                    what backward reads, whether f(0) == 0;
+//   float f(float x) const, float grad(float x, float y) const   (inline).
+// ElementwiseDef<Fn> is its definition and ElementwiseKernel<Fn> its loops (which are also
+// its reference: readable, and the compiler vectorises them, since the loops copy the
+// function object to a local so its parameters are loop invariants). Ops whose gradient
+// needs only y may run in place; ops with f(0) == 0 may run on blocked layouts, whose
+// padding stays zero.
 #pragma once
 
 #include "core/parallel.h"
@@ -9,50 +16,80 @@
 
 namespace bks {
 
-template <class Derived>
-class ElementwiseOp : public Op {
+struct ElementwiseFlow {
+  bool needs_x = true;   // grad() reads x (then in-place use is refused)
+  bool reads_y = false;  // grad() reads y
+  bool zero_preserving = false;
+};
+
+template <class Fn>
+class ElementwiseDef final : public OpDef {
  public:
-  using Op::Op;
-  int min_inputs() const override { return 1; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override { out[0] = in[0]; }
-  // Derived sets needs_x_ when grad() reads x (then in-place use is refused) and reads_y_
-  // when it reads y. Backward passes only what grad() reads: a buffer nobody declared
-  // reading may already hold other data when backward runs.
-  bool allows_inplace() const override { return !needs_x_; }
-  bool backward_reads_input() const override { return needs_x_; }
-  bool backward_reads_output() const override { return reads_y_; }
-  // Ops with f(0) == 0 may run on blocked layouts: their padding stays zero.
-  LayoutRule layout_rule() const override { return zero_preserving_ ? LayoutRule::any_in_same_out : LayoutRule::plain_only; }
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override { Fn::from(c); }
+  void infer(const OpContext&, const std::vector<Shape>& in, std::vector<Shape>& out) const override { out[0] = in[0]; }
+  OpFacts facts(const OpContext& c, const std::vector<Shape>&) const override {
+    ElementwiseFlow fl = Fn::from(c).flow();
+    OpFacts f;
+    f.allows_inplace = !fl.needs_x;
+    f.backward_reads_input = fl.needs_x;
+    f.backward_reads_output = fl.reads_y;
+    return f;
+  }
+  OpTraits traits(const Node& n) const override {
+    OpTraits t;
+    t.elementwise = true;
+    Fn::add_traits(n, t);
+    return t;
+  }
+};
+
+template <class Fn>
+class ElementwiseKernel final : public Kernel {
+ public:
+  explicit ElementwiseKernel(const OpInit& i) : Kernel(i), fn_(Fn::from(context())), flow_(fn_.flow()) {}
+  LayoutRule layout_rule() const override {
+    return flow_.zero_preserving ? LayoutRule::any_in_same_out : LayoutRule::plain_only;
+  }
 
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     float* y = c.out[0]->f32();
     int64_t n = c.in[0]->phys_numel();
-    const auto k = static_cast<const Derived&>(*this).kernel();
+    const Fn k = fn_;
     parallel_ranges(n, [=](int64_t b, int64_t e) {
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) y[i] = k.f(x[i]);
     });
   }
 
+  // Backward passes only what grad() reads: a buffer nobody declared reading may already
+  // hold other data when backward runs.
   void backward(OpCall& c) override {
     if (!c.in_grad[0]) return;
-    const float* x = needs_x_ ? c.in[0]->f32() : c.out[0]->f32();
-    const float* y = reads_y_ ? c.out[0]->f32() : x;
+    const float* x = flow_.needs_x ? c.in[0]->f32() : c.out[0]->f32();
+    const float* y = flow_.reads_y ? c.out[0]->f32() : x;
     const float* dy = c.out_grad[0]->f32();
     float* dx = c.in_grad[0]->f32();
     int64_t n = c.in[0]->phys_numel();
-    const auto k = static_cast<const Derived&>(*this).kernel();
+    const Fn k = fn_;
     parallel_ranges(n, [=](int64_t b, int64_t e) {
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * k.grad(x[i], y[i]);
     });
   }
 
- protected:
-  bool needs_x_ = true;
-  bool reads_y_ = false;
-  bool zero_preserving_ = false;
+ private:
+  Fn fn_;
+  ElementwiseFlow flow_;
 };
+
+#define BKS_REGISTER_ELEMENTWISE_IMPL2(type, fn, line)                                                   \
+  static ::bks::OpDefRegistrar bks_def_registrar_##line(type, std::make_unique<::bks::ElementwiseDef<fn>>()); \
+  BKS_REGISTER_KERNEL(type, ::bks::DeviceKind::cpu, ::bks::ElementwiseKernel<fn>, "loops",                  \
+                      ::bks::kReferencePriority, nullptr)
+#define BKS_REGISTER_ELEMENTWISE_IMPL(type, fn, line) BKS_REGISTER_ELEMENTWISE_IMPL2(type, fn, line)
+// Registers an elementwise op's definition and its loops (its CPU and reference kernel).
+#define BKS_REGISTER_ELEMENTWISE(type, fn) BKS_REGISTER_ELEMENTWISE_IMPL(type, fn, __LINE__)
 
 }  // namespace bks

@@ -1,10 +1,15 @@
-// The op contract. One op = a schema (arity, shape inference, declared parameter blobs,
-// which inputs take gradients) plus forward and backward kernels for a backend.
+// The op contract. An op type has one definition (ops/op_def.h: arity, shape inference,
+// parameters, gradient facts, traits) and kernels that compute it, registered per (type,
+// backend) in an ordered list: the first whose supports() accepts the node runs it.
 //
-// Lifecycle: constructed once per node; infer() whenever input shapes change; prepare()
-// after infer() to build kernels (oneDNN primitives are created there, never per step);
-// forward()/backward() every step. Kernels overwrite their outputs and gradients; summing
-// gradients of shared values and shared parameters is the executor's job.
+// Kernel lifecycle: constructed once per node; reshape() with the node's shapes (again
+// whenever they change); prepare() after the runtime set layouts, to build what runs
+// (oneDNN primitives are created there, never per step); forward()/backward() every step.
+// Kernels overwrite their outputs and gradients; summing gradients of shared values and
+// shared parameters is the executor's job.
+//
+// Op is the older form, a kernel that also answers its definition's questions; op types
+// move from it to OpDef + Kernel one family at a time.
 #pragma once
 
 #include <functional>
@@ -16,15 +21,9 @@
 #include "core/tensor.h"
 #include "graph/graph.h"
 #include "backend/backend.h"
+#include "ops/op_def.h"
 
 namespace bks {
-
-struct ParamDecl {
-  Shape shape;
-  proto::FillerParameter filler;
-  // Blobs the op updates itself (BatchNorm statistics) take no gradient and no solver step.
-  bool learnable = true;
-};
 
 struct OpInit {
   const Node& node;
@@ -53,28 +52,22 @@ struct OpCall {
   std::vector<Tensor*> param_grad;
 };
 
-class Op {
+// Computes one node on one backend.
+class Kernel {
  public:
-  explicit Op(const OpInit& init);
-  virtual ~Op();
+  explicit Kernel(const OpInit& init);
+  virtual ~Kernel();
 
-  // Arity: [min, max] inputs and outputs; -1 for unbounded.
-  virtual int min_inputs() const = 0;
-  virtual int max_inputs() const { return min_inputs(); }
-  virtual int min_outputs() const { return 1; }
-  virtual int max_outputs() const { return min_outputs(); }
-
-  // Output shapes from input shapes. Throws InputError (via fail()) on bad shapes.
-  virtual void infer(const std::vector<Shape>& in, std::vector<Shape>& out) = 0;
-  // The parameter blobs in Caffe's order (weights 0, bias 1, ...), given the input shapes.
-  virtual std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) { return {}; }
-  // Builds kernels for the shapes last given to infer() and the layouts last given to
+  // The node's input and output shapes, after shape inference (and whenever they change),
+  // before layouts are planned and prepare() runs.
+  virtual void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) {}
+  // Builds what runs for the shapes last given to reshape() and the layouts last given to
   // set_layouts() (plain when never set).
   virtual void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) {}
 
   virtual LayoutRule layout_rule() const { return LayoutRule::plain_only; }
-  // any_in_any_out ops: the layout output `j` would best be in, given the input layouts
-  // (an empty desc means plain). Called after infer().
+  // any_in_any_out kernels: the layout output `j` would best be in, given the input
+  // layouts (an empty desc means plain). Called after reshape().
   virtual dnnl::memory::desc preferred_output_layout(int j, const std::vector<dnnl::memory::desc>& in) { return {}; }
   // Set by the runtime before prepare(): the layout of every input and output (its data and
   // its gradient alike). Empty descs mean plain.
@@ -86,27 +79,6 @@ class Op {
 
   virtual void forward(OpCall& c) = 0;
   virtual void backward(OpCall& c);
-  virtual bool has_backward() const { return true; }
-  virtual bool can_propagate_to(int input) const { return true; }
-  // Output may share the input's buffer (Caffe's in-place layers).
-  virtual bool allows_inplace() const { return false; }
-  // Backward reads the op's own output (so nothing may overwrite it in place).
-  virtual bool backward_reads_output() const { return false; }
-  // Backward reads the op's inputs (so an in-place successor may not overwrite them, and
-  // the memory planner keeps them alive until then).
-  virtual bool backward_reads_input() const { return true; }
-  // Per input, when inputs differ (default: backward_reads_input() for all).
-  virtual bool backward_reads_input_at(int input) const { return backward_reads_input(); }
-  virtual float default_loss_weight() const { return 0.f; }
-  // The op's output is a reshaped view of its input (Flatten, Reshape): no data moves when
-  // the runtime lets them share a buffer.
-  virtual bool output_is_view() const { return false; }
-  // Concat: the element offset of each input inside the output when every input is one
-  // contiguous run of it (nothing before the concatenation axis, e.g. batch-1 inference), so
-  // the runtime may have producers write straight into the output; empty otherwise.
-  virtual std::vector<int64_t> input_runs_in_output() const { return {}; }
-  // Outputs are filled from outside the graph (Input layer): never overwritten in place.
-  virtual bool is_external_input() const { return false; }
   // Data layers: samples in their dataset (for epochs); 0 for every other op.
   virtual int64_t dataset_size() const { return 0; }
   // Which implementation runs (logged with --verbose; never a silent slow path).
@@ -124,10 +96,7 @@ class Op {
     throw InputError(where_ + ": " + fmt::format(f, std::forward<A>(a)...));
   }
   void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
-  // Views an (N, C, ...) bottom as N x C x spatial; fails with fewer than 2 axes.
-  struct ChannelSplit {
-    int64_t n, c, spatial;
-  };
+  using ChannelSplit = OpContext::ChannelSplit;
   ChannelSplit split_channels(const Shape& s) const;
   // The INT8 thresholds deploy gave this layer (int8_input_threshold, int8_output_threshold;
   // 0 when absent), checked: positive, inference only, an output one only with an input one.
@@ -139,7 +108,9 @@ class Op {
   // The layout of input i / output j for a tensor of shape s: the runtime's choice, or plain.
   dnnl::memory::desc in_md(int i, const Shape& s) const;
   dnnl::memory::desc out_md(int j, const Shape& s) const;
+  OpContext context() const { return OpContext{node_, where_, phase_}; }
 
+  const Node& node_;
   std::string name_;
   std::string where_;
   std::vector<dnnl::memory::desc> in_layout_, out_layout_;
@@ -151,30 +122,90 @@ class Op {
   bool bf16_ = false;
 };
 
+// The older form: a kernel that is also its own definition.
+class Op : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  virtual int min_inputs() const = 0;
+  virtual int max_inputs() const { return min_inputs(); }
+  virtual int min_outputs() const { return 1; }
+  virtual int max_outputs() const { return min_outputs(); }
+  // Output shapes from input shapes. Throws InputError (via fail()) on bad shapes.
+  virtual void infer(const std::vector<Shape>& in, std::vector<Shape>& out) = 0;
+  virtual std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) { return {}; }
+  virtual bool has_backward() const { return true; }
+  virtual bool can_propagate_to(int input) const { return true; }
+  virtual bool allows_inplace() const { return false; }
+  virtual bool backward_reads_output() const { return false; }
+  virtual bool backward_reads_input() const { return true; }
+  virtual bool backward_reads_input_at(int input) const { return backward_reads_input(); }
+  virtual float default_loss_weight() const { return 0.f; }
+  virtual bool output_is_view() const { return false; }
+  virtual std::vector<int64_t> input_runs_in_output() const { return {}; }
+  virtual bool is_external_input() const { return false; }
+  // The answers above as OpFacts, for the given input count.
+  OpFacts facts(size_t inputs) const;
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const OpInit&)>;
 using OpFactory = std::function<std::unique_ptr<Op>(const OpInit&)>;
 
-class OpRegistry {
+// Kernels by (op type, device), in order of preference.
+class KernelRegistry {
  public:
-  static OpRegistry& get();
-  void add(const std::string& type, DeviceKind dev, OpFactory f);
-  // Throws InputError naming the node's file and line when the type is unknown.
-  std::unique_ptr<Op> create(const OpInit& init) const;
+  static KernelRegistry& get();
+  struct Entry {
+    std::string type;
+    DeviceKind device;
+    std::string name;  // "oneDNN", "reference", ...
+    int priority;      // higher first; reference kernels lowest
+    std::function<bool(const OpInit&)> supports;  // null: every node
+    KernelFactory make;
+  };
+  void add(Entry e);
+  void add_op(const std::string& type, DeviceKind dev, OpFactory f);
+  // The preferred kernel for init.node on init.backend's device; InputError naming the node
+  // when its type is unknown or no kernel supports it.
+  std::unique_ptr<Kernel> create(const OpInit& init) const;
+  // A legacy op (kernel and definition in one) for the node, or null when its type has a
+  // definition (then create() gives its kernel).
+  std::unique_ptr<Op> create_op(const OpInit& init) const;
+  // The entries for a type, in order of preference.
+  std::vector<const Entry*> entries(const std::string& type) const;
   bool has(const std::string& type) const;
   std::vector<std::string> types() const;
 
  private:
-  std::vector<std::tuple<std::string, DeviceKind, OpFactory>> entries_;
+  std::vector<Entry> entries_;
+  std::vector<std::tuple<std::string, DeviceKind, OpFactory>> ops_;
 };
+using OpRegistry = KernelRegistry;
 
 struct OpRegistrar {
-  OpRegistrar(const char* type, DeviceKind dev, OpFactory f) { OpRegistry::get().add(type, dev, std::move(f)); }
+  OpRegistrar(const char* type, DeviceKind dev, OpFactory f) { KernelRegistry::get().add_op(type, dev, std::move(f)); }
+};
+struct KernelRegistrar {
+  explicit KernelRegistrar(KernelRegistry::Entry e) { KernelRegistry::get().add(std::move(e)); }
 };
 
 #define BKS_REGISTER_OP_IMPL2(type, cls, line) \
   static ::bks::OpRegistrar bks_registrar_##line(  \
       type, ::bks::DeviceKind::cpu, [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); })
 #define BKS_REGISTER_OP_IMPL(type, cls, line) BKS_REGISTER_OP_IMPL2(type, cls, line)
-// Registers a CPU kernel class for a Caffe layer type.
+// Registers a legacy op class (kernel and definition in one) for an op type.
 #define BKS_REGISTER_OP(type, cls) BKS_REGISTER_OP_IMPL(type, cls, __LINE__)
+
+#define BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)                       \
+  static ::bks::KernelRegistrar bks_kernel_registrar_##line(::bks::KernelRegistry::Entry{              \
+      type, dev, name, priority, supports, [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); }})
+#define BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, line) \
+  BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)
+// Registers a kernel class for an op type on a device. Among the kernels whose `supports`
+// (a callable taking const OpInit&, or nullptr for all nodes) accepts a node, the highest
+// `priority` runs it; reference kernels register with kReferencePriority.
+#define BKS_REGISTER_KERNEL(type, dev, cls, name, priority, supports) \
+  BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, __LINE__)
+constexpr int kReferencePriority = 0;
 
 }  // namespace bks

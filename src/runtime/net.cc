@@ -49,30 +49,44 @@ Net::Net(Graph graph, Phase phase, ParamStore& store, Backend& backend, uint64_t
 
 Net::~Net() { options_.arena->remove_user(this); }
 
+OpContext Net::context(int n) const { return OpContext{graph_.nodes[n], graph_.describe(n), phase_}; }
+
 void Net::create_ops(uint64_t seed) {
-  auto& reg = OpRegistry::get();
+  auto& reg = KernelRegistry::get();
   for (int n = 0; n < static_cast<int>(graph_.nodes.size()); ++n) {
     const Node& node = graph_.nodes[n];
     OpInit init{node, graph_.describe(n), phase_, seed, backend_, options_.constant_params, options_.bf16};
-    auto op = reg.create(init);
+    const OpDef* def = OpDefRegistry::get().find(node.type);
+    std::unique_ptr<Op> op = def ? nullptr : reg.create_op(init);
+    if (!def && !op) reg.create(init);  // says why there is no kernel (unknown type, device)
+    int lo = def ? def->min_inputs(context(n)) : op->min_inputs(), hi = def ? def->max_inputs(context(n)) : op->max_inputs();
     int ni = static_cast<int>(node.inputs.size()), no = static_cast<int>(node.outputs.size());
-    if (ni < op->min_inputs() || (op->max_inputs() >= 0 && ni > op->max_inputs()))
-      input_error("{}: takes {} bottom blob(s), got {}", init.where, arity_text(op->min_inputs(), op->max_inputs()), ni);
-    if (no < op->min_outputs() || (op->max_outputs() >= 0 && no > op->max_outputs()))
-      input_error("{}: produces {} top blob(s), got {}", init.where, arity_text(op->min_outputs(), op->max_outputs()),
-                  no);
-    ops_.push_back(std::move(op));
+    if (ni < lo || (hi >= 0 && ni > hi)) input_error("{}: takes {} bottom blob(s), got {}", init.where, arity_text(lo, hi), ni);
+    lo = def ? def->min_outputs(context(n)) : op->min_outputs();
+    hi = def ? def->max_outputs(context(n)) : op->max_outputs();
+    if (no < lo || (hi >= 0 && no > hi)) input_error("{}: produces {} top blob(s), got {}", init.where, arity_text(lo, hi), no);
+    if (def) def->check(context(n));
+    defs_.push_back(def);
+    legacy_.push_back(op.get());
+    kernels_.push_back(op ? std::move(op) : reg.create(init));
   }
+}
+
+std::vector<Shape> Net::input_shapes(int n) const {
+  std::vector<Shape> in;
+  for (int v : graph_.nodes[n].inputs) in.push_back(graph_.values[v].shape);
+  return in;
 }
 
 void Net::infer_shapes() {
   for (int n = 0; n < num_nodes(); ++n) {
     const Node& node = graph_.nodes[n];
-    std::vector<Shape> in, out(node.outputs.size());
-    for (int v : node.inputs) in.push_back(graph_.values[v].shape);
-    ops_[n]->infer(in, out);
+    std::vector<Shape> in = input_shapes(n), out(node.outputs.size());
+    if (defs_[n]) defs_[n]->infer(context(n), in, out);
+    else legacy_[n]->infer(in, out);
     BKS_CHECK(out.size() == node.outputs.size(), "{} inferred {} outputs", node.name, out.size());
     for (size_t j = 0; j < out.size(); ++j) graph_.values[node.outputs[j]].shape = out[j];
+    if (defs_[n]) kernels_[n]->reshape(in, out);
   }
 }
 
@@ -80,9 +94,8 @@ void Net::bind_params(uint64_t seed) {
   node_params_.resize(num_nodes());
   for (int n = 0; n < num_nodes(); ++n) {
     Node& node = graph_.nodes[n];
-    std::vector<Shape> in;
-    for (int v : node.inputs) in.push_back(graph_.values[v].shape);
-    auto decls = ops_[n]->declare_params(in);
+    std::vector<Shape> in = input_shapes(n);
+    auto decls = defs_[n] ? defs_[n]->params(context(n), in) : legacy_[n]->declare_params(in);
     if (node.param.param_size() > static_cast<int>(decls.size()))
       input_error("{}: {} 'param' specs given but the layer has {} parameter blob(s)", graph_.describe(n),
                   node.param.param_size(), decls.size());
@@ -120,22 +133,11 @@ void Net::bind_params(uint64_t seed) {
 std::vector<OpFacts> Net::op_facts() const {
   std::vector<OpFacts> facts(num_nodes());
   for (int n = 0; n < num_nodes(); ++n) {
-    const Op& op = *ops_[n];
     const Node& node = graph_.nodes[n];
     OpFacts& f = facts[n];
-    f.has_backward = op.has_backward();
-    f.allows_inplace = op.allows_inplace();
-    f.backward_reads_input = op.backward_reads_input();
-    f.backward_reads_output = op.backward_reads_output();
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      f.reads_input_in_backward.push_back(op.backward_reads_input_at(static_cast<int>(i)));
-      f.can_propagate_to.push_back(op.can_propagate_to(static_cast<int>(i)));
-    }
-    f.output_is_view = op.output_is_view();
-    f.external_input = op.is_external_input();
-    f.input_runs_in_output = op.input_runs_in_output();
-    f.default_loss_weight = op.default_loss_weight();
-    f.layout_rule = op.layout_rule();
+    f = defs_[n] ? defs_[n]->facts(context(n), input_shapes(n)) : legacy_[n]->facts(node.inputs.size());
+    f.layout_rule = kernels_[n]->layout_rule();
+    f.learnable = false;
     for (size_t i = 0; i < node_params_[n].size(); ++i)
       f.learnable = f.learnable || (store_.at(node_params_[n][i]).learnable && node.params[i].lr_mult != 0.f);
   }
@@ -146,7 +148,7 @@ PreferredLayout Net::preferred_layout() {
   // BKS_LAYOUTS=plain turns layout propagation off (for debugging and comparison).
   const char* env = std::getenv("BKS_LAYOUTS");
   if (env && std::string(env) == "plain") return [](int, int, const std::vector<dnnl::memory::desc>&) { return dnnl::memory::desc(); };
-  return [this](int n, int j, const std::vector<dnnl::memory::desc>& in) { return ops_[n]->preferred_output_layout(j, in); };
+  return [this](int n, int j, const std::vector<dnnl::memory::desc>& in) { return kernels_[n]->preferred_output_layout(j, in); };
 }
 
 void Net::apply_plan() {
@@ -155,7 +157,7 @@ void Net::apply_plan() {
     std::vector<dnnl::memory::desc> in, out;
     for (int v : graph_.nodes[n].inputs) in.push_back(plan_.layout[v]);
     for (int v : graph_.nodes[n].outputs) out.push_back(plan_.layout[v]);
-    ops_[n]->set_layouts(in, out);
+    kernels_[n]->set_layouts(in, out);
   }
   if (static_cast<int>(data_.size()) != nv) {
     data_.assign(nv, Tensor());
@@ -171,10 +173,10 @@ void Net::apply_plan() {
     std::vector<Shape> in, out;
     for (int v : node.inputs) in.push_back(graph_.values[v].shape);
     for (int v : node.outputs) out.push_back(graph_.values[v].shape);
-    ops_[n]->set_needs_input_grad(plan_.grad.need_in_grad[n]);
-    ops_[n]->prepare(in, out);
+    kernels_[n]->set_needs_input_grad(plan_.grad.need_in_grad[n]);
+    kernels_[n]->prepare(in, out);
     log::debug("{}: {} -> {} [{}]{}", graph_.describe(n), in.empty() ? "" : shape_str(in[0]),
-               out.empty() ? "" : shape_str(out[0]), ops_[n]->kernel_name(),
+               out.empty() ? "" : shape_str(out[0]), kernels_[n]->kernel_name(),
                (!node.outputs.empty() && plan_.alias.data_alias[node.outputs[0]] >= 0) ? " (in place)" : "");
   }
   calls_.assign(num_nodes(), OpCall());
@@ -252,7 +254,7 @@ float Net::forward(int64_t step) {
   for (int n = 0; n < num_nodes(); ++n) {
     calls_[n].step = step;
     double t0 = profiler_ ? now_us() : 0.0;
-    ops_[n]->forward(calls_[n]);
+    kernels_[n]->forward(calls_[n]);
     if (profiler_) profiler_->record(n, graph_.nodes[n].name, Profiler::Pass::forward, t0, now_us());
   }
   double loss = 0.0;
@@ -283,7 +285,7 @@ void Net::backward() {
       c.param_grad[i] = p.grad_written ? &p.scratch : &p.grad;
     }
     double t0 = profiler_ ? now_us() : 0.0;
-    ops_[n]->backward(c);
+    kernels_[n]->backward(c);
     if (profiler_) profiler_->record(n, node.name, Profiler::Pass::backward, t0, now_us());
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (plan_.grad.accumulate_in_grad[n][i]) add_into(grad_[node.inputs[i]], *c.in_grad[i]);
@@ -307,7 +309,7 @@ Tensor& Net::value(const std::string& name) {
 std::vector<int> Net::inputs() const {
   std::vector<int> in;
   for (int n = 0; n < num_nodes(); ++n)
-    if (ops_[n]->is_external_input())
+    if (facts_[n].external_input)
       for (int v : graph_.nodes[n].outputs) in.push_back(v);
   return in;
 }
@@ -338,11 +340,11 @@ DType Net::value_dtype(int v) const {
 
 std::pair<int64_t, int64_t> Net::data_extent() const {
   for (int n = 0; n < num_nodes(); ++n)
-    if (ops_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
-      return {data_[graph_.nodes[n].outputs[0]].dim(0), ops_[n]->dataset_size()};
+    if (kernels_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
+      return {data_[graph_.nodes[n].outputs[0]].dim(0), kernels_[n]->dataset_size()};
   // No data layer: the batch is the first axis of the first Input blob.
   for (int n = 0; n < num_nodes(); ++n)
-    if (ops_[n]->is_external_input() && !graph_.nodes[n].outputs.empty()) {
+    if (facts_[n].external_input && !graph_.nodes[n].outputs.empty()) {
       const Tensor& t = data_[graph_.nodes[n].outputs[0]];
       return {t.ndim() > 0 ? t.dim(0) : 1, 0};
     }
@@ -357,7 +359,7 @@ std::string Net::describe() const {
     for (int v : node.outputs) outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
-                     ops_[n]->kernel_name(), !first_out || plan_.alias.data_alias[node.outputs[0]] < 0 ? ""
+                     kernels_[n]->kernel_name(), !first_out || plan_.alias.data_alias[node.outputs[0]] < 0 ? ""
                      : graph_.values[plan_.alias.data_alias[node.outputs[0]]].producer > n
                          ? fmt::format(" written into {}", graph_.values[plan_.alias.data_alias[node.outputs[0]]].name)
                          : std::string(" in-place"),

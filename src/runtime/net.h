@@ -65,8 +65,8 @@ class Net {
   const std::vector<int>& param_indices() const { return param_indices_; }
   // Store index of node n's i-th parameter blob (shared blobs resolved).
   int param_index(int node, int i) const { return node_params_.at(node).at(i); }
-  Op& op(int node) { return *ops_[node]; }
-  int num_nodes() const { return static_cast<int>(ops_.size()); }
+  Kernel& op(int node) { return *kernels_[node]; }
+  int num_nodes() const { return static_cast<int>(kernels_.size()); }
   bool node_runs_backward(int node) const { return plan_.grad.runs_backward[node]; }
 
   // Called with a store index once that parameter's gradient for this backward pass is
@@ -90,6 +90,8 @@ class Net {
 
  private:
   void create_ops(uint64_t seed);
+  OpContext context(int n) const;
+  std::vector<Shape> input_shapes(int n) const;
   void infer_shapes();
   void bind_params(uint64_t seed);
   std::vector<OpFacts> op_facts() const;
@@ -102,7 +104,9 @@ class Net {
   ParamStore& store_;
   Backend& backend_;
   NetOptions options_;
-  std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<std::unique_ptr<Kernel>> kernels_;
+  std::vector<const OpDef*> defs_;  // null: a legacy Op (kernel and definition in one)
+  std::vector<Op*> legacy_;
   std::vector<OpFacts> facts_;
   Plan plan_;
   std::vector<Tensor> data_, grad_, scratch_;

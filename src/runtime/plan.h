@@ -17,25 +17,9 @@
 
 #include "backend/backend.h"
 #include "graph/graph.h"
+#include "ops/op_def.h"
 
 namespace bks {
-
-// What the planner needs to know about one node's op.
-struct OpFacts {
-  bool has_backward = true;
-  bool allows_inplace = false;           // the output may share the input's buffer
-  bool backward_reads_input = true;      // backward reads some input
-  std::vector<bool> reads_input_in_backward;  // per input
-  bool backward_reads_output = false;
-  std::vector<bool> can_propagate_to;    // per input
-  bool output_is_view = false;           // output 0 is a reshaped view of input 0
-  bool external_input = false;           // filled by the caller (Input layer)
-  // Concat: each input's element offset in the output when all are contiguous runs of it.
-  std::vector<int64_t> input_runs_in_output;
-  float default_loss_weight = 0.f;
-  bool learnable = false;                // has a parameter that takes gradient steps
-  LayoutRule layout_rule = LayoutRule::plain_only;
-};
 
 struct GradientPlan {
   std::vector<float> loss_weight;                   // per value

@@ -1,0 +1,51 @@
+#include "ops/op_def.h"
+
+#include <algorithm>
+
+namespace bks {
+
+OpDef::~OpDef() = default;
+
+void OpContext::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
+  int n = static_cast<int>(s.size());
+  if (n < lo || n > hi) {
+    if (lo == hi) fail("{} must be {}-d, got {}", what, lo, shape_str(s));
+    fail("{} must have {} to {} axes, got {}", what, lo, hi, shape_str(s));
+  }
+}
+
+OpContext::ChannelSplit OpContext::split_channels(const Shape& s) const {
+  if (s.size() < 2) fail("bottom must have at least 2 axes, got {}", shape_str(s));
+  return {s[0], s[1], shape_count(s, 2, static_cast<int>(s.size()))};
+}
+
+OpDefRegistry& OpDefRegistry::get() {
+  static OpDefRegistry r;
+  return r;
+}
+
+void OpDefRegistry::add(const std::string& type, std::unique_ptr<OpDef> def) { defs_[type] = std::move(def); }
+
+const OpDef* OpDefRegistry::find(const std::string& type) const {
+  auto it = defs_.find(type);
+  return it == defs_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> OpDefRegistry::types() const {
+  std::vector<std::string> t;
+  for (auto& [type, def] : defs_) t.push_back(type);
+  return t;
+}
+
+const OpDef& op_def(const Graph& g, int n) {
+  const OpDef* d = OpDefRegistry::get().find(g.nodes.at(n).type);
+  if (!d) input_error("{}: unknown layer type '{}'", g.describe(n), g.nodes[n].type);
+  return *d;
+}
+
+OpTraits op_traits(const Node& n) {
+  const OpDef* d = OpDefRegistry::get().find(n.type);
+  return d ? d->traits(n) : OpTraits{};
+}
+
+}  // namespace bks

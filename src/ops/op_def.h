@@ -1,0 +1,135 @@
+// An op's definition: what an op type is, apart from any kernel that computes it.
+//
+// One OpDef per op type, stateless, registered by type name: arity, shape inference,
+// parameter declarations, how gradients and buffers flow through it (OpFacts), and traits
+// that graph passes ask instead of comparing type names. Kernels (ops/kernel.h) compute it
+// on a backend; shape inference, verification and every graph pass need only this.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "graph/graph.h"
+
+namespace bks {
+
+struct ParamDecl {
+  Shape shape;
+  proto::FillerParameter filler;
+  // Blobs the op updates itself (BatchNorm statistics) take no gradient and no solver step.
+  bool learnable = true;
+};
+
+// What the planner (runtime/plan.h) needs to know about one node's op. The op's definition
+// fills the first part; the net adds what depends on its parameters and kernels.
+struct OpFacts {
+  bool has_backward = true;
+  bool allows_inplace = false;           // the output may share the input's buffer
+  bool backward_reads_input = true;      // backward reads some input
+  std::vector<bool> reads_input_in_backward;  // per input (empty: backward_reads_input)
+  bool backward_reads_output = false;
+  std::vector<bool> can_propagate_to;    // per input (empty: all)
+  bool output_is_view = false;           // output 0 is a reshaped view of input 0
+  bool external_input = false;           // filled by the caller (Input layer)
+  // Concat: each input's element offset in the output when all are contiguous runs of it.
+  std::vector<int64_t> input_runs_in_output;
+  float default_loss_weight = 0.f;
+  // Filled by the net:
+  bool learnable = false;                // has a parameter that takes gradient steps
+  LayoutRule layout_rule = LayoutRule::plain_only;  // the chosen kernel's
+};
+
+// Properties graph passes rewrite by (so no pass names an op type).
+struct OpTraits {
+  bool training_only = false;   // inference graphs drop it (Dropout, Accuracy, Silence)
+  bool data_layer = false;      // reads a dataset; inference graphs take an Input instead
+  bool loss = false;            // a training loss; inference keeps its prediction (see below)
+  // A loss whose inference form is another op on the same first input (SoftmaxWithLoss ->
+  // Softmax): that op's type; empty when inference drops the loss.
+  std::string inference_form;
+  bool elementwise = false;     // y[i] = f(x[i])
+  bool external_input = false;  // filled by the caller
+  // Weighted: a Convolution or InnerProduct whose weights' first axis is its output
+  // channels, with a bias (blob 1) when bias_term; takes fused post-ops and int8 kernels.
+  bool weighted_linear = false;
+  bool convolution = false;     // of those, a convolution (padding, geometry)
+  // y = a[c] * x + b[c] per channel at inference (BatchNorm with stats, Scale): folds into
+  // a weighted_linear producer.
+  bool per_channel_affine = false;
+  bool fusable_activation = false;  // a ReLU that can become a producer's post-op
+  bool residual_sum = false;        // an Eltwise SUM of two branches with unit coefficients
+  bool max_pooling = false;         // keeps its input's scale (int8 stays int8 through it)
+};
+
+// The node an OpDef is asked about, and how to name it in errors.
+struct OpContext {
+  const Node& node;
+  std::string where;  // "file:line: layer 'name' (Type)"
+  Phase phase;
+
+  template <class... A>
+  [[noreturn]] void fail(fmt::format_string<A...> f, A&&... a) const {
+    throw InputError(where + ": " + fmt::format(f, std::forward<A>(a)...));
+  }
+  void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
+  struct ChannelSplit {
+    int64_t n, c, spatial;
+  };
+  // Views an (N, C, ...) bottom as N x C x spatial; fails with fewer than 2 axes.
+  ChannelSplit split_channels(const Shape& s) const;
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef();
+  // Arity: [min, max] inputs and outputs; -1 for unbounded.
+  virtual int min_inputs(const OpContext& c) const = 0;
+  virtual int max_inputs(const OpContext& c) const { return min_inputs(c); }
+  virtual int min_outputs(const OpContext& c) const { return 1; }
+  virtual int max_outputs(const OpContext& c) const { return min_outputs(c); }
+  // Checks the attributes (InputError via c.fail naming the field); called before infer().
+  virtual void check(const OpContext& c) const {}
+  // Output shapes from input shapes. InputError (via c.fail) on bad shapes.
+  virtual void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const = 0;
+  // The parameter blobs in Caffe's order (weights 0, bias 1, ...), given the input shapes.
+  virtual std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const { return {}; }
+  // Gradients and buffers (see OpFacts), given the input shapes.
+  virtual OpFacts facts(const OpContext& c, const std::vector<Shape>& in) const { return {}; }
+  virtual OpTraits traits(const Node& n) const { return {}; }
+};
+
+class OpDefRegistry {
+ public:
+  static OpDefRegistry& get();
+  void add(const std::string& type, std::unique_ptr<OpDef> def);
+  // Null when the type has no definition.
+  const OpDef* find(const std::string& type) const;
+  std::vector<std::string> types() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<OpDef>> defs_;
+};
+
+// The definition of node n's type; InputError naming the node when there is none.
+const OpDef& op_def(const Graph& g, int n);
+// The traits of a node's type (none for an unknown type).
+OpTraits op_traits(const Node& n);
+
+struct OpDefRegistrar {
+  OpDefRegistrar(const char* type, std::unique_ptr<OpDef> def) { OpDefRegistry::get().add(type, std::move(def)); }
+};
+
+#define BKS_REGISTER_OP_DEF_IMPL2(type, cls, line) \
+  static ::bks::OpDefRegistrar bks_def_registrar_##line(type, std::make_unique<cls>())
+#define BKS_REGISTER_OP_DEF_IMPL(type, cls, line) BKS_REGISTER_OP_DEF_IMPL2(type, cls, line)
+// Registers the definition of an op type.
+#define BKS_REGISTER_OP_DEF(type, cls) BKS_REGISTER_OP_DEF_IMPL(type, cls, __LINE__)
+
+}  // namespace bks
