@@ -1,5 +1,8 @@
 #include "backend/dnnl_util.h"
 
+#include <cstdlib>
+#include <new>
+
 #include "core/error.h"
 
 namespace bks {
@@ -35,10 +38,47 @@ memory::data_type int8_output_type(bool non_negative, float out_threshold) {
   return non_negative ? memory::data_type::u8 : memory::data_type::s8;
 }
 
+dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+namespace {
+
+// This thread's scratchpad: grows to the largest any primitive asked for, never shrinks.
+void* thread_scratchpad(size_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer b;
+  if (bytes > b.size) {
+    std::free(b.p);
+    b.size = (bytes + 4095) / 4096 * 4096;
+    b.p = std::aligned_alloc(64, b.size);
+    if (!b.p) throw std::bad_alloc();
+  }
+  return b.p;
+}
+
+}  // namespace
+
+void DnnlPrimitive::execute(dnnl::stream& s, std::unordered_map<int, memory> args) const {
+  size_t bytes = scratchpad_.get_size();
+  if (bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad_, s.get_engine(), thread_scratchpad(bytes)));
+  prim_.execute(s, args);
+}
+
+DnnlPrimitive make_reorder(const memory& src, const memory& dst, dnnl::primitive_attr attr) {
+  dnnl::reorder::primitive_desc pd(src, dst, user_scratchpad(std::move(attr)));
+  return DnnlPrimitive(dnnl::reorder(pd), pd);
+}
+
 void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale) {
   user_ = memory(user, eng, nullptr);
-  reorder_.reset();
-  back_.reset();
+  reorder_ = {};
+  back_ = {};
   converts_ = false;
   converted_ = nullptr;
   if (user == kernel && scale == 1.f) {
@@ -55,11 +95,11 @@ void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const 
   // Some kernel layouts convert one way only (Winograd weights are never read back); a
   // direction oneDNN cannot do fails when it is used, not here.
   try {
-    reorder_ = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(user_, kernel_, scaled(scale)));
+    reorder_ = make_reorder(user_, kernel_, scaled(scale));
   } catch (const dnnl::error&) {
   }
   try {
-    back_ = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(kernel_, user_, scaled(1.f / scale)));
+    back_ = make_reorder(kernel_, user_, scaled(1.f / scale));
   } catch (const dnnl::error&) {
   }
   if (!reorder_ && !back_) throw dnnl::error(dnnl_unimplemented, "no reorder between the two layouts");
@@ -68,8 +108,8 @@ void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const 
 memory& DnnlOperand::read(dnnl::stream& s, const void* user) {
   user_.set_data_handle(const_cast<void*>(user));
   if (converts_) {
-    BKS_CHECK(reorder_ != nullptr, "no reorder into the kernel's layout");
-    reorder_->execute(s, user_, kernel_);
+    BKS_CHECK(static_cast<bool>(reorder_), "no reorder into the kernel's layout");
+    reorder_.execute(s, {{DNNL_ARG_FROM, user_}, {DNNL_ARG_TO, kernel_}});
   }
   return kernel_;
 }
@@ -89,8 +129,8 @@ memory& DnnlOperand::write(void* user) {
 
 void DnnlOperand::commit(dnnl::stream& s) {
   if (!converts_) return;
-  BKS_CHECK(back_ != nullptr, "no reorder out of the kernel's layout");
-  back_->execute(s, kernel_, user_);
+  BKS_CHECK(static_cast<bool>(back_), "no reorder out of the kernel's layout");
+  back_.execute(s, {{DNNL_ARG_FROM, kernel_}, {DNNL_ARG_TO, user_}});
 }
 
 }  // namespace bks

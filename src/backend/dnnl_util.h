@@ -3,6 +3,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <unordered_map>
+
 #include "core/tensor.h"
 
 namespace bks {
@@ -20,6 +22,30 @@ float int8_levels(memory::data_type t);
 // The type an INT8 layer writes: f32 without an int8 output threshold; u8 when its values
 // are non-negative (a fused ReLU of slope 0); s8 otherwise.
 memory::data_type int8_output_type(bool non_negative, float out_threshold);
+
+// Scratchpads. oneDNN's default ("library") scratchpad lives with the thread that created
+// a primitive, so a primitive built in one thread and run in another (an embedding's
+// session pool) reads memory that is not there: Winograd convolutions crash. Every
+// primitive bakusoku builds therefore asks for scratchpad_mode::user and runs through
+// DnnlPrimitive, which hands it a scratchpad owned by the calling thread.
+dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
+
+class DnnlPrimitive {
+ public:
+  DnnlPrimitive() = default;
+  // `p` was made from a primitive_desc `pd` whose attributes came from user_scratchpad().
+  template <class PD>
+  DnnlPrimitive(const dnnl::primitive& p, const PD& pd) : prim_(p), scratchpad_(pd.scratchpad_desc()) {}
+  explicit operator bool() const { return static_cast<bool>(prim_); }
+  void execute(dnnl::stream& s, std::unordered_map<int, memory> args) const;
+
+ private:
+  dnnl::primitive prim_;
+  memory::desc scratchpad_;
+};
+
+// A reorder (user scratchpad) from src to dst, with `attr` (e.g. output scales).
+DnnlPrimitive make_reorder(const memory& src, const memory& dst, dnnl::primitive_attr attr = {});
 
 // One operand of a primitive: the user's buffer is plain; the kernel may prefer a blocked
 // layout, in which case a reorder (built once, at prepare time) runs on each call.
@@ -39,7 +65,7 @@ class DnnlOperand {
 
  private:
   memory user_, kernel_;
-  std::unique_ptr<dnnl::reorder> reorder_, back_;
+  DnnlPrimitive reorder_, back_;
   const void* converted_ = nullptr;  // read_constant: the buffer last converted
   bool converts_ = false;            // user and kernel layouts differ
 };

@@ -23,7 +23,7 @@ dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const
   const auto alg = dnnl::algorithm::convolution_direct;
   auto d = sp.bias ? dnnl::convolution_forward::desc(prop, alg, src, wei, bias, dst, sp.strides, sp.dil, sp.pl, sp.pr)
                    : dnnl::convolution_forward::desc(prop, alg, src, wei, dst, sp.strides, sp.dil, sp.pl, sp.pr);
-  return dnnl::convolution_forward::primitive_desc(d, attr, eng);
+  return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(attr), eng);
 }
 
 // Per-output-channel output scales, then the fused residual sum (read in `dst`'s layout)
@@ -100,7 +100,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     auto probe = int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, memory::desc(spec_.dst, dt::f32, tag::nhwc)));
     pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, probe.dst_desc()));
   }
-  conv_ = dnnl::convolution_forward(pd);
+  conv_ = DnnlPrimitive(dnnl::convolution_forward(pd), pd);
   src_.init(eng_, src_user_, pd.src_desc(), int8_in ? 1.f : src_scale_);
   dst_.init(eng_, dst_user_, pd.dst_desc());
   if (fusion_.residual_sum())
@@ -110,7 +110,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   wei_q_ = memory(pd.weights_desc(), eng_);
   dnnl::primitive_attr wattr;
   wattr.set_output_scales(1 << 0, wscale);
-  dnnl::reorder(dnnl::reorder::primitive_desc(wei_f32, wei_q_, wattr)).execute(s, wei_f32, wei_q_);
+  make_reorder(wei_f32, wei_q_, wattr).execute(s, {{DNNL_ARG_FROM, wei_f32}, {DNNL_ARG_TO, wei_q_}});
   // oneDNN 2.x adds the bias to the s32 accumulator before the output scale: pre-scale it.
   if (spec_.bias) {
     bias_scaled_.resize(oc);

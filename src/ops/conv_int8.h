@@ -48,7 +48,7 @@ class Int8Conv {
   memory::desc src_user_, dst_user_, residual_md_;
   float src_scale_, dst_scale_ = 1.f;
   bool built_ = false;
-  dnnl::convolution_forward conv_;
+  DnnlPrimitive conv_;
   memory wei_q_, bias_q_;
   DnnlOperand src_, dst_, res_;
   std::vector<float> bias_scaled_;

@@ -83,7 +83,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const Co
   auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   auto desc = bias ? dnnl::convolution_forward::desc(prop, alg, src, wei_any, bias_md, dst, d.strides, d.dil, d.pl, d.pr)
                    : dnnl::convolution_forward::desc(prop, alg, src, wei_any, dst, d.strides, d.dil, d.pl, d.pr);
-  return dnnl::convolution_forward::primitive_desc(desc, attr, eng);
+  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(attr), eng);
 }
 
 // oneDNN post-ops for a fused residual sum (read in the destination's layout) and ReLU.
@@ -107,7 +107,7 @@ double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitiv
   dnnl::stream s(eng);
   memory us(src_user, eng), ud(dst_user, eng), ks(pd.src_desc(), eng), kd(pd.dst_desc(), eng), w(pd.weights_desc(), eng);
   for (memory* m : {&us, &ks, &w}) std::memset(m->get_data_handle(), 0, m->get_desc().get_size());
-  dnnl::convolution_forward conv(pd);
+  DnnlPrimitive conv(dnnl::convolution_forward(pd), pd);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ks}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, kd}};
   if (bias) {
     memory b(pd.bias_desc(), eng);
@@ -120,15 +120,15 @@ double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitiv
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = r;
   }
   const bool in = src_user != pd.src_desc(), out = dst_user != pd.dst_desc();
-  std::unique_ptr<dnnl::reorder> rin, rout;
-  if (in) rin = std::make_unique<dnnl::reorder>(us, ks);
-  if (out) rout = std::make_unique<dnnl::reorder>(kd, ud);
+  DnnlPrimitive rin, rout;
+  if (in) rin = make_reorder(us, ks);
+  if (out) rout = make_reorder(kd, ud);
   double best = 1e30;
   for (int i = 0; i < 4; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    if (in) rin->execute(s, us, ks);
+    if (in) rin.execute(s, {{DNNL_ARG_FROM, us}, {DNNL_ARG_TO, ks}});
     conv.execute(s, args);
-    if (out) rout->execute(s, kd, ud);
+    if (out) rout.execute(s, {{DNNL_ARG_FROM, kd}, {DNNL_ARG_TO, ud}});
     s.wait();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0) best = std::min(best, ms);
@@ -222,7 +222,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
                             dnnl::algorithm::convolution_winograd);
       {  // its weights layout must be reachable from Caffe's (throws when not)
         memory from(wei_user, eng), to(wpd.weights_desc(), eng);
-        dnnl::reorder check(from, to);
+        make_reorder(from, to);
       }
       double direct = 1, wino = 0;
       if (choice_.empty()) {
@@ -242,7 +242,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
       // No Winograd kernel for this shape or ISA: direct it is.
     }
   }
-  fwd_ = dnnl::convolution_forward(fpd);
+  fwd_ = DnnlPrimitive(dnnl::convolution_forward(fpd), fpd);
   f_src_.init(eng, src_user, fpd.src_desc());
   f_wei_.init(eng, wei_user, fpd.weights_desc());
   f_dst_.init(eng, dst_user, fpd.dst_desc());
@@ -257,8 +257,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   if (need_bwd_data) {
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_b, wei_any, dst_b, strides,
                                              dil, pl, pr);
-    dnnl::convolution_backward_data::primitive_desc bdpd(bd, eng, fpd);
-    bwd_data_ = dnnl::convolution_backward_data(bdpd);
+    dnnl::convolution_backward_data::primitive_desc bdpd(bd, user_scratchpad(), eng, fpd);
+    bwd_data_ = DnnlPrimitive(dnnl::convolution_backward_data(bdpd), bdpd);
     d_ddst_.init(eng, dst_user, bdpd.diff_dst_desc());
     d_wei_.init(eng, wei_user, bdpd.weights_desc());
     d_dsrc_.init(eng, src_user, bdpd.diff_src_desc());
@@ -269,8 +269,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
                                                               bias_md, dst_b, strides, dil, pl, pr)
                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
                                                               dst_b, strides, dil, pl, pr);
-  dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, eng, fpd);
-  bwd_wei_ = dnnl::convolution_backward_weights(wpd);
+  dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, user_scratchpad(), eng, fpd);
+  bwd_wei_ = DnnlPrimitive(dnnl::convolution_backward_weights(wpd), wpd);
   w_src_.init(eng, src_user, wpd.src_desc());
   w_ddst_.init(eng, dst_user, wpd.diff_dst_desc());
   w_dwei_.init(eng, wei_user, wpd.diff_weights_desc());

@@ -70,9 +70,7 @@ class ConvKernels {
  private:
   std::string name_;
   bool bias_ = false;
-  dnnl::convolution_forward fwd_;
-  dnnl::convolution_backward_data bwd_data_;
-  dnnl::convolution_backward_weights bwd_wei_;
+  DnnlPrimitive fwd_, bwd_data_, bwd_wei_;
   DnnlOperand f_src_, f_wei_, f_dst_, f_bias_, f_residual_;
   bool residual_ = false;
   bool constant_weights_ = false;

@@ -29,16 +29,16 @@ class LRNOp final : public Op {
     dnnl::lrn_forward::primitive_desc fpd(
         {training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, alg, md,
          static_cast<memory::dim>(p_.local_size()), p_.alpha(), p_.beta(), k},
-        be.engine());
-    fwd_ = dnnl::lrn_forward(fpd);
+        user_scratchpad(), be.engine());
+    fwd_ = DnnlPrimitive(dnnl::lrn_forward(fpd), fpd);
     src_ = memory(md, be.engine(), nullptr);
     dst_ = memory(md, be.engine(), nullptr);
     if (training) {
       ws_ = memory(fpd.workspace_desc(), be.engine());
       dnnl::lrn_backward::primitive_desc bpd({alg, md, md, static_cast<memory::dim>(p_.local_size()), p_.alpha(),
                                               p_.beta(), k},
-                                             be.engine(), fpd);
-      bwd_ = dnnl::lrn_backward(bpd);
+                                             user_scratchpad(), be.engine(), fpd);
+      bwd_ = DnnlPrimitive(dnnl::lrn_backward(bpd), bpd);
       dsrc_ = memory(md, be.engine(), nullptr);
       ddst_ = memory(md, be.engine(), nullptr);
     }
@@ -67,8 +67,7 @@ class LRNOp final : public Op {
  private:
   proto::LRNParameter p_;
   Shape shape_;
-  dnnl::lrn_forward fwd_;
-  dnnl::lrn_backward bwd_;
+  DnnlPrimitive fwd_, bwd_;
   memory src_, dst_, ws_, dsrc_, ddst_;
   std::string name_;
 };

@@ -31,7 +31,7 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
     po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, relu_slope, 0.f);
     attr.set_post_ops(po);
   }
-  dnnl::matmul::primitive_desc pd(desc, attr, eng);
+  dnnl::matmul::primitive_desc pd(desc, user_scratchpad(attr), eng);
   name_ = pd.impl_info_str();
   fallback_ = name_.find("ref") != std::string::npos;
   if (fallback_) {
@@ -39,20 +39,20 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
     return;
   }
   if (relu) name_ += " (fused +relu)";
-  prim_ = dnnl::matmul(pd);
+  prim_ = DnnlPrimitive(dnnl::matmul(pd), pd);
   a_ = memory(a, eng, nullptr);
   b_ = memory(b, eng, nullptr);
   if (constant_b && pd.weights_desc() != b) {
     b_packed_ = memory(pd.weights_desc(), eng);
-    pack_ = std::make_unique<dnnl::reorder>(b_, b_packed_);
+    pack_ = make_reorder(b_, b_packed_);
   }
   c_ = memory(c, eng, nullptr);
   if (bias) bias_ = memory(bd, eng, nullptr);
   if (bf16) {
     a_k_ = memory(a_kernel, eng);
     c_k_ = memory(c_kernel, eng);
-    a_in_ = std::make_unique<dnnl::reorder>(a_, a_k_);
-    c_out_ = std::make_unique<dnnl::reorder>(c_k_, c_);
+    a_in_ = make_reorder(a_, a_k_);
+    c_out_ = make_reorder(c_k_, c_);
     name_ += " bf16";
   }
 }
@@ -75,11 +75,11 @@ void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, cons
   a_.set_data_handle(const_cast<float*>(a));
   b_.set_data_handle(const_cast<float*>(b));
   if (pack_ && packed_from_ != b) {
-    pack_->execute(s, b_, b_packed_);
+    pack_.execute(s, {{DNNL_ARG_FROM, b_}, {DNNL_ARG_TO, b_packed_}});
     packed_from_ = b;
   }
   dnnl::memory& weights = pack_ ? b_packed_ : b_;
-  if (a_in_) a_in_->execute(s, a_, a_k_);
+  if (a_in_) a_in_.execute(s, {{DNNL_ARG_FROM, a_}, {DNNL_ARG_TO, a_k_}});
   dnnl::memory& src = a_in_ ? a_k_ : a_;
   dnnl::memory& dst = c_out_ ? c_k_ : c_;
   c_.set_data_handle(c);
@@ -89,7 +89,7 @@ void MatMul::run(dnnl::stream& s, const float* a, const float* b, float* c, cons
   } else {
     prim_.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
   }
-  if (c_out_) c_out_->execute(s, c_k_, c_);
+  if (c_out_) c_out_.execute(s, {{DNNL_ARG_FROM, c_k_}, {DNNL_ARG_TO, c_}});
   s.wait();
 }
 

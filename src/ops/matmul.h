@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "backend/dnnl_util.h"
+
 namespace bks {
 
 class MatMul {
@@ -24,14 +26,14 @@ class MatMul {
   std::string name() const { return name_; }
 
  private:
-  dnnl::matmul prim_;
+  DnnlPrimitive prim_;
   dnnl::memory a_, b_, c_, bias_;
   dnnl::memory b_packed_;
-  std::unique_ptr<dnnl::reorder> pack_;
+  DnnlPrimitive pack_;
   const float* packed_from_ = nullptr;
   // bf16 (inference): A converted in, C converted out, around a bf16 kernel.
   dnnl::memory a_k_, c_k_;
-  std::unique_ptr<dnnl::reorder> a_in_, c_out_;
+  DnnlPrimitive a_in_, c_out_;
   bool fallback_ = false, has_bias_ = false, relu_ = false;
   float slope_ = 0.f;
   char ta_ = 'N', tb_ = 'N';

@@ -43,8 +43,8 @@ void Int8MatMul::build(dnnl::stream& s, const float* w, const float* bias) {
     attr.set_post_ops(po);
   }
   auto d = spec_.bias ? dnnl::matmul::desc(a, b, bd, c) : dnnl::matmul::desc(a, b, c);
-  dnnl::matmul::primitive_desc pd(d, attr, eng_);
-  mm_ = dnnl::matmul(pd);
+  dnnl::matmul::primitive_desc pd(d, user_scratchpad(attr), eng_);
+  mm_ = DnnlPrimitive(dnnl::matmul(pd), pd);
   // The input, in its own layout and full shape, becomes plain int8 rows (quantized when it
   // is f32); a plain int8 input is read as it is.
   a_in_.init(eng_, src_user_, memory::desc(src_user_.dims(), src_type_, plain_tag(src_user_.data.ndims)), is_int8(src_user_) ? 1.f : src_scale_);
@@ -59,7 +59,7 @@ void Int8MatMul::build(dnnl::stream& s, const float* w, const float* bias) {
     }
   memory w_plain({{k, n}, dt::s8, tag::ab}, eng_, wq.data());
   w_q_ = memory(pd.weights_desc(), eng_);
-  dnnl::reorder(w_plain, w_q_).execute(s, w_plain, w_q_);
+  make_reorder(w_plain, w_q_).execute(s, {{DNNL_ARG_FROM, w_plain}, {DNNL_ARG_TO, w_q_}});
   if (spec_.bias) {
     // oneDNN 2.x adds the bias before the output scale, in the accumulator's units.
     bias_scaled_.resize(n);

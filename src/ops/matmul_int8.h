@@ -40,7 +40,7 @@ class Int8MatMul {
   memory::data_type src_type_, dst_type_;
   float src_scale_, dst_scale_ = 1.f;
   bool built_ = false;
-  dnnl::matmul mm_;
+  DnnlPrimitive mm_;
   DnnlOperand a_in_;  // the input as plain int8 rows
   memory a_, w_q_, bias_q_, c_;
   std::vector<float> bias_scaled_;

@@ -108,15 +108,16 @@ class PoolingOp final : public Op {
       return;
     }
     auto fpd = forward_pd(src);
-    fwd_ = dnnl::pooling_forward(fpd);
+    fwd_ = DnnlPrimitive(dnnl::pooling_forward(fpd), fpd);
     src_m_ = memory(src, be.engine(), nullptr);
     dst_.init(be.engine(), dst_user, fpd.dst_desc());
     bool training = phase_ == proto::TRAIN;
     if (training && max_) ws_ = memory(fpd.workspace_desc(), be.engine());
     name_ = fpd.impl_info_str();
     if (training) {
-      dnnl::pooling_backward::primitive_desc bpd({alg_, src, fpd.dst_desc(), strides_, kernel_, pl_, pr_}, be.engine(), fpd);
-      bwd_ = dnnl::pooling_backward(bpd);
+      dnnl::pooling_backward::primitive_desc bpd({alg_, src, fpd.dst_desc(), strides_, kernel_, pl_, pr_},
+                                                 user_scratchpad(), be.engine(), fpd);
+      bwd_ = DnnlPrimitive(dnnl::pooling_backward(bpd), bpd);
       ddst_.init(be.engine(), dst_user, bpd.diff_dst_desc());
     }
   }
@@ -198,7 +199,7 @@ class PoolingOp final : public Op {
     auto prop = phase_ == proto::TRAIN ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
     memory::desc dst_any({n_, c_, oh_, ow_}, src.data_type(), memory::format_tag::any);
     return dnnl::pooling_forward::primitive_desc({prop, alg_, src, dst_any, strides_, kernel_, pl_, pr_},
-                                                 static_cast<CpuBackend&>(backend_).engine());
+                                                 user_scratchpad(), static_cast<CpuBackend&>(backend_).engine());
   }
 
   int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) const {
@@ -384,8 +385,7 @@ class PoolingOp final : public Op {
   Tensor argmax_{Shape{0}, DType::s32};
   int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
-  dnnl::pooling_forward fwd_;
-  dnnl::pooling_backward bwd_;
+  DnnlPrimitive fwd_, bwd_;
   dnnl::algorithm alg_ = dnnl::algorithm::pooling_max;
   memory::dims strides_, kernel_, pl_, pr_;
   memory src_m_, ws_;

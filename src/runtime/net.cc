@@ -324,7 +324,7 @@ Tensor Net::plain_copy(int v, bool gradient) {
   auto& be = static_cast<CpuBackend&>(backend_);
   dnnl::memory from(plan_.layout[v], be.engine(), src.raw());
   dnnl::memory to(plain_md(out.shape()), be.engine(), out.raw());
-  dnnl::reorder(from, to).execute(be.stream(), from, to);
+  make_reorder(from, to).execute(be.stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
   be.stream().wait();
   return out;
 }
