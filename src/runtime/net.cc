@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "backend/dnnl_util.h"
-#include "runtime/filler.h"
+#include "runtime/param_binding.h"
 
 namespace bks {
 namespace {
@@ -91,43 +91,13 @@ void Net::infer_shapes() {
 }
 
 void Net::bind_params(uint64_t seed) {
-  node_params_.resize(num_nodes());
-  for (int n = 0; n < num_nodes(); ++n) {
-    Node& node = graph_.nodes[n];
-    std::vector<Shape> in = input_shapes(n);
-    auto decls = defs_[n] ? defs_[n]->params(context(n), in) : legacy_[n]->declare_params(in);
-    if (node.param.param_size() > static_cast<int>(decls.size()))
-      input_error("{}: {} 'param' specs given but the layer has {} parameter blob(s)", graph_.describe(n),
-                  node.param.param_size(), decls.size());
-    node.params.clear();
-    for (size_t i = 0; i < decls.size(); ++i) {
-      proto::ParamSpec spec = static_cast<int>(i) < node.param.param_size() ? node.param.param(i) : proto::ParamSpec();
-      ParamRef ref;
-      ref.key = fmt::format("{}.{}", node.name, i);
-      ref.share_name = spec.name();
-      ref.lr_mult = decls[i].learnable ? spec.lr_mult() : 0.f;
-      ref.decay_mult = decls[i].learnable ? spec.decay_mult() : 0.f;
-      int idx = ref.share_name.empty() ? -1 : store_.find_shared(ref.share_name);
-      if (idx < 0) idx = store_.find(ref.key);
-      if (idx >= 0) {
-        const Shape& have = store_.at(idx).data.shape();
-        if (have != decls[i].shape)
-          input_error("{}: parameter blob {} has shape {} but the shared/existing blob '{}' has {}", graph_.describe(n), i,
-                      shape_str(decls[i].shape), store_.at(idx).key, shape_str(have));
-      } else {
-        idx = store_.add(ref.key, ref.share_name, decls[i].shape, decls[i].learnable);
-        Param& p = store_.at(idx);
-        p.lr_mult = ref.lr_mult;
-        p.decay_mult = ref.decay_mult;
-        Rng rng = Rng::derive(seed, ref.key);
-        fill_tensor(p.data, decls[i].filler, rng, graph_.describe(n));
-      }
-      node.params.push_back(ref);
-      node_params_[n].push_back(idx);
+  node_params_ = bind_parameters(graph_, store_, seed, [this](int n) {
+    return defs_[n] ? defs_[n]->params(context(n), input_shapes(n)) : legacy_[n]->declare_params(input_shapes(n));
+  });
+  for (const auto& np : node_params_)
+    for (int idx : np)
       if (std::find(param_indices_.begin(), param_indices_.end(), idx) == param_indices_.end())
         param_indices_.push_back(idx);
-    }
-  }
 }
 
 std::vector<OpFacts> Net::op_facts() const {
