@@ -5,25 +5,57 @@
 namespace bks {
 namespace {
 
-class AccuracyOp final : public Op {
- public:
-  explicit AccuracyOp(const OpInit& i) : Op(i), p_(i.node.param.accuracy_param()) {
-    if (p_.top_k() < 1) fail("accuracy_param.top_k must be at least 1");
-  }
-  int min_inputs() const override { return 2; }
-  int max_outputs() const override { return 2; }
-  bool has_backward() const override { return false; }
+// Predictions viewed as (outer, classes, inner) around accuracy_param.axis.
+struct AccuracyGeometry {
+  int64_t outer = 0, ch = 0, inner = 0;
+};
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int axis = canonical_axis(p_.axis(), static_cast<int>(in[0].size()), "accuracy_param.axis");
-    outer_ = shape_count(in[0], 0, axis);
-    ch_ = in[0][axis];
-    inner_ = shape_count(in[0], axis + 1, static_cast<int>(in[0].size()));
-    if (static_cast<int64_t>(p_.top_k()) > ch_) fail("top_k {} exceeds the {} classes", p_.top_k(), ch_);
-    if (shape_numel(in[1]) != outer_ * inner_)
-      fail("label count {} must equal prediction count {}", shape_numel(in[1]), outer_ * inner_);
+// The geometry of (predictions, labels), checked against top_k and the label count.
+AccuracyGeometry accuracy_geometry(const OpContext& c, const std::vector<Shape>& in) {
+  const auto& p = c.node.param.accuracy_param();
+  int axis = canonical_axis(p.axis(), static_cast<int>(in[0].size()), "accuracy_param.axis");
+  AccuracyGeometry g;
+  g.outer = shape_count(in[0], 0, axis);
+  g.ch = in[0][axis];
+  g.inner = shape_count(in[0], axis + 1, static_cast<int>(in[0].size()));
+  if (static_cast<int64_t>(p.top_k()) > g.ch) c.fail("top_k {} exceeds the {} classes", p.top_k(), g.ch);
+  if (shape_numel(in[1]) != g.outer * g.inner)
+    c.fail("label count {} must equal prediction count {}", shape_numel(in[1]), g.outer * g.inner);
+  return g;
+}
+
+class AccuracyDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 2; }
+  int max_outputs(const OpContext&) const override { return 2; }
+  void check(const OpContext& c) const override {
+    if (c.node.param.accuracy_param().top_k() < 1) c.fail("accuracy_param.top_k must be at least 1");
+  }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    AccuracyGeometry g = accuracy_geometry(c, in);
     out[0] = {};
-    if (out.size() > 1) out[1] = {ch_};
+    if (out.size() > 1) out[1] = {g.ch};
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.has_backward = false;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.training_only = true;
+    return t;
+  }
+};
+
+class AccuracyKernel final : public Kernel {
+ public:
+  explicit AccuracyKernel(const OpInit& i) : Kernel(i), p_(i.node.param.accuracy_param()) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    AccuracyGeometry g = accuracy_geometry(context(), in);
+    outer_ = g.outer;
+    ch_ = g.ch;
+    inner_ = g.inner;
   }
 
   void forward(OpCall& c) override {
@@ -60,6 +92,7 @@ class AccuracyOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Accuracy", AccuracyOp);
+BKS_REGISTER_OP_DEF("Accuracy", AccuracyDef);
+BKS_REGISTER_KERNEL("Accuracy", ::bks::DeviceKind::cpu, AccuracyKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

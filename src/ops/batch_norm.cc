@@ -9,33 +9,65 @@
 namespace bks {
 namespace {
 
-class BatchNormOp final : public Op {
+// BatchNorm's attributes, checked.
+struct BatchNormAttrs {
+  bool global;  // normalise with the stored statistics (default: in TEST)
+  float eps, maf;
+};
+
+BatchNormAttrs batch_norm_attrs(const OpContext& c) {
+  const proto::BatchNormParameter& p = c.node.param.batch_norm_param();
+  BatchNormAttrs a{p.has_use_global_stats() ? p.use_global_stats() : c.phase == proto::TEST, p.eps(),
+                   p.moving_average_fraction()};
+  if (!(a.eps > 0.f)) c.fail("batch_norm_param.eps must be positive");
+  return a;
+}
+
+class BatchNormDef final : public OpDef {
  public:
-  explicit BatchNormOp(const OpInit& i) : Op(i), p_(i.node.param.batch_norm_param()) {
-    global_ = p_.has_use_global_stats() ? p_.use_global_stats() : phase_ == proto::TEST;
-    eps_ = p_.eps();
-    maf_ = p_.moving_average_fraction();
-    if (!(eps_ > 0.f)) fail("batch_norm_param.eps must be positive");
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override { batch_norm_attrs(c); }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    c.split_channels(in[0]);
+    out[0] = in[0];
   }
-  int min_inputs() const override { return 1; }
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    int64_t channels = c.split_channels(in[0]).c;
+    proto::FillerParameter zero;
+    return {{{channels}, zero, false}, {{channels}, zero, false}, {{1}, zero, false}};
+  }
   // The normalised values are kept internally, so the layer may run in place and later
   // in-place layers may overwrite its output.
-  bool allows_inplace() const override { return true; }
-  bool backward_reads_input() const override { return false; }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.allows_inplace = true;
+    f.backward_reads_input = false;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.per_channel_affine = true;
+    return t;
+  }
+};
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+class BatchNormKernel final : public Kernel {
+ public:
+  explicit BatchNormKernel(const OpInit& i) : Kernel(i) {
+    BatchNormAttrs a = batch_norm_attrs(context());
+    global_ = a.global;
+    eps_ = a.eps;
+    maf_ = a.maf;
+  }
+
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     auto [n, c, sp] = split_channels(in[0]);
     n_ = n;
     c_ = c;
     sp_ = sp;
-    out[0] = in[0];
     if (!global_) xhat_.reshape(in[0]);
     mean_.assign(c_, 0.f);
     inv_std_.assign(c_, 0.f);
-  }
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
-    proto::FillerParameter zero;
-    return {{{c_}, zero, false}, {{c_}, zero, false}, {{1}, zero, false}};
   }
 
   void forward(OpCall& c) override {
@@ -121,7 +153,6 @@ class BatchNormOp final : public Op {
   }
 
  private:
-  proto::BatchNormParameter p_;
   bool global_;
   float eps_, maf_;
   int64_t n_ = 0, c_ = 0, sp_ = 0;
@@ -131,6 +162,7 @@ class BatchNormOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("BatchNorm", BatchNormOp);
+BKS_REGISTER_OP_DEF("BatchNorm", BatchNormDef);
+BKS_REGISTER_KERNEL("BatchNorm", ::bks::DeviceKind::cpu, BatchNormKernel, "loops", ::bks::kReferencePriority, nullptr);
 
 }  // namespace bks

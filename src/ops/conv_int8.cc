@@ -6,11 +6,21 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/op_def.h"
 
 namespace bks {
 
 using tag = memory::format_tag;
 using dt = memory::data_type;
+
+Int8Thresholds int8_thresholds(const OpContext& c) {
+  Int8Thresholds t{c.node.param.int8_input_threshold(), c.node.param.int8_output_threshold()};
+  if (t.in < 0.f) c.fail("int8_input_threshold must be positive");
+  if (t.in > 0.f && c.phase == proto::TRAIN) c.fail("int8_input_threshold is for inference graphs, not TRAIN");
+  if (t.out < 0.f) c.fail("int8_output_threshold must be positive");
+  if (t.out > 0.f && !(t.in > 0.f)) c.fail("int8_output_threshold needs int8_input_threshold");
+  return t;
+}
 
 namespace {
 

@@ -18,6 +18,16 @@
 
 namespace bks {
 
+struct OpContext;
+
+// The INT8 thresholds deploy gave a Convolution or InnerProduct (int8_input_threshold,
+// int8_output_threshold; 0 when absent), checked: positive, inference only, an output one
+// only with an input one.
+struct Int8Thresholds {
+  float in = 0.f, out = 0.f;
+};
+Int8Thresholds int8_thresholds(const OpContext& c);
+
 struct Int8ConvSpec {
   memory::dims src, dst, wei, strides, dil, pl, pr;
   bool bias = false;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/op_def.h"
 
 namespace bks {
 
@@ -48,6 +49,15 @@ void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
   g.group = p.group();
   if (g.group <= 0) fail("group must be positive");
   if (p.axis() != 1) fail("convolution over axis other than 1 is not supported");
+}
+
+ConvGeometry parse_conv_layer(const OpContext& c) {
+  const proto::ConvolutionParameter& p = c.node.param.convolution_param();
+  if (!c.node.param.has_convolution_param()) c.fail("convolution_param is required");
+  if (p.num_output() == 0) c.fail("convolution_param.num_output must be positive");
+  ConvGeometry g;
+  parse_conv_param(p, g, [&c](const std::string& m) { c.fail("convolution_param: {}", m); });
+  return g;
 }
 
 namespace {

@@ -14,6 +14,8 @@
 
 namespace bks {
 
+struct OpContext;
+
 struct ConvGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0;      // source
   int64_t oc = 0, oh = 0, ow = 0;           // destination
@@ -25,6 +27,9 @@ struct ConvGeometry {
 // `fail` reports an error in the layer's terms.
 void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
                       const std::function<void(const std::string&)>& fail);
+// The same for a Convolution or Deconvolution layer: its convolution_param (required, with
+// a positive num_output), errors naming the layer and the field.
+ConvGeometry parse_conv_layer(const OpContext& c);
 // Caffe's output size: (in + 2 pad - dilated kernel) / stride + 1.
 int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);
 

@@ -5,45 +5,81 @@
 namespace bks {
 namespace {
 
-class ConvolutionOp final : public Op {
+// Checks the layer's attributes: convolution_param, INT8 thresholds, kernel_choice, and
+// fusion_param (set by bakusoku deploy, inference only).
+void check_convolution(const OpContext& c) {
+  parse_conv_layer(c);
+  int8_thresholds(c);
+  const std::string& choice = c.node.param.kernel_choice();
+  if (!choice.empty() && choice != "direct" && choice != "winograd")
+    c.fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice);
+  const proto::FusionParameter& f = c.node.param.fusion_param();
+  if ((f.residual_sum() || f.relu()) && c.phase == proto::TRAIN)
+    c.fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
+}
+
+// The convolution from an input of shape `in` (N, C, H, W), with Caffe's output size rule.
+ConvGeometry conv_geometry(const OpContext& c, const Shape& in) {
+  ConvGeometry g = parse_conv_layer(c);
+  c.expect_ndim(in, 4, 4, "bottom");
+  g.n = in[0];
+  g.c = in[1];
+  g.h = in[2];
+  g.w = in[3];
+  g.oc = c.node.param.convolution_param().num_output();
+  if (g.c % g.group || g.oc % g.group)
+    c.fail("channels {} and num_output {} must both be divisible by group {}", g.c, g.oc, g.group);
+  g.oh = conv_out_size(g.h, g.kh, g.sh, g.ph, g.dh);
+  g.ow = conv_out_size(g.w, g.kw, g.sw, g.pw, g.dw);
+  if (g.oh <= 0 || g.ow <= 0)
+    c.fail("kernel {}x{} does not fit the {}x{} input with pad {}x{}", g.kh, g.kw, g.h, g.w, g.ph, g.pw);
+  return g;
+}
+
+class ConvolutionDef final : public OpDef {
  public:
-  explicit ConvolutionOp(const OpInit& init) : Op(init), p_(init.node.param.convolution_param()) {
-    if (!init.node.param.has_convolution_param()) fail("convolution_param is required");
-    if (p_.num_output() == 0) fail("convolution_param.num_output must be positive");
-    parse_conv_param(p_, g_, [this](const std::string& m) { fail("convolution_param: {}", m); });
-    fusion_ = init.node.param.fusion_param();
-    choice_ = init.node.param.kernel_choice();
-    read_int8_thresholds(init, int8_threshold_, int8_out_threshold_);
-    if (!choice_.empty() && choice_ != "direct" && choice_ != "winograd")
-      fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice_);
-    fused_ = fusion_.residual_sum() || fusion_.relu();
-    if (fused_ && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
-  }
   // A fused residual sum (bakusoku deploy) reads a second bottom.
-  int min_inputs() const override { return fusion_.residual_sum() ? 2 : 1; }
+  int min_inputs(const OpContext& c) const override { return c.node.param.fusion_param().residual_sum() ? 2 : 1; }
+  void check(const OpContext& c) const override { check_convolution(c); }
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    expect_ndim(in[0], 4, 4, "bottom");
-    g_.n = in[0][0];
-    g_.c = in[0][1];
-    g_.h = in[0][2];
-    g_.w = in[0][3];
-    g_.oc = p_.num_output();
-    if (g_.c % g_.group || g_.oc % g_.group)
-      fail("channels {} and num_output {} must both be divisible by group {}", g_.c, g_.oc, g_.group);
-    g_.oh = conv_out_size(g_.h, g_.kh, g_.sh, g_.ph, g_.dh);
-    g_.ow = conv_out_size(g_.w, g_.kw, g_.sw, g_.pw, g_.dw);
-    if (g_.oh <= 0 || g_.ow <= 0)
-      fail("kernel {}x{} does not fit the {}x{} input with pad {}x{}", g_.kh, g_.kw, g_.h, g_.w, g_.ph, g_.pw);
-    out[0] = {g_.n, g_.oc, g_.oh, g_.ow};
-    if (fusion_.residual_sum() && in[1] != out[0])
-      fail("fused residual has shape {} but the output is {}", shape_str(in[1]), shape_str(out[0]));
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    ConvGeometry g = conv_geometry(c, in[0]);
+    out[0] = {g.n, g.oc, g.oh, g.ow};
+    if (c.node.param.fusion_param().residual_sum() && in[1] != out[0])
+      c.fail("fused residual has shape {} but the output is {}", shape_str(in[1]), shape_str(out[0]));
   }
 
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) override {
-    std::vector<ParamDecl> d{{{g_.oc, g_.c / g_.group, g_.kh, g_.kw}, p_.weight_filler(), true}};
-    if (p_.bias_term()) d.push_back({{g_.oc}, p_.bias_filler(), true});
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    const auto& p = c.node.param.convolution_param();
+    ConvGeometry g = conv_geometry(c, in[0]);
+    std::vector<ParamDecl> d{{{g.oc, g.c / g.group, g.kh, g.kw}, p.weight_filler(), true}};
+    if (p.bias_term()) d.push_back({{g.oc}, p.bias_filler(), true});
     return d;
+  }
+
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.weighted_linear = true;
+    t.convolution = true;
+    return t;
+  }
+};
+
+class ConvolutionKernel final : public Kernel {
+ public:
+  explicit ConvolutionKernel(const OpInit& init)
+      : Kernel(init),
+        p_(init.node.param.convolution_param()),
+        fusion_(init.node.param.fusion_param()),
+        choice_(init.node.param.kernel_choice()) {
+    Int8Thresholds t = int8_thresholds(context());
+    int8_threshold_ = t.in;
+    int8_out_threshold_ = t.out;
+    fused_ = fusion_.residual_sum() || fusion_.relu();
+  }
+
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    g_ = conv_geometry(context(), in[0]);
   }
 
   LayoutRule layout_rule() const override { return LayoutRule::any_in_any_out; }
@@ -103,6 +139,7 @@ class ConvolutionOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Convolution", ConvolutionOp);
+BKS_REGISTER_OP_DEF("Convolution", ConvolutionDef);
+BKS_REGISTER_KERNEL("Convolution", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

@@ -1,5 +1,8 @@
 // Layers that bring data into the graph: Input (filled by the caller), Data (IDX or HDF5
 // file chosen by content, with transform_param) and HDF5Data (Caffe's list of .h5 files).
+//
+// The definitions infer output shapes from the dataset itself (open_dataset and
+// open_hdf5_list are cached per path, so the kernel's loader shares what they read).
 #include <memory>
 
 #include "core/log.h"
@@ -9,77 +12,163 @@
 namespace bks {
 namespace {
 
-class InputOp final : public Op {
+// (batch, sample...)
+Shape batch_of(int64_t batch, const Shape& sample) {
+  Shape s{batch};
+  s.insert(s.end(), sample.begin(), sample.end());
+  return s;
+}
+
+// ---- Input ----
+
+class InputDef final : public OpDef {
  public:
-  explicit InputOp(const OpInit& i) : Op(i), p_(i.node.param.input_param()), tops_(i.node.outputs.size()) {
-    if (p_.shape_size() != 1 && p_.shape_size() != static_cast<int>(tops_))
-      fail("input_param needs one shape, or one per top ({} tops, {} shapes)", tops_, p_.shape_size());
+  int min_inputs(const OpContext&) const override { return 0; }
+  int max_outputs(const OpContext&) const override { return -1; }
+  void check(const OpContext& c) const override {
+    const auto& p = c.node.param.input_param();
+    size_t tops = c.node.outputs.size();
+    if (p.shape_size() != 1 && p.shape_size() != static_cast<int>(tops))
+      c.fail("input_param needs one shape, or one per top ({} tops, {} shapes)", tops, p.shape_size());
   }
-  int min_inputs() const override { return 0; }
-  int max_outputs() const override { return -1; }
-  bool has_backward() const override { return false; }
-  bool is_external_input() const override { return true; }
-  void infer(const std::vector<Shape>&, std::vector<Shape>& out) override {
+  void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
+    const auto& p = c.node.param.input_param();
     for (size_t j = 0; j < out.size(); ++j) {
-      if (!current_.empty()) {
-        out[j] = current_[j];
-        continue;
-      }
-      const auto& s = p_.shape(p_.shape_size() == 1 ? 0 : static_cast<int>(j));
+      const auto& s = p.shape(p.shape_size() == 1 ? 0 : static_cast<int>(j));
       out[j] = Shape(s.dim().begin(), s.dim().end());
       for (auto d : out[j])
-        if (d <= 0) fail("input_param shape {} has a non-positive dimension", shape_str(out[j]));
+        if (d <= 0) c.fail("input_param shape {} has a non-positive dimension", shape_str(out[j]));
     }
-    current_ = out;
   }
-  // Lets a caller resize an input (then Net::reshape()).
-  void set_shape(int j, const Shape& s) { current_.at(j) = s; }
-  void forward(OpCall&) override {}
-
- private:
-  proto::InputParameter p_;
-  size_t tops_;
-  std::vector<Shape> current_;
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.has_backward = false;
+    f.external_input = true;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.external_input = true;
+    return t;
+  }
 };
 
-class DataOp final : public Op {
+// ---- Data ----
+
+// The dataset of a Data layer, checked: a 'data' field of (C,H,W) samples, and labels when
+// a second top asks for them. `warn` logs an ignored data_param.backend (the kernel's).
+std::shared_ptr<const Dataset> open_data(const OpContext& c, bool warn) {
+  const auto& dp = c.node.param.data_param();
+  std::shared_ptr<const Dataset> ds;
+  try {
+    ds = open_dataset(dp.source());
+  } catch (const InputError& e) {
+    c.fail("{}", e.what());
+  }
+  if (warn && dp.has_backend() && ds->format != "lmdb" && ds->format != "leveldb")
+    log::warn("{}: data_param.backend {} ignored: {} is an {} file", c.where,
+              proto::DataParameter::DB_Name(dp.backend()), dp.source(), ds->format);
+  const DatasetField* data = ds->field("data");
+  if (!data || data->sample_shape.size() != 3) c.fail("{}: needs a 'data' field of (C,H,W) samples", dp.source());
+  if (c.node.outputs.size() > 1 && !ds->field("label")) c.fail("{} has no labels for the second top", dp.source());
+  return ds;
+}
+
+// The transform_param of a Data layer over its dataset's samples.
+Transform data_transform(const OpContext& c, const Dataset& ds) {
+  return Transform(c.node.param.transform_param(), ds.field("data")->sample_shape, c.phase == proto::TRAIN, c.where);
+}
+
+class DataDef final : public OpDef {
  public:
-  explicit DataOp(const OpInit& i) : Op(i), p_(i.node.param.data_param()) {
-    const auto& dp = p_;
-    if (!dp.has_source()) fail("data_param.source is required");
-    if (dp.batch_size() == 0) fail("data_param.batch_size must be positive");
+  int min_inputs(const OpContext&) const override { return 0; }
+  int max_outputs(const OpContext&) const override { return 2; }
+  void check(const OpContext& c) const override {
+    const auto& dp = c.node.param.data_param();
+    if (!dp.has_source()) c.fail("data_param.source is required");
+    if (dp.batch_size() == 0) c.fail("data_param.batch_size must be positive");
     if (dp.has_scale() || dp.has_mean_file() || dp.has_crop_size() || dp.has_mirror())
-      fail("data_param scale/mean_file/crop_size/mirror are deprecated; use transform_param");
-    try {
-      ds_ = open_dataset(dp.source());
-    } catch (const InputError& e) {
-      fail("{}", e.what());
-    }
-    if (dp.has_backend() && ds_->format != "lmdb" && ds_->format != "leveldb")
-      log::warn("{}: data_param.backend {} ignored: {} is an {} file", where_,
-                proto::DataParameter::DB_Name(dp.backend()), dp.source(), ds_->format);
-    const DatasetField* data = ds_->field("data");
-    if (!data || data->sample_shape.size() != 3)
-      fail("{}: needs a 'data' field of (C,H,W) samples", dp.source());
+      c.fail("data_param scale/mean_file/crop_size/mirror are deprecated; use transform_param");
+  }
+  // As the loader: the data field transformed, then the label field (field 1).
+  void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
+    auto ds = open_data(c, false);
+    int64_t batch = c.node.param.data_param().batch_size();
+    out[0] = batch_of(batch, data_transform(c, *ds).output_shape());
+    if (out.size() > 1) out[1] = batch_of(batch, ds->fields[1].sample_shape);
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.has_backward = false;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.data_layer = true;
+    return t;
+  }
+};
+
+// ---- HDF5Data ----
+
+// The HDF5 files a HDF5Data layer lists, with one field per top.
+std::shared_ptr<const Dataset> open_hdf5_data(const OpContext& c) {
+  std::vector<std::string> names(c.node.param.top().begin(), c.node.param.top().end());
+  try {
+    return open_hdf5_list(c.node.param.hdf5_data_param().source(), names);
+  } catch (const InputError& e) {
+    c.fail("{}", e.what());
+  }
+}
+
+class HDF5DataDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 0; }
+  int max_outputs(const OpContext&) const override { return -1; }
+  void check(const OpContext& c) const override {
+    const auto& p = c.node.param.hdf5_data_param();
+    if (!p.has_source()) c.fail("hdf5_data_param.source is required");
+    if (p.batch_size() == 0) c.fail("hdf5_data_param.batch_size must be positive");
+    if (c.node.param.has_transform_param()) c.fail("HDF5Data does not transform data; remove transform_param");
+  }
+  void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
+    auto ds = open_hdf5_data(c);
+    int64_t batch = c.node.param.hdf5_data_param().batch_size();
+    for (size_t j = 0; j < out.size(); ++j) out[j] = batch_of(batch, ds->fields[j].sample_shape);
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.has_backward = false;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.data_layer = true;
+    return t;
+  }
+};
+
+// ---- Kernels ----
+
+class InputKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void forward(OpCall&) override {}
+};
+
+class DataKernel final : public Kernel {
+ public:
+  explicit DataKernel(const OpInit& i) : Kernel(i), ds_(open_data(context(), true)) {
+    const auto& dp = i.node.param.data_param();
     std::vector<int> fields{0};
-    if (i.node.outputs.size() > 1) {
-      if (!ds_->field("label")) fail("{} has no labels for the second top", dp.source());
-      fields.push_back(1);
-    }
+    if (i.node.outputs.size() > 1) fields.push_back(1);
     LoaderOptions opt;
     opt.batch = dp.batch_size();
     opt.seed = i.seed;
     opt.name = i.node.name;
-    if (dp.rand_skip() > 0) opt.skip = static_cast<int64_t>(Rng::derive(i.seed, i.node.name + ".skip").below(dp.rand_skip() + 1));
-    loader_ = std::make_unique<BatchLoader>(
-        ds_, fields, Transform(i.node.param.transform_param(), data->sample_shape, i.phase == proto::TRAIN, where_), opt);
-  }
-  int min_inputs() const override { return 0; }
-  int max_outputs() const override { return 2; }
-  bool has_backward() const override { return false; }
-  void infer(const std::vector<Shape>&, std::vector<Shape>& out) override {
-    auto shapes = loader_->output_shapes();
-    for (size_t j = 0; j < out.size(); ++j) out[j] = shapes[j];
+    if (dp.rand_skip() > 0)
+      opt.skip = static_cast<int64_t>(Rng::derive(i.seed, i.node.name + ".skip").below(dp.rand_skip() + 1));
+    loader_ = std::make_unique<BatchLoader>(ds_, fields, data_transform(context(), *ds_), opt);
   }
   void forward(OpCall& c) override { loader_->load(c.step, c.out); }
   int64_t dataset_size() const override { return ds_->size; }
@@ -88,53 +177,40 @@ class DataOp final : public Op {
   }
 
  private:
-  proto::DataParameter p_;
   std::shared_ptr<const Dataset> ds_;
   std::unique_ptr<BatchLoader> loader_;
 };
 
-class HDF5DataOp final : public Op {
+class HDF5DataKernel final : public Kernel {
  public:
-  explicit HDF5DataOp(const OpInit& i) : Op(i), p_(i.node.param.hdf5_data_param()) {
-    if (!p_.has_source()) fail("hdf5_data_param.source is required");
-    if (p_.batch_size() == 0) fail("hdf5_data_param.batch_size must be positive");
-    if (i.node.param.has_transform_param()) fail("HDF5Data does not transform data; remove transform_param");
-    std::vector<std::string> names(i.node.param.top().begin(), i.node.param.top().end());
-    try {
-      ds_ = open_hdf5_list(p_.source(), names);
-    } catch (const InputError& e) {
-      fail("{}", e.what());
-    }
-    std::vector<int> fields(names.size());
-    for (size_t k = 0; k < names.size(); ++k) fields[k] = static_cast<int>(k);
+  explicit HDF5DataKernel(const OpInit& i) : Kernel(i), ds_(open_hdf5_data(context())) {
+    const auto& p = i.node.param.hdf5_data_param();
+    std::vector<int> fields(static_cast<size_t>(i.node.param.top_size()));
+    for (size_t k = 0; k < fields.size(); ++k) fields[k] = static_cast<int>(k);
     LoaderOptions opt;
-    opt.batch = p_.batch_size();
-    opt.shuffle = p_.shuffle();
+    opt.batch = p.batch_size();
+    opt.shuffle = p.shuffle();
     opt.seed = i.seed;
     opt.name = i.node.name;
     loader_ = std::make_unique<BatchLoader>(ds_, fields, std::nullopt, opt);
-  }
-  int min_inputs() const override { return 0; }
-  int max_outputs() const override { return -1; }
-  bool has_backward() const override { return false; }
-  void infer(const std::vector<Shape>&, std::vector<Shape>& out) override {
-    auto shapes = loader_->output_shapes();
-    for (size_t j = 0; j < out.size(); ++j) out[j] = shapes[j];
   }
   void forward(OpCall& c) override { loader_->load(c.step, c.out); }
   int64_t dataset_size() const override { return ds_->size; }
   std::string kernel_name() const override { return fmt::format("hdf5, {} samples in memory", ds_->size); }
 
  private:
-  proto::HDF5DataParameter p_;
   std::shared_ptr<const Dataset> ds_;
   std::unique_ptr<BatchLoader> loader_;
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("Input", InputOp);
-BKS_REGISTER_OP("Data", DataOp);
-BKS_REGISTER_OP("HDF5Data", HDF5DataOp);
+BKS_REGISTER_OP_DEF("Input", InputDef);
+BKS_REGISTER_OP_DEF("Data", DataDef);
+BKS_REGISTER_OP_DEF("HDF5Data", HDF5DataDef);
+
+BKS_REGISTER_KERNEL("Input", ::bks::DeviceKind::cpu, InputKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Data", ::bks::DeviceKind::cpu, DataKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("HDF5Data", ::bks::DeviceKind::cpu, HDF5DataKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

@@ -6,36 +6,48 @@
 namespace bks {
 namespace {
 
-class DeconvolutionOp final : public Op {
+// The equivalent convolution, from the deconvolution's output (src) to its input `in` (dst).
+ConvGeometry deconv_geometry(const OpContext& c, const Shape& in) {
+  ConvGeometry g = parse_conv_layer(c);
+  c.expect_ndim(in, 4, 4, "bottom");
+  g.n = in[0];
+  g.oc = in[1];
+  g.oh = in[2];
+  g.ow = in[3];
+  g.c = c.node.param.convolution_param().num_output();
+  if (g.c % g.group || g.oc % g.group)
+    c.fail("channels {} and num_output {} must both be divisible by group {}", g.oc, g.c, g.group);
+  g.h = g.sh * (g.oh - 1) + (g.dh * (g.kh - 1) + 1) - 2 * g.ph;
+  g.w = g.sw * (g.ow - 1) + (g.dw * (g.kw - 1) + 1) - 2 * g.pw;
+  if (g.h <= 0 || g.w <= 0) c.fail("output size {}x{} is not positive", g.h, g.w);
+  return g;
+}
+
+class DeconvolutionDef final : public OpDef {
  public:
-  explicit DeconvolutionOp(const OpInit& init) : Op(init), p_(init.node.param.convolution_param()) {
-    if (!init.node.param.has_convolution_param()) fail("convolution_param is required");
-    if (p_.num_output() == 0) fail("convolution_param.num_output must be positive");
-    parse_conv_param(p_, g_, [this](const std::string& m) { fail("convolution_param: {}", m); });
-  }
-  int min_inputs() const override { return 1; }
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override { parse_conv_layer(c); }
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    expect_ndim(in[0], 4, 4, "bottom");
-    // g_ describes the equivalent convolution: from the deconvolution's output (src) to its
-    // input (dst).
-    g_.n = in[0][0];
-    g_.oc = in[0][1];
-    g_.oh = in[0][2];
-    g_.ow = in[0][3];
-    g_.c = p_.num_output();
-    if (g_.c % g_.group || g_.oc % g_.group)
-      fail("channels {} and num_output {} must both be divisible by group {}", g_.oc, g_.c, g_.group);
-    g_.h = g_.sh * (g_.oh - 1) + (g_.dh * (g_.kh - 1) + 1) - 2 * g_.ph;
-    g_.w = g_.sw * (g_.ow - 1) + (g_.dw * (g_.kw - 1) + 1) - 2 * g_.pw;
-    if (g_.h <= 0 || g_.w <= 0) fail("output size {}x{} is not positive", g_.h, g_.w);
-    out[0] = {g_.n, g_.c, g_.h, g_.w};
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    ConvGeometry g = deconv_geometry(c, in[0]);
+    out[0] = {g.n, g.c, g.h, g.w};
   }
 
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) override {
-    std::vector<ParamDecl> d{{{g_.oc, g_.c / g_.group, g_.kh, g_.kw}, p_.weight_filler(), true}};
-    if (p_.bias_term()) d.push_back({{g_.c}, p_.bias_filler(), true});
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    const auto& p = c.node.param.convolution_param();
+    ConvGeometry g = deconv_geometry(c, in[0]);
+    std::vector<ParamDecl> d{{{g.oc, g.c / g.group, g.kh, g.kw}, p.weight_filler(), true}};
+    if (p.bias_term()) d.push_back({{g.c}, p.bias_filler(), true});
     return d;
+  }
+};
+
+class DeconvolutionKernel final : public Kernel {
+ public:
+  explicit DeconvolutionKernel(const OpInit& init) : Kernel(init), p_(init.node.param.convolution_param()) {}
+
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    g_ = deconv_geometry(context(), in[0]);
   }
 
   void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
@@ -87,6 +99,7 @@ class DeconvolutionOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Deconvolution", DeconvolutionOp);
+BKS_REGISTER_OP_DEF("Deconvolution", DeconvolutionDef);
+BKS_REGISTER_KERNEL("Deconvolution", ::bks::DeviceKind::cpu, DeconvolutionKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

@@ -8,17 +8,35 @@
 namespace bks {
 namespace {
 
-class DropoutOp final : public Op {
+// dropout_param.dropout_ratio, checked.
+float dropout_ratio(const OpContext& c) {
+  float r = c.node.param.dropout_param().dropout_ratio();
+  if (!(r >= 0.f && r < 1.f)) c.fail("dropout_ratio must be in [0, 1), got {}", r);
+  return r;
+}
+
+class DropoutDef final : public OpDef {
  public:
-  explicit DropoutOp(const OpInit& i) : Op(i), ratio_(i.node.param.dropout_param().dropout_ratio()) {
-    if (!(ratio_ >= 0.f && ratio_ < 1.f)) fail("dropout_ratio must be in [0, 1), got {}", ratio_);
-    scale_ = 1.f / (1.f - ratio_);
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override { dropout_ratio(c); }
+  void infer(const OpContext&, const std::vector<Shape>& in, std::vector<Shape>& out) const override { out[0] = in[0]; }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.allows_inplace = true;
+    f.backward_reads_input = false;
+    return f;
   }
-  int min_inputs() const override { return 1; }
-  bool allows_inplace() const override { return true; }
-  bool backward_reads_input() const override { return false; }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.training_only = true;
+    return t;
+  }
+};
+
+class DropoutKernel final : public Kernel {
+ public:
+  explicit DropoutKernel(const OpInit& i) : Kernel(i), ratio_(dropout_ratio(context())), scale_(1.f / (1.f - ratio_)) {}
   LayoutRule layout_rule() const override { return LayoutRule::any_in_same_out; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override { out[0] = in[0]; }
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     float* y = c.out[0]->f32();
@@ -58,6 +76,7 @@ class DropoutOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Dropout", DropoutOp);
+BKS_REGISTER_OP_DEF("Dropout", DropoutDef);
+BKS_REGISTER_KERNEL("Dropout", ::bks::DeviceKind::cpu, DropoutKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

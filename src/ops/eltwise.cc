@@ -1,4 +1,5 @@
 // Eltwise: SUM (with per-input coefficients), PROD and MAX of same-shaped inputs.
+#include <algorithm>
 #include <cfloat>
 
 #include "core/parallel.h"
@@ -7,23 +8,52 @@
 namespace bks {
 namespace {
 
-class EltwiseOp final : public Op {
- public:
-  explicit EltwiseOp(const OpInit& i) : Op(i), p_(i.node.param.eltwise_param()), n_in_(i.node.inputs.size()) {
-    if (p_.coeff_size() && p_.coeff_size() != static_cast<int>(n_in_))
-      fail("eltwise_param.coeff needs one value per bottom ({} bottoms, {} coeffs)", n_in_, p_.coeff_size());
-    if (p_.coeff_size() && p_.operation() != proto::EltwiseParameter::SUM) fail("coeff applies to SUM only");
-    for (size_t k = 0; k < n_in_; ++k) coeff_.push_back(p_.coeff_size() ? p_.coeff(static_cast<int>(k)) : 1.f);
-  }
-  int min_inputs() const override { return 2; }
-  int max_inputs() const override { return -1; }
-  bool backward_reads_input() const override { return p_.operation() == proto::EltwiseParameter::PROD; }
-  bool backward_reads_output() const override { return p_.operation() == proto::EltwiseParameter::PROD && !p_.stable_prod_grad(); }
+// One coefficient per bottom (1 unless eltwise_param.coeff gives them), checked.
+std::vector<float> eltwise_coeffs(const OpContext& c) {
+  const auto& p = c.node.param.eltwise_param();
+  size_t n_in = c.node.inputs.size();
+  if (p.coeff_size() && p.coeff_size() != static_cast<int>(n_in))
+    c.fail("eltwise_param.coeff needs one value per bottom ({} bottoms, {} coeffs)", n_in, p.coeff_size());
+  if (p.coeff_size() && p.operation() != proto::EltwiseParameter::SUM) c.fail("coeff applies to SUM only");
+  std::vector<float> coeff;
+  for (size_t k = 0; k < n_in; ++k) coeff.push_back(p.coeff_size() ? p.coeff(static_cast<int>(k)) : 1.f);
+  return coeff;
+}
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+class EltwiseDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 2; }
+  int max_inputs(const OpContext&) const override { return -1; }
+  void check(const OpContext& c) const override { eltwise_coeffs(c); }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     for (size_t k = 1; k < in.size(); ++k)
-      if (in[k] != in[0]) fail("bottom {} shape {} differs from bottom 0 shape {}", k, shape_str(in[k]), shape_str(in[0]));
+      if (in[k] != in[0])
+        c.fail("bottom {} shape {} differs from bottom 0 shape {}", k, shape_str(in[k]), shape_str(in[0]));
     out[0] = in[0];
+  }
+  OpFacts facts(const OpContext& c, const std::vector<Shape>&) const override {
+    const auto& p = c.node.param.eltwise_param();
+    bool prod = p.operation() == proto::EltwiseParameter::PROD;
+    OpFacts f;
+    f.backward_reads_input = prod;
+    f.backward_reads_output = prod && !p.stable_prod_grad();
+    return f;
+  }
+  OpTraits traits(const Node& n) const override {
+    const auto& p = n.param.eltwise_param();
+    OpTraits t;
+    t.residual_sum = p.operation() == proto::EltwiseParameter::SUM && n.inputs.size() == 2 &&
+                     std::all_of(p.coeff().begin(), p.coeff().end(), [](float k) { return k == 1.f; });
+    return t;
+  }
+};
+
+class EltwiseKernel final : public Kernel {
+ public:
+  explicit EltwiseKernel(const OpInit& i)
+      : Kernel(i), p_(i.node.param.eltwise_param()), coeff_(eltwise_coeffs(context())) {}
+
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     if (p_.operation() == proto::EltwiseParameter::MAX) argmax_.reshape(in[0]);
   }
 
@@ -113,13 +143,13 @@ class EltwiseOp final : public Op {
 
  private:
   proto::EltwiseParameter p_;
-  size_t n_in_;
   std::vector<float> coeff_;
   Tensor argmax_{Shape{0}, DType::s32};
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("Eltwise", EltwiseOp);
+BKS_REGISTER_OP_DEF("Eltwise", EltwiseDef);
+BKS_REGISTER_KERNEL("Eltwise", ::bks::DeviceKind::cpu, EltwiseKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

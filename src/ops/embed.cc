@@ -6,23 +6,35 @@
 namespace bks {
 namespace {
 
-class EmbedOp final : public Op {
+class EmbedDef final : public OpDef {
  public:
-  explicit EmbedOp(const OpInit& i) : Op(i), p_(i.node.param.embed_param()) {
-    if (p_.num_output() == 0 || p_.input_dim() == 0) fail("embed_param needs positive num_output and input_dim");
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override {
+    const proto::EmbedParameter& p = c.node.param.embed_param();
+    if (p.num_output() == 0 || p.input_dim() == 0) c.fail("embed_param needs positive num_output and input_dim");
   }
-  int min_inputs() const override { return 1; }
-  bool can_propagate_to(int) const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     out[0] = in[0];
-    out[0].push_back(p_.num_output());
-    m_ = shape_numel(in[0]);
+    out[0].push_back(c.node.param.embed_param().num_output());
   }
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
-    std::vector<ParamDecl> d{{{p_.input_dim(), p_.num_output()}, p_.weight_filler(), true}};
-    if (p_.bias_term()) d.push_back({{p_.num_output()}, p_.bias_filler(), true});
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>&) const override {
+    const proto::EmbedParameter& p = c.node.param.embed_param();
+    std::vector<ParamDecl> d{{{p.input_dim(), p.num_output()}, p.weight_filler(), true}};
+    if (p.bias_term()) d.push_back({{p.num_output()}, p.bias_filler(), true});
     return d;
   }
+  // The input holds indices: it takes no gradient.
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
+    OpFacts f;
+    f.can_propagate_to.assign(in.size(), false);
+    return f;
+  }
+};
+
+class EmbedKernel final : public Kernel {
+ public:
+  explicit EmbedKernel(const OpInit& i) : Kernel(i), p_(i.node.param.embed_param()) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override { m_ = shape_numel(in[0]); }
   int64_t index(float v) const {
     auto k = static_cast<int64_t>(v);
     if (k < 0 || k >= p_.input_dim() || static_cast<float>(k) != v)
@@ -65,6 +77,7 @@ class EmbedOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Embed", EmbedOp);
+BKS_REGISTER_OP_DEF("Embed", EmbedDef);
+BKS_REGISTER_KERNEL("Embed", ::bks::DeviceKind::cpu, EmbedKernel, "loops", ::bks::kReferencePriority, nullptr);
 
 }  // namespace bks

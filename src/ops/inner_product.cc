@@ -1,5 +1,6 @@
 // InnerProduct: y = x W^T + b over the axes from `axis` on; three fixed-shape GEMMs
 // (forward with the bias fused, weight gradient, input gradient) built at prepare time.
+#include "ops/conv_int8.h"
 #include "ops/matmul.h"
 #include "ops/matmul_int8.h"
 #include "ops/op.h"
@@ -7,27 +8,76 @@
 namespace bks {
 namespace {
 
-class InnerProductOp final : public Op {
- public:
-  explicit InnerProductOp(const OpInit& init) : Op(init), p_(init.node.param.inner_product_param()) {
-    if (p_.num_output() == 0) fail("inner_product_param.num_output must be positive");
-    fusion_ = init.node.param.fusion_param();
-    if (fusion_.residual_sum()) fail("fusion_param.residual_sum is supported on Convolution only");
-    if (fusion_.relu() && init.phase == proto::TRAIN) fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
-    read_int8_thresholds(init, int8_threshold_, int8_out_threshold_);
-  }
-  int min_inputs() const override { return 1; }
+// Checks the layer's attributes: inner_product_param, fusion_param (set by bakusoku deploy,
+// inference only) and INT8 thresholds.
+void check_inner_product(const OpContext& c) {
+  if (c.node.param.inner_product_param().num_output() == 0) c.fail("inner_product_param.num_output must be positive");
+  const proto::FusionParameter& f = c.node.param.fusion_param();
+  if (f.residual_sum()) c.fail("fusion_param.residual_sum is supported on Convolution only");
+  if (f.relu() && c.phase == proto::TRAIN) c.fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
+  int8_thresholds(c);
+}
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int axis = canonical_axis(p_.axis(), static_cast<int>(in[0].size()), "inner_product_param.axis");
-    int64_t k = shape_count(in[0], axis, static_cast<int>(in[0].size()));
-    if (k_ && k != k_) fail("input has {} features per item but the weights expect {}", k, k_);
-    k_ = k;
-    m_ = shape_count(in[0], 0, axis);
-    n_ = p_.num_output();
-    out[0] = Shape(in[0].begin(), in[0].begin() + axis);
-    out[0].push_back(n_);
-    out_shape_ = out[0];
+// The GEMM for an input of shape `in`: m items of k features each, n outputs per item.
+struct InnerProductGeometry {
+  int64_t m = 0, n = 0, k = 0;
+  Shape out;
+};
+
+InnerProductGeometry inner_product_geometry(const OpContext& c, const Shape& in) {
+  const auto& p = c.node.param.inner_product_param();
+  int axis = canonical_axis(p.axis(), static_cast<int>(in.size()), "inner_product_param.axis");
+  InnerProductGeometry g;
+  g.k = shape_count(in, axis, static_cast<int>(in.size()));
+  g.m = shape_count(in, 0, axis);
+  g.n = p.num_output();
+  g.out = Shape(in.begin(), in.begin() + axis);
+  g.out.push_back(g.n);
+  return g;
+}
+
+class InnerProductDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override { check_inner_product(c); }
+
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    out[0] = inner_product_geometry(c, in[0]).out;
+  }
+
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    const auto& p = c.node.param.inner_product_param();
+    InnerProductGeometry g = inner_product_geometry(c, in[0]);
+    Shape w = p.transpose() ? Shape{g.k, g.n} : Shape{g.n, g.k};
+    std::vector<ParamDecl> d{{w, p.weight_filler(), true}};
+    if (p.bias_term()) d.push_back({{g.n}, p.bias_filler(), true});
+    return d;
+  }
+
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.weighted_linear = true;
+    return t;
+  }
+};
+
+class InnerProductKernel final : public Kernel {
+ public:
+  explicit InnerProductKernel(const OpInit& init)
+      : Kernel(init), p_(init.node.param.inner_product_param()), fusion_(init.node.param.fusion_param()) {
+    Int8Thresholds t = int8_thresholds(context());
+    int8_threshold_ = t.in;
+    int8_out_threshold_ = t.out;
+  }
+
+  // The weights were sized for the first input's features; a reshaped input must keep them.
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    InnerProductGeometry g = inner_product_geometry(context(), in[0]);
+    if (k_ && g.k != k_) fail("input has {} features per item but the weights expect {}", g.k, k_);
+    m_ = g.m;
+    n_ = g.n;
+    k_ = g.k;
+    out_shape_ = g.out;
   }
 
   // INT8 reads its input in any layout and type (converting it to int8 rows itself) and
@@ -38,13 +88,6 @@ class InnerProductOp final : public Op {
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>&) override {
     auto t = int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_);
     return t == memory::data_type::f32 ? memory::desc() : plain_md(out_shape_, t);
-  }
-
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
-    Shape w = p_.transpose() ? Shape{k_, n_} : Shape{n_, k_};
-    std::vector<ParamDecl> d{{w, p_.weight_filler(), true}};
-    if (p_.bias_term()) d.push_back({{n_}, p_.bias_filler(), true});
-    return d;
   }
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>&) override {
@@ -116,6 +159,7 @@ class InnerProductOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("InnerProduct", InnerProductOp);
+BKS_REGISTER_OP_DEF("InnerProduct", InnerProductDef);
+BKS_REGISTER_KERNEL("InnerProduct", ::bks::DeviceKind::cpu, InnerProductKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

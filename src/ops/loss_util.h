@@ -1,4 +1,5 @@
-// Caffe's loss normalisation (LossParameter.normalization, and the deprecated `normalize`).
+// Caffe's loss normalisation (LossParameter.normalization, and the deprecated `normalize`)
+// and ignore_label.
 #pragma once
 
 #include <algorithm>
@@ -25,5 +26,18 @@ inline float loss_normalizer(proto::LossParameter::NormalizationMode m, int64_t 
   }
   return static_cast<float>(std::max(n, 1.0));
 }
+
+// loss_param.ignore_label: items whose label is `label` take no loss and no gradient.
+struct IgnoreLabel {
+  bool on = false;
+  int label = -1;
+  static IgnoreLabel from(const proto::LayerParameter& lp) {
+    const auto& p = lp.loss_param();
+    return p.has_ignore_label() ? IgnoreLabel{true, p.ignore_label()} : IgnoreLabel{};
+  }
+  bool skips(int l) const { return on && l == label; }
+  // A label held as float: converted only when there is an ignore_label.
+  bool skips(float l) const { return on && static_cast<int>(l) == label; }
+};
 
 }  // namespace bks

@@ -6,17 +6,23 @@
 namespace bks {
 namespace {
 
-class LRNOp final : public Op {
+class LRNDef final : public OpDef {
  public:
-  explicit LRNOp(const OpInit& i) : Op(i), p_(i.node.param.lrn_param()) {
-    if (p_.local_size() % 2 == 0) fail("lrn_param.local_size must be odd, got {}", p_.local_size());
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override {
+    const proto::LRNParameter& p = c.node.param.lrn_param();
+    if (p.local_size() % 2 == 0) c.fail("lrn_param.local_size must be odd, got {}", p.local_size());
   }
-  int min_inputs() const override { return 1; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    expect_ndim(in[0], 4, 4, "bottom");
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    c.expect_ndim(in[0], 4, 4, "bottom");
     out[0] = in[0];
-    shape_ = in[0];
   }
+};
+
+class LRNKernel final : public Kernel {
+ public:
+  explicit LRNKernel(const OpInit& i) : Kernel(i), p_(i.node.param.lrn_param()) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override { shape_ = in[0]; }
   void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
     auto& be = static_cast<CpuBackend&>(backend_);
     auto md = plain_md(shape_);
@@ -42,7 +48,7 @@ class LRNOp final : public Op {
       dsrc_ = memory(md, be.engine(), nullptr);
       ddst_ = memory(md, be.engine(), nullptr);
     }
-    name_ = fpd.impl_info_str();
+    impl_ = fpd.impl_info_str();
   }
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
@@ -62,18 +68,19 @@ class LRNOp final : public Op {
     bwd_.execute(s, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_DST, ddst_}, {DNNL_ARG_DIFF_SRC, dsrc_}, {DNNL_ARG_WORKSPACE, ws_}});
     s.wait();
   }
-  std::string kernel_name() const override { return "oneDNN " + name_; }
+  std::string kernel_name() const override { return "oneDNN " + impl_; }
 
  private:
   proto::LRNParameter p_;
   Shape shape_;
   DnnlPrimitive fwd_, bwd_;
   memory src_, dst_, ws_, dsrc_, ddst_;
-  std::string name_;
+  std::string impl_;  // what oneDNN runs
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("LRN", LRNOp);
+BKS_REGISTER_OP_DEF("LRN", LRNDef);
+BKS_REGISTER_KERNEL("LRN", ::bks::DeviceKind::cpu, LRNKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

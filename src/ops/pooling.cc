@@ -14,60 +14,124 @@
 namespace bks {
 namespace {
 
-class PoolingOp final : public Op {
- public:
-  explicit PoolingOp(const OpInit& init) : Op(init), p_(init.node.param.pooling_param()) {
-    if (p_.pool() == proto::PoolingParameter::STOCHASTIC) fail("STOCHASTIC pooling is not supported");
-    global_ = p_.global_pooling();
-    if (global_) {
-      if (p_.has_kernel_size() || p_.has_kernel_h() || p_.has_kernel_w())
-        fail("global_pooling takes no kernel size");
-    } else if (p_.has_kernel_size()) {
-      if (p_.has_kernel_h() || p_.has_kernel_w()) fail("give kernel_size or kernel_h/kernel_w, not both");
-      kh_ = kw_ = p_.kernel_size();
-    } else if (p_.has_kernel_h() && p_.has_kernel_w()) {
-      kh_ = p_.kernel_h();
-      kw_ = p_.kernel_w();
-    } else {
-      fail("pooling_param needs kernel_size or kernel_h and kernel_w");
-    }
-    if (!global_ && (kh_ <= 0 || kw_ <= 0)) fail("kernel size must be positive");
-    if (p_.has_pad_h() || p_.has_pad_w()) {
-      ph_ = p_.pad_h();
-      pw_ = p_.pad_w();
-    } else {
-      ph_ = pw_ = p_.pad();
-    }
-    if (p_.has_stride_h() || p_.has_stride_w()) {
-      sh_ = p_.stride_h();
-      sw_ = p_.stride_w();
-    } else {
-      sh_ = sw_ = p_.stride();
-    }
-    if (sh_ <= 0 || sw_ <= 0) fail("stride must be positive");
-    if (global_ && (ph_ || pw_ || sh_ != 1 || sw_ != 1)) fail("global_pooling takes no pad and stride 1");
-    max_ = p_.pool() == proto::PoolingParameter::MAX;
+// Pooling's attributes, checked; errors name the field. kh/kw are 0 for global pooling
+// (the window is the input's plane, see pool_geometry()).
+struct PoolAttrs {
+  bool global = false, max = true, ceil = true;
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
+};
+
+PoolAttrs pool_attrs(const OpContext& c) {
+  const proto::PoolingParameter& p = c.node.param.pooling_param();
+  PoolAttrs a;
+  if (p.pool() == proto::PoolingParameter::STOCHASTIC) c.fail("STOCHASTIC pooling is not supported");
+  a.global = p.global_pooling();
+  if (a.global) {
+    if (p.has_kernel_size() || p.has_kernel_h() || p.has_kernel_w()) c.fail("global_pooling takes no kernel size");
+  } else if (p.has_kernel_size()) {
+    if (p.has_kernel_h() || p.has_kernel_w()) c.fail("give kernel_size or kernel_h/kernel_w, not both");
+    a.kh = a.kw = p.kernel_size();
+  } else if (p.has_kernel_h() && p.has_kernel_w()) {
+    a.kh = p.kernel_h();
+    a.kw = p.kernel_w();
+  } else {
+    c.fail("pooling_param needs kernel_size or kernel_h and kernel_w");
   }
-  int min_inputs() const override { return 1; }
+  if (!a.global && (a.kh <= 0 || a.kw <= 0)) c.fail("kernel size must be positive");
+  if (p.has_pad_h() || p.has_pad_w()) {
+    a.ph = p.pad_h();
+    a.pw = p.pad_w();
+  } else {
+    a.ph = a.pw = p.pad();
+  }
+  if (p.has_stride_h() || p.has_stride_w()) {
+    a.sh = p.stride_h();
+    a.sw = p.stride_w();
+  } else {
+    a.sh = a.sw = p.stride();
+  }
+  if (a.sh <= 0 || a.sw <= 0) c.fail("stride must be positive");
+  if (a.global && (a.ph || a.pw || a.sh != 1 || a.sw != 1)) c.fail("global_pooling takes no pad and stride 1");
+  a.max = p.pool() == proto::PoolingParameter::MAX;
+  a.ceil = p.round_mode() == proto::PoolingParameter::CEIL;
+  return a;
+}
+
+// Output extent of one spatial axis, with Caffe's rounding.
+int64_t pool_out_size(const PoolAttrs& a, int64_t in, int64_t k, int64_t s, int64_t p) {
+  int64_t o;
+  if (a.ceil)
+    o = static_cast<int64_t>(std::ceil(static_cast<double>(in + 2 * p - k) / s)) + 1;
+  else
+    o = (in + 2 * p - k) / s + 1;
+  // Caffe: the last window must start inside the input or its left padding.
+  if (p > 0 && (o - 1) * s >= in + p) --o;
+  return o;
+}
+
+// The geometry for a 4-d input: its extents, the window (global pooling: the whole plane)
+// and the output's spatial extents. InputError when the window does not fit.
+struct PoolGeometry {
+  int64_t n, c, h, w, kh, kw, oh, ow;
+};
+
+PoolGeometry pool_geometry(const OpContext& c, const PoolAttrs& a, const Shape& in) {
+  c.expect_ndim(in, 4, 4, "bottom");
+  PoolGeometry g{in[0], in[1], in[2], in[3], a.kh, a.kw, 0, 0};
+  if (a.global) {
+    g.kh = g.h;
+    g.kw = g.w;
+  }
+  if (a.ph >= g.kh || a.pw >= g.kw) c.fail("pad must be smaller than the kernel");
+  g.oh = pool_out_size(a, g.h, g.kh, a.sh, a.ph);
+  g.ow = pool_out_size(a, g.w, g.kw, a.sw, a.pw);
+  if (g.oh <= 0 || g.ow <= 0) c.fail("kernel {}x{} does not fit the {}x{} input", g.kh, g.kw, g.h, g.w);
+  return g;
+}
+
+class PoolingDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override { pool_attrs(c); }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    PoolGeometry g = pool_geometry(c, pool_attrs(c), in[0]);
+    out[0] = {g.n, g.c, g.oh, g.ow};
+  }
   // Max pooling keeps the winners' positions (oneDNN's workspace or our argmax), average
   // pooling needs nothing: backward never reads the input, so it may be freed early.
-  bool backward_reads_input() const override { return false; }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.backward_reads_input = false;
+    return f;
+  }
+  OpTraits traits(const Node& n) const override {
+    OpTraits t;
+    t.max_pooling = n.param.pooling_param().pool() == proto::PoolingParameter::MAX;
+    return t;
+  }
+};
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    expect_ndim(in[0], 4, 4, "bottom");
-    n_ = in[0][0];
-    c_ = in[0][1];
-    h_ = in[0][2];
-    w_ = in[0][3];
-    if (global_) {
-      kh_ = h_;
-      kw_ = w_;
-    }
-    if (ph_ >= kh_ || pw_ >= kw_) fail("pad must be smaller than the kernel");
-    oh_ = out_size(h_, kh_, sh_, ph_);
-    ow_ = out_size(w_, kw_, sw_, pw_);
-    if (oh_ <= 0 || ow_ <= 0) fail("kernel {}x{} does not fit the {}x{} input", kh_, kw_, h_, w_);
-    out[0] = {n_, c_, oh_, ow_};
+class PoolingKernel final : public Kernel {
+ public:
+  explicit PoolingKernel(const OpInit& init)
+      : Kernel(init),
+        attrs_(pool_attrs(context())),
+        max_(attrs_.max),
+        sh_(attrs_.sh),
+        sw_(attrs_.sw),
+        ph_(attrs_.ph),
+        pw_(attrs_.pw) {}
+
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    PoolGeometry g = pool_geometry(context(), attrs_, in[0]);
+    n_ = g.n;
+    c_ = g.c;
+    h_ = g.h;
+    w_ = g.w;
+    kh_ = g.kh;
+    kw_ = g.kw;
+    oh_ = g.oh;
+    ow_ = g.ow;
     choose_algorithm();
   }
 
@@ -94,7 +158,7 @@ class PoolingOp final : public Op {
       if (max_ && phase_ == proto::TRAIN) argmax_.reshape(out[0], 0);
       src_block_ = channel_block(src);
       tiled_ = windows_tile() && pool_tiled_applies(c_, src_block_);
-      name_ = fmt::format("bakusoku channels-last {}{}", max_ ? "max" : "average",
+      impl_ = fmt::format("bakusoku channels-last {}{}", max_ ? "max" : "average",
                           !tiled_ ? "" : src_block_ ? fmt::format(" (tiled windows, from nChw{}c)", src_block_) : " (tiled windows)");
       return;
     }
@@ -104,7 +168,7 @@ class PoolingOp final : public Op {
       dst_.init(be.engine(), dst_user, plain_md(out[0]));
       ddst_.init(be.engine(), dst_user, plain_md(out[0]));
       dsrc_plain_.init(be.engine(), src, plain_md(in[0]));
-      name_ = "reference (Caffe AVE divisor with padding and ceil overhang)";
+      impl_ = "reference (Caffe AVE divisor with padding and ceil overhang)";
       return;
     }
     auto fpd = forward_pd(src);
@@ -113,7 +177,7 @@ class PoolingOp final : public Op {
     dst_.init(be.engine(), dst_user, fpd.dst_desc());
     bool training = phase_ == proto::TRAIN;
     if (training && max_) ws_ = memory(fpd.workspace_desc(), be.engine());
-    name_ = fpd.impl_info_str();
+    impl_ = fpd.impl_info_str();
     if (training) {
       dnnl::pooling_backward::primitive_desc bpd({alg_, src, fpd.dst_desc(), strides_, kernel_, pl_, pr_},
                                                  user_scratchpad(), be.engine(), fpd);
@@ -175,7 +239,7 @@ class PoolingOp final : public Op {
     s.wait();
   }
 
-  std::string kernel_name() const override { return use_dnnl_ && !channels_last_ ? "oneDNN " + name_ : name_; }
+  std::string kernel_name() const override { return use_dnnl_ && !channels_last_ ? "oneDNN " + impl_ : impl_; }
 
  private:
   // oneDNN runs MAX always and AVE when its divisor rule equals Caffe's.
@@ -200,17 +264,6 @@ class PoolingOp final : public Op {
     memory::desc dst_any({n_, c_, oh_, ow_}, src.data_type(), memory::format_tag::any);
     return dnnl::pooling_forward::primitive_desc({prop, alg_, src, dst_any, strides_, kernel_, pl_, pr_},
                                                  user_scratchpad(), static_cast<CpuBackend&>(backend_).engine());
-  }
-
-  int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) const {
-    int64_t o;
-    if (p_.round_mode() == proto::PoolingParameter::CEIL)
-      o = static_cast<int64_t>(std::ceil(static_cast<double>(in + 2 * p - k) / s)) + 1;
-    else
-      o = (in + 2 * p - k) / s + 1;
-    // Caffe: the last window must start inside the input or its left padding.
-    if (p > 0 && (o - 1) * s >= in + p) --o;
-    return o;
   }
 
   static memory::desc nhwc_md(const Shape& s) {
@@ -378,8 +431,8 @@ class PoolingOp final : public Op {
     });
   }
 
-  proto::PoolingParameter p_;
-  bool global_ = false, max_ = true, use_dnnl_ = true, channels_last_ = false;
+  PoolAttrs attrs_;
+  bool max_ = true, use_dnnl_ = true, channels_last_ = false;
   bool tiled_ = false;     // max pooling whose windows tile the input (see pooling_tiled.h)
   int64_t src_block_ = 0;  // the tiled kernel's input: 0 NHWC, 8/16 nChw8c/nChw16c
   Tensor argmax_{Shape{0}, DType::s32};
@@ -390,11 +443,12 @@ class PoolingOp final : public Op {
   memory::dims strides_, kernel_, pl_, pr_;
   memory src_m_, ws_;
   DnnlOperand dst_, ddst_, src_plain_, dsrc_plain_;
-  std::string name_;
+  std::string impl_;  // what runs, for kernel_name()
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("Pooling", PoolingOp);
+BKS_REGISTER_OP_DEF("Pooling", PoolingDef);
+BKS_REGISTER_KERNEL("Pooling", ::bks::DeviceKind::cpu, PoolingKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

@@ -4,21 +4,29 @@
 namespace bks {
 namespace {
 
-class PReLUOp final : public Op {
+class PReLUDef final : public OpDef {
  public:
-  explicit PReLUOp(const OpInit& i) : Op(i), p_(i.node.param.prelu_param()) {}
-  int min_inputs() const override { return 1; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+  int min_inputs(const OpContext&) const override { return 1; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    c.split_channels(in[0]);
+    out[0] = in[0];
+  }
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    const proto::PReLUParameter& p = c.node.param.prelu_param();
+    proto::FillerParameter f;
+    f.set_value(0.25f);
+    return {{{p.channel_shared() ? 1 : c.split_channels(in[0]).c}, p.has_filler() ? p.filler() : f, true}};
+  }
+};
+
+class PReLUKernel final : public Kernel {
+ public:
+  explicit PReLUKernel(const OpInit& i) : Kernel(i), p_(i.node.param.prelu_param()) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     auto [n, c, sp] = split_channels(in[0]);
     n_ = n;
     c_ = c;
     sp_ = sp;
-    out[0] = in[0];
-  }
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
-    proto::FillerParameter f;
-    f.set_value(0.25f);
-    return {{{p_.channel_shared() ? 1 : c_}, p_.has_filler() ? p_.filler() : f, true}};
   }
   float slope(const float* a, int64_t k) const { return p_.channel_shared() ? a[0] : a[k]; }
   void forward(OpCall& c) override {
@@ -65,6 +73,7 @@ class PReLUOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("PReLU", PReLUOp);
+BKS_REGISTER_OP_DEF("PReLU", PReLUDef);
+BKS_REGISTER_KERNEL("PReLU", ::bks::DeviceKind::cpu, PReLUKernel, "loops", ::bks::kReferencePriority, nullptr);
 
 }  // namespace bks

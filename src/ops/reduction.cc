@@ -8,16 +8,85 @@
 namespace bks {
 namespace {
 
-class ReductionOp final : public Op {
+// Reduction: the input as (outer, dim), reduced over dim, with the output shape.
+struct ReductionGeometry {
+  int64_t outer = 1, dim = 1;
+  Shape out;
+};
+
+ReductionGeometry reduction_geometry(const OpContext& c, const Shape& s) {
+  int nd = static_cast<int>(s.size());
+  int a = c.node.param.reduction_param().axis();
+  int axis = a == nd ? nd : canonical_axis(a, nd, "reduction_param.axis");
+  return {shape_count(s, 0, axis), shape_count(s, axis, nd), Shape(s.begin(), s.begin() + axis)};
+}
+
+// ArgMax: the input as (outer, dim, inner), ranked over dim, with the output shape.
+struct ArgMaxGeometry {
+  int64_t outer = 1, dim = 1, inner = 1;
+  bool with_val = false;  // without an axis, out_max_val puts the values after the indices
+  Shape out;
+};
+
+ArgMaxGeometry argmax_geometry(const OpContext& c, const Shape& s) {
+  const auto& p = c.node.param.argmax_param();
+  int nd = static_cast<int>(s.size());
+  int64_t k = p.top_k();
+  ArgMaxGeometry g;
+  if (p.has_axis()) {
+    int axis = canonical_axis(p.axis(), nd, "argmax_param.axis");
+    g.outer = shape_count(s, 0, axis);
+    g.dim = s[axis];
+    g.inner = shape_count(s, axis + 1, nd);
+    g.out = s;
+    g.out[axis] = k;
+    g.with_val = false;
+  } else {
+    g.outer = s[0];
+    g.dim = shape_count(s, 1, nd);
+    g.inner = 1;
+    g.out = {g.outer, p.out_max_val() ? 2 : 1, k};
+    g.with_val = p.out_max_val();
+  }
+  if (k > g.dim) c.fail("top_k {} exceeds the {} values it ranks", k, g.dim);
+  return g;
+}
+
+// ---- Definitions ----
+
+class ReductionDef final : public OpDef {
  public:
-  explicit ReductionOp(const OpInit& i) : Op(i), p_(i.node.param.reduction_param()) {}
-  int min_inputs() const override { return 1; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int nd = static_cast<int>(in[0].size());
-    int axis = p_.axis() == nd ? nd : canonical_axis(p_.axis(), nd, "reduction_param.axis");
-    outer_ = shape_count(in[0], 0, axis);
-    dim_ = shape_count(in[0], axis, nd);
-    out[0] = Shape(in[0].begin(), in[0].begin() + axis);
+  int min_inputs(const OpContext&) const override { return 1; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    out[0] = reduction_geometry(c, in[0]).out;
+  }
+};
+
+class ArgMaxDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  void check(const OpContext& c) const override {
+    if (c.node.param.argmax_param().top_k() < 1) c.fail("argmax_param.top_k must be at least 1");
+  }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    out[0] = argmax_geometry(c, in[0]).out;
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.has_backward = false;
+    return f;
+  }
+};
+
+// ---- Kernels ----
+
+class ReductionKernel final : public Kernel {
+ public:
+  explicit ReductionKernel(const OpInit& i) : Kernel(i), p_(i.node.param.reduction_param()) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    ReductionGeometry g = reduction_geometry(context(), in[0]);
+    outer_ = g.outer;
+    dim_ = g.dim;
   }
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
@@ -60,32 +129,15 @@ class ReductionOp final : public Op {
   int64_t outer_ = 1, dim_ = 1;
 };
 
-class ArgMaxOp final : public Op {
+class ArgMaxKernel final : public Kernel {
  public:
-  explicit ArgMaxOp(const OpInit& i) : Op(i), p_(i.node.param.argmax_param()) {
-    if (p_.top_k() < 1) fail("argmax_param.top_k must be at least 1");
-  }
-  int min_inputs() const override { return 1; }
-  bool has_backward() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int nd = static_cast<int>(in[0].size());
-    int64_t k = p_.top_k();
-    if (p_.has_axis()) {
-      int axis = canonical_axis(p_.axis(), nd, "argmax_param.axis");
-      outer_ = shape_count(in[0], 0, axis);
-      dim_ = in[0][axis];
-      inner_ = shape_count(in[0], axis + 1, nd);
-      out[0] = in[0];
-      out[0][axis] = k;
-      with_val_ = false;
-    } else {
-      outer_ = in[0][0];
-      dim_ = shape_count(in[0], 1, nd);
-      inner_ = 1;
-      out[0] = {outer_, p_.out_max_val() ? 2 : 1, k};
-      with_val_ = p_.out_max_val();
-    }
-    if (k > dim_) fail("top_k {} exceeds the {} values it ranks", k, dim_);
+  explicit ArgMaxKernel(const OpInit& i) : Kernel(i), p_(i.node.param.argmax_param()) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    ArgMaxGeometry g = argmax_geometry(context(), in[0]);
+    outer_ = g.outer;
+    dim_ = g.dim;
+    inner_ = g.inner;
+    with_val_ = g.with_val;
   }
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
@@ -117,7 +169,10 @@ class ArgMaxOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Reduction", ReductionOp);
-BKS_REGISTER_OP("ArgMax", ArgMaxOp);
+BKS_REGISTER_OP_DEF("Reduction", ReductionDef);
+BKS_REGISTER_OP_DEF("ArgMax", ArgMaxDef);
+
+BKS_REGISTER_KERNEL("Reduction", ::bks::DeviceKind::cpu, ReductionKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("ArgMax", ::bks::DeviceKind::cpu, ArgMaxKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

@@ -7,17 +7,62 @@
 namespace bks {
 namespace {
 
-class EuclideanLossOp final : public Op {
+// Items of a batch: the first axis (1 for a scalar).
+int64_t batch_items(const Shape& s) { return s.empty() ? 1 : s[0]; }
+
+// ---- Definitions ----
+
+class EuclideanLossDef final : public OpDef {
  public:
-  using Op::Op;
-  int min_inputs() const override { return 2; }
-  float default_loss_weight() const override { return 1.f; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
+  int min_inputs(const OpContext&) const override { return 2; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     if (shape_numel(in[0]) != shape_numel(in[1]))
-      fail("bottoms must have the same count: {} vs {}", shape_str(in[0]), shape_str(in[1]));
-    diff_.reshape(in[0]);
-    n_ = in[0].empty() ? 1 : in[0][0];
+      c.fail("bottoms must have the same count: {} vs {}", shape_str(in[0]), shape_str(in[1]));
     out[0] = {};
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.default_loss_weight = 1.f;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.loss = true;
+    return t;
+  }
+};
+
+class SigmoidCrossEntropyLossDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 2; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    if (shape_numel(in[0]) != shape_numel(in[1]))
+      c.fail("prediction and target counts differ: {} vs {}", shape_str(in[0]), shape_str(in[1]));
+    out[0] = {};
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
+    OpFacts f;
+    f.default_loss_weight = 1.f;
+    f.can_propagate_to.assign(in.size(), false);
+    f.can_propagate_to[0] = true;  // not to the targets
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.loss = true;
+    t.inference_form = "Sigmoid";
+    return t;
+  }
+};
+
+// ---- Kernels ----
+
+class EuclideanLossKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    diff_.reshape(in[0]);
+    n_ = batch_items(in[0]);
   }
   void forward(OpCall& c) override {
     const float* a = c.in[0]->f32();
@@ -45,24 +90,15 @@ class EuclideanLossOp final : public Op {
   int64_t n_ = 1;
 };
 
-class SigmoidCrossEntropyLossOp final : public Op {
+class SigmoidCrossEntropyLossKernel final : public Kernel {
  public:
-  explicit SigmoidCrossEntropyLossOp(const OpInit& i)
-      : Op(i), mode_(loss_mode(i.node.param, proto::LossParameter::BATCH_SIZE)) {
-    if (i.node.param.loss_param().has_ignore_label()) {
-      has_ignore_ = true;
-      ignore_ = i.node.param.loss_param().ignore_label();
-    }
-  }
-  int min_inputs() const override { return 2; }
-  float default_loss_weight() const override { return 1.f; }
-  bool can_propagate_to(int input) const override { return input == 0; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    if (shape_numel(in[0]) != shape_numel(in[1]))
-      fail("prediction and target counts differ: {} vs {}", shape_str(in[0]), shape_str(in[1]));
-    outer_ = in[0].empty() ? 1 : in[0][0];
+  explicit SigmoidCrossEntropyLossKernel(const OpInit& i)
+      : Kernel(i),
+        mode_(loss_mode(i.node.param, proto::LossParameter::BATCH_SIZE)),
+        ignore_(IgnoreLabel::from(i.node.param)) {}
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    outer_ = batch_items(in[0]);
     count_ = shape_numel(in[0]);
-    out[0] = {};
   }
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
@@ -70,7 +106,7 @@ class SigmoidCrossEntropyLossOp final : public Op {
     double loss = 0;
     int64_t valid = 0;
     for (int64_t i = 0; i < count_; ++i) {
-      if (has_ignore_ && static_cast<int>(t[i]) == ignore_) continue;
+      if (ignore_.skips(t[i])) continue;
       // Stable form of -[t log s(x) + (1 - t) log(1 - s(x))].
       loss += std::max(x[i], 0.f) - x[i] * t[i] + std::log1p(std::exp(-std::fabs(x[i])));
       ++valid;
@@ -85,7 +121,7 @@ class SigmoidCrossEntropyLossOp final : public Op {
     float* dx = c.in_grad[0]->f32();
     float g = c.out_grad[0]->f32()[0] / loss_normalizer(mode_, outer_, count_ / outer_, valid_);
     for (int64_t i = 0; i < count_; ++i) {
-      if (has_ignore_ && static_cast<int>(t[i]) == ignore_) {
+      if (ignore_.skips(t[i])) {
         dx[i] = 0.f;
         continue;
       }
@@ -95,14 +131,17 @@ class SigmoidCrossEntropyLossOp final : public Op {
 
  private:
   proto::LossParameter::NormalizationMode mode_;
-  bool has_ignore_ = false;
-  int ignore_ = -1;
+  IgnoreLabel ignore_;
   int64_t outer_ = 1, count_ = 0, valid_ = 0;
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("EuclideanLoss", EuclideanLossOp);
-BKS_REGISTER_OP("SigmoidCrossEntropyLoss", SigmoidCrossEntropyLossOp);
+BKS_REGISTER_OP_DEF("EuclideanLoss", EuclideanLossDef);
+BKS_REGISTER_OP_DEF("SigmoidCrossEntropyLoss", SigmoidCrossEntropyLossDef);
+
+BKS_REGISTER_KERNEL("EuclideanLoss", ::bks::DeviceKind::cpu, EuclideanLossKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("SigmoidCrossEntropyLoss", ::bks::DeviceKind::cpu, SigmoidCrossEntropyLossKernel, "loops",
+                    kReferencePriority, nullptr);
 
 }  // namespace bks

@@ -12,120 +12,7 @@ void copy_blocks(const float* src, int64_t src_stride, float* dst, int64_t dst_s
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, len * sizeof(float));
 }
 
-class ViewOp : public Op {
- public:
-  using Op::Op;
-  int min_inputs() const override { return 1; }
-  bool output_is_view() const override { return true; }
-  bool backward_reads_input() const override { return false; }
-  void forward(OpCall& c) override {
-    if (c.out[0]->raw() != c.in[0]->raw()) c.out[0]->copy_from(*c.in[0]);
-  }
-  void backward(OpCall& c) override {
-    if (c.in_grad[0] && c.in_grad[0]->raw() != c.out_grad[0]->raw()) c.in_grad[0]->copy_from(*c.out_grad[0]);
-  }
-  std::string kernel_name() const override { return "view"; }
-};
-
-class FlattenOp final : public ViewOp {
- public:
-  explicit FlattenOp(const OpInit& i) : ViewOp(i), p_(i.node.param.flatten_param()) {}
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int nd = static_cast<int>(in[0].size());
-    int a = canonical_axis(p_.axis(), nd, "flatten_param.axis");
-    int e = canonical_axis(p_.end_axis(), nd, "flatten_param.end_axis");
-    if (e < a) fail("flatten_param.end_axis {} comes before axis {}", p_.end_axis(), p_.axis());
-    Shape s(in[0].begin(), in[0].begin() + a);
-    s.push_back(shape_count(in[0], a, e + 1));
-    s.insert(s.end(), in[0].begin() + e + 1, in[0].end());
-    out[0] = s;
-  }
-
- private:
-  proto::FlattenParameter p_;
-};
-
-class ReshapeOp final : public ViewOp {
- public:
-  explicit ReshapeOp(const OpInit& i) : ViewOp(i), p_(i.node.param.reshape_param()) {
-    int inferred = 0;
-    for (auto d : p_.shape().dim()) {
-      if (d == -1) ++inferred;
-      else if (d < 0) fail("reshape_param.shape dims must be positive, 0 (copy) or -1 (infer), got {}", d);
-    }
-    if (inferred > 1) fail("reshape_param.shape may infer (-1) at most one dimension");
-  }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    const Shape& s = in[0];
-    int nd = static_cast<int>(s.size());
-    int start = p_.axis() < 0 ? p_.axis() + nd + 1 : p_.axis();
-    if (start < 0 || start > nd) fail("reshape_param.axis {} is out of range for {}", p_.axis(), shape_str(s));
-    int end = p_.num_axes() == -1 ? nd : start + p_.num_axes();
-    if (p_.num_axes() < -1 || end > nd) fail("reshape_param.num_axes {} is out of range for {}", p_.num_axes(), shape_str(s));
-    Shape r(s.begin(), s.begin() + start);
-    int infer_at = -1;
-    for (int i = 0; i < p_.shape().dim_size(); ++i) {
-      int64_t d = p_.shape().dim(i);
-      if (d == 0) {
-        if (start + i >= nd) fail("reshape_param.shape copies (0) axis {} that the input lacks", start + i);
-        d = s[start + i];
-      }
-      if (d == -1) {
-        infer_at = static_cast<int>(r.size());
-        d = 1;
-      }
-      r.push_back(d);
-    }
-    r.insert(r.end(), s.begin() + end, s.end());
-    int64_t have = shape_numel(s), got = shape_numel(r);
-    if (infer_at >= 0) {
-      if (got == 0 || have % got) fail("cannot reshape {} to {} with an inferred axis", shape_str(s), shape_str(r));
-      r[infer_at] = have / got;
-    } else if (have != got) {
-      fail("cannot reshape {} ({} values) to {} ({} values)", shape_str(s), have, shape_str(r), got);
-    }
-    out[0] = r;
-  }
-
- private:
-  proto::ReshapeParameter p_;
-};
-
-class SplitOp final : public Op {
- public:
-  using Op::Op;
-  int min_inputs() const override { return 1; }
-  int max_outputs() const override { return -1; }
-  bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    for (auto& o : out) o = in[0];
-  }
-  void forward(OpCall& c) override {
-    for (auto* o : c.out) o->copy_from(*c.in[0]);
-  }
-  void backward(OpCall& c) override {
-    if (!c.in_grad[0]) return;
-    float* dx = c.in_grad[0]->f32();
-    int64_t n = c.in_grad[0]->numel();
-    std::fill_n(dx, n, 0.f);
-    for (auto* g : c.out_grad) {
-      if (!g) continue;
-      const float* p = g->f32();
-      for (int64_t i = 0; i < n; ++i) dx[i] += p[i];
-    }
-  }
-};
-
-class SilenceOp final : public Op {
- public:
-  using Op::Op;
-  int min_inputs() const override { return 1; }
-  int max_inputs() const override { return -1; }
-  int min_outputs() const override { return 0; }
-  bool has_backward() const override { return false; }
-  void infer(const std::vector<Shape>&, std::vector<Shape>&) override {}
-  void forward(OpCall&) override {}
-};
+// ---- Shared geometry ----
 
 // Concat and Slice share the geometry: inputs (or outputs) laid side by side on one axis.
 struct AxisParts {
@@ -146,50 +33,306 @@ void move_parts(const AxisParts& g, float* whole, const std::vector<float*>& par
     int64_t len = g.sizes[k] * g.inner;
     // A part the runtime placed in its run of the whole is already there.
     if (parts[k] && parts[k] != whole + off * g.inner) {
-      if (join) copy_blocks(parts[k], len, whole + off * g.inner, total * g.inner, g.outer, len);
-      else copy_blocks(whole + off * g.inner, total * g.inner, parts[k], len, g.outer, len);
+      if (join)
+        copy_blocks(parts[k], len, whole + off * g.inner, total * g.inner, g.outer, len);
+      else
+        copy_blocks(whole + off * g.inner, total * g.inner, parts[k], len, g.outer, len);
     }
     off += g.sizes[k];
   }
 }
 
-class ConcatOp final : public Op {
- public:
-  explicit ConcatOp(const OpInit& i) : Op(i) {
-    const auto& p = i.node.param.concat_param();
-    if (p.has_axis() && p.has_concat_dim()) fail("give concat_param.axis or concat_dim, not both");
-    axis_ = p.has_concat_dim() ? static_cast<int>(p.concat_dim()) : p.axis();
+// concat_param's axis (or the older concat_dim), checked.
+int concat_axis(const OpContext& c) {
+  const auto& p = c.node.param.concat_param();
+  if (p.has_axis() && p.has_concat_dim()) c.fail("give concat_param.axis or concat_dim, not both");
+  return p.has_concat_dim() ? static_cast<int>(p.concat_dim()) : p.axis();
+}
+
+// The inputs of a Concat as parts of its output.
+AxisParts concat_parts(const OpContext& c, const std::vector<Shape>& in) {
+  int nd = static_cast<int>(in[0].size());
+  AxisParts g;
+  g.axis = canonical_axis(concat_axis(c), nd, "concat_param.axis");
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (static_cast<int>(in[k].size()) != nd) c.fail("bottom {} has {} axes, bottom 0 has {}", k, in[k].size(), nd);
+    for (int d = 0; d < nd; ++d)
+      if (d != g.axis && in[k][d] != in[0][d])
+        c.fail("bottom {} shape {} differs from bottom 0 shape {} outside axis {}", k, shape_str(in[k]),
+               shape_str(in[0]), g.axis);
+    g.sizes.push_back(in[k][g.axis]);
   }
-  int min_inputs() const override { return 1; }
-  int max_inputs() const override { return -1; }
-  bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int nd = static_cast<int>(in[0].size());
-    g_.axis = canonical_axis(axis_, nd, "concat_param.axis");
-    g_.sizes.clear();
-    for (size_t k = 0; k < in.size(); ++k) {
-      if (static_cast<int>(in[k].size()) != nd) fail("bottom {} has {} axes, bottom 0 has {}", k, in[k].size(), nd);
-      for (int d = 0; d < nd; ++d)
-        if (d != g_.axis && in[k][d] != in[0][d])
-          fail("bottom {} shape {} differs from bottom 0 shape {} outside axis {}", k, shape_str(in[k]),
-               shape_str(in[0]), g_.axis);
-      g_.sizes.push_back(in[k][g_.axis]);
+  g.outer = shape_count(in[0], 0, g.axis);
+  g.inner = shape_count(in[0], g.axis + 1, nd);
+  return g;
+}
+
+// The outputs of a Slice (`tops` of them) as parts of its input `s`.
+AxisParts slice_parts(const OpContext& c, const Shape& s, size_t tops) {
+  const auto& p = c.node.param.slice_param();
+  int nd = static_cast<int>(s.size());
+  AxisParts g;
+  g.axis = canonical_axis(p.has_slice_dim() ? static_cast<int>(p.slice_dim()) : p.axis(), nd, "slice_param.axis");
+  int64_t extent = s[g.axis];
+  int64_t n = static_cast<int64_t>(tops);
+  if (p.slice_point_size() > 0) {
+    if (p.slice_point_size() != n - 1) c.fail("{} slice_point(s) for {} tops; need {}", p.slice_point_size(), n, n - 1);
+    int64_t prev = 0;
+    for (auto sp : p.slice_point()) {
+      if (sp <= prev || sp >= extent) c.fail("slice_point {} must increase and stay inside (0, {})", sp, extent);
+      g.sizes.push_back(sp - prev);
+      prev = sp;
     }
-    g_.outer = shape_count(in[0], 0, g_.axis);
-    g_.inner = shape_count(in[0], g_.axis + 1, nd);
-    out[0] = in[0];
-    out[0][g_.axis] = g_.total();
+    g.sizes.push_back(extent - prev);
+  } else {
+    if (extent % n) c.fail("axis {} of size {} does not split evenly into {} tops", g.axis, extent, n);
+    g.sizes.assign(static_cast<size_t>(n), extent / n);
   }
-  std::vector<int64_t> input_runs_in_output() const override {
-    if (g_.outer != 1) return {};
-    std::vector<int64_t> at;
+  g.outer = shape_count(s, 0, g.axis);
+  g.inner = shape_count(s, g.axis + 1, nd);
+  return g;
+}
+
+// Where a Crop reads: the offset on every axis of the first bottom, and its output shape.
+struct CropGeometry {
+  std::vector<int64_t> offsets;
+  Shape out;
+};
+
+CropGeometry crop_geometry(const OpContext& c, const std::vector<Shape>& in) {
+  const auto& p = c.node.param.crop_param();
+  int nd = static_cast<int>(in[0].size());
+  if (static_cast<int>(in[1].size()) != nd) c.fail("both bottoms need the same number of axes");
+  int axis = canonical_axis(p.axis(), nd, "crop_param.axis");
+  if (p.offset_size() > 1 && p.offset_size() != nd - axis)
+    c.fail("crop_param.offset needs 0, 1 or {} values", nd - axis);
+  CropGeometry g;
+  g.offsets.assign(nd, 0);
+  g.out = in[0];
+  for (int d = axis; d < nd; ++d) {
+    int64_t off = p.offset_size() == 0 ? 0 : p.offset(p.offset_size() == 1 ? 0 : d - axis);
+    if (in[1][d] + off > in[0][d])
+      c.fail("crop of axis {} to {} at offset {} exceeds its size {}", d, in[1][d], off, in[0][d]);
+    g.offsets[d] = off;
+    g.out[d] = in[1][d];
+  }
+  return g;
+}
+
+// ---- Definitions ----
+
+// Flatten and Reshape: the output is a view of the input.
+class ViewDef : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.output_is_view = true;
+    f.backward_reads_input = false;
+    return f;
+  }
+};
+
+class FlattenDef final : public ViewDef {
+ public:
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    const auto& p = c.node.param.flatten_param();
+    int nd = static_cast<int>(in[0].size());
+    int a = canonical_axis(p.axis(), nd, "flatten_param.axis");
+    int e = canonical_axis(p.end_axis(), nd, "flatten_param.end_axis");
+    if (e < a) c.fail("flatten_param.end_axis {} comes before axis {}", p.end_axis(), p.axis());
+    Shape s(in[0].begin(), in[0].begin() + a);
+    s.push_back(shape_count(in[0], a, e + 1));
+    s.insert(s.end(), in[0].begin() + e + 1, in[0].end());
+    out[0] = s;
+  }
+};
+
+class ReshapeDef final : public ViewDef {
+ public:
+  void check(const OpContext& c) const override {
+    int inferred = 0;
+    for (auto d : c.node.param.reshape_param().shape().dim()) {
+      if (d == -1)
+        ++inferred;
+      else if (d < 0)
+        c.fail("reshape_param.shape dims must be positive, 0 (copy) or -1 (infer), got {}", d);
+    }
+    if (inferred > 1) c.fail("reshape_param.shape may infer (-1) at most one dimension");
+  }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    const auto& p = c.node.param.reshape_param();
+    const Shape& s = in[0];
+    int nd = static_cast<int>(s.size());
+    int start = p.axis() < 0 ? p.axis() + nd + 1 : p.axis();
+    if (start < 0 || start > nd) c.fail("reshape_param.axis {} is out of range for {}", p.axis(), shape_str(s));
+    int end = p.num_axes() == -1 ? nd : start + p.num_axes();
+    if (p.num_axes() < -1 || end > nd)
+      c.fail("reshape_param.num_axes {} is out of range for {}", p.num_axes(), shape_str(s));
+    Shape r(s.begin(), s.begin() + start);
+    int infer_at = -1;
+    for (int i = 0; i < p.shape().dim_size(); ++i) {
+      int64_t d = p.shape().dim(i);
+      if (d == 0) {
+        if (start + i >= nd) c.fail("reshape_param.shape copies (0) axis {} that the input lacks", start + i);
+        d = s[start + i];
+      }
+      if (d == -1) {
+        infer_at = static_cast<int>(r.size());
+        d = 1;
+      }
+      r.push_back(d);
+    }
+    r.insert(r.end(), s.begin() + end, s.end());
+    int64_t have = shape_numel(s), got = shape_numel(r);
+    if (infer_at >= 0) {
+      if (got == 0 || have % got) c.fail("cannot reshape {} to {} with an inferred axis", shape_str(s), shape_str(r));
+      r[infer_at] = have / got;
+    } else if (have != got) {
+      c.fail("cannot reshape {} ({} values) to {} ({} values)", shape_str(s), have, shape_str(r), got);
+    }
+    out[0] = r;
+  }
+};
+
+class SplitDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  int max_outputs(const OpContext&) const override { return -1; }
+  void infer(const OpContext&, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    for (auto& o : out) o = in[0];
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.backward_reads_input = false;
+    return f;
+  }
+};
+
+class SilenceDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  int max_inputs(const OpContext&) const override { return -1; }
+  int min_outputs(const OpContext&) const override { return 0; }
+  void infer(const OpContext&, const std::vector<Shape>&, std::vector<Shape>&) const override {}
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.has_backward = false;
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.training_only = true;
+    return t;
+  }
+};
+
+class ConcatDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  int max_inputs(const OpContext&) const override { return -1; }
+  void check(const OpContext& c) const override { concat_axis(c); }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    AxisParts g = concat_parts(c, in);
+    out[0] = in[0];
+    out[0][g.axis] = g.total();
+  }
+  // With one outer block, each input is a contiguous run of the output, which the runtime
+  // may place it in.
+  OpFacts facts(const OpContext& c, const std::vector<Shape>& in) const override {
+    OpFacts f;
+    f.backward_reads_input = false;
+    AxisParts g = concat_parts(c, in);
+    if (g.outer != 1) return f;
     int64_t off = 0;
-    for (int64_t size : g_.sizes) {
-      at.push_back(off * g_.inner);
+    for (int64_t size : g.sizes) {
+      f.input_runs_in_output.push_back(off * g.inner);
       off += size;
     }
-    return at;
+    return f;
   }
+};
+
+class SliceDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  int max_outputs(const OpContext&) const override { return -1; }
+  void check(const OpContext& c) const override {
+    const auto& p = c.node.param.slice_param();
+    if (p.has_axis() && p.has_slice_dim()) c.fail("give slice_param.axis or slice_dim, not both");
+  }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    AxisParts g = slice_parts(c, in[0], out.size());
+    for (size_t k = 0; k < out.size(); ++k) {
+      out[k] = in[0];
+      out[k][g.axis] = g.sizes[k];
+    }
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.backward_reads_input = false;
+    return f;
+  }
+};
+
+class CropDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 2; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    out[0] = crop_geometry(c, in).out;
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
+    OpFacts f;
+    f.backward_reads_input = false;
+    f.can_propagate_to.assign(in.size(), false);
+    f.can_propagate_to[0] = true;  // the second bottom only gives the shape
+    return f;
+  }
+};
+
+// ---- Kernels ----
+
+class ViewKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void forward(OpCall& c) override {
+    if (c.out[0]->raw() != c.in[0]->raw()) c.out[0]->copy_from(*c.in[0]);
+  }
+  void backward(OpCall& c) override {
+    if (c.in_grad[0] && c.in_grad[0]->raw() != c.out_grad[0]->raw()) c.in_grad[0]->copy_from(*c.out_grad[0]);
+  }
+  std::string kernel_name() const override { return "view"; }
+};
+
+class SplitKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void forward(OpCall& c) override {
+    for (auto* o : c.out) o->copy_from(*c.in[0]);
+  }
+  void backward(OpCall& c) override {
+    if (!c.in_grad[0]) return;
+    float* dx = c.in_grad[0]->f32();
+    int64_t n = c.in_grad[0]->numel();
+    std::fill_n(dx, n, 0.f);
+    for (auto* g : c.out_grad) {
+      if (!g) continue;
+      const float* p = g->f32();
+      for (int64_t i = 0; i < n; ++i) dx[i] += p[i];
+    }
+  }
+};
+
+class SilenceKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void forward(OpCall&) override {}
+};
+
+class ConcatKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override { g_ = concat_parts(context(), in); }
   void forward(OpCall& c) override {
     std::vector<float*> parts;
     for (auto* t : c.in) parts.push_back(const_cast<float*>(t->f32()));
@@ -202,43 +345,14 @@ class ConcatOp final : public Op {
   }
 
  private:
-  int axis_;
   AxisParts g_;
 };
 
-class SliceOp final : public Op {
+class SliceKernel final : public Kernel {
  public:
-  explicit SliceOp(const OpInit& i) : Op(i), p_(i.node.param.slice_param()) {
-    if (p_.has_axis() && p_.has_slice_dim()) fail("give slice_param.axis or slice_dim, not both");
-  }
-  int min_inputs() const override { return 1; }
-  int max_outputs() const override { return -1; }
-  bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int nd = static_cast<int>(in[0].size());
-    g_.axis = canonical_axis(p_.has_slice_dim() ? static_cast<int>(p_.slice_dim()) : p_.axis(), nd, "slice_param.axis");
-    int64_t extent = in[0][g_.axis];
-    g_.sizes.clear();
-    int64_t n = static_cast<int64_t>(out.size());
-    if (p_.slice_point_size() > 0) {
-      if (p_.slice_point_size() != n - 1) fail("{} slice_point(s) for {} tops; need {}", p_.slice_point_size(), n, n - 1);
-      int64_t prev = 0;
-      for (auto sp : p_.slice_point()) {
-        if (sp <= prev || sp >= extent) fail("slice_point {} must increase and stay inside (0, {})", sp, extent);
-        g_.sizes.push_back(sp - prev);
-        prev = sp;
-      }
-      g_.sizes.push_back(extent - prev);
-    } else {
-      if (extent % n) fail("axis {} of size {} does not split evenly into {} tops", g_.axis, extent, n);
-      g_.sizes.assign(static_cast<size_t>(n), extent / n);
-    }
-    g_.outer = shape_count(in[0], 0, g_.axis);
-    g_.inner = shape_count(in[0], g_.axis + 1, nd);
-    for (size_t k = 0; k < out.size(); ++k) {
-      out[k] = in[0];
-      out[k][g_.axis] = g_.sizes[k];
-    }
+  using Kernel::Kernel;
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
+    g_ = slice_parts(context(), in[0], out.size());
   }
   void forward(OpCall& c) override {
     std::vector<float*> parts;
@@ -254,33 +368,17 @@ class SliceOp final : public Op {
   }
 
  private:
-  proto::SliceParameter p_;
   AxisParts g_;
 };
 
-class CropOp final : public Op {
+class CropKernel final : public Kernel {
  public:
-  explicit CropOp(const OpInit& i) : Op(i), p_(i.node.param.crop_param()) {}
-  int min_inputs() const override { return 2; }
-  bool can_propagate_to(int input) const override { return input == 0; }
-  bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int nd = static_cast<int>(in[0].size());
-    if (static_cast<int>(in[1].size()) != nd) fail("both bottoms need the same number of axes");
-    int axis = canonical_axis(p_.axis(), nd, "crop_param.axis");
-    if (p_.offset_size() > 1 && p_.offset_size() != nd - axis)
-      fail("crop_param.offset needs 0, 1 or {} values", nd - axis);
-    offsets_.assign(nd, 0);
-    out[0] = in[0];
-    for (int d = axis; d < nd; ++d) {
-      int64_t off = p_.offset_size() == 0 ? 0 : p_.offset(p_.offset_size() == 1 ? 0 : d - axis);
-      if (in[1][d] + off > in[0][d])
-        fail("crop of axis {} to {} at offset {} exceeds its size {}", d, in[1][d], off, in[0][d]);
-      offsets_[d] = off;
-      out[0][d] = in[1][d];
-    }
+  using Kernel::Kernel;
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    CropGeometry g = crop_geometry(context(), in);
+    offsets_ = std::move(g.offsets);
     in_shape_ = in[0];
-    out_shape_ = out[0];
+    out_shape_ = std::move(g.out);
   }
   void forward(OpCall& c) override { walk(c.in[0]->f32(), c.out[0]->f32(), false); }
   void backward(OpCall& c) override {
@@ -307,23 +405,32 @@ class CropOp final : public Op {
         src += (idx[d] + offsets_[d]) * stride;
         stride *= in_shape_[d];
       }
-      if (to_big) std::memcpy(const_cast<float*>(big) + src, small + r * len, len * sizeof(float));
-      else std::memcpy(small + r * len, big + src, len * sizeof(float));
+      if (to_big)
+        std::memcpy(const_cast<float*>(big) + src, small + r * len, len * sizeof(float));
+      else
+        std::memcpy(small + r * len, big + src, len * sizeof(float));
     }
   }
-  proto::CropParameter p_;
   std::vector<int64_t> offsets_;
   Shape in_shape_, out_shape_;
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("Flatten", FlattenOp);
-BKS_REGISTER_OP("Reshape", ReshapeOp);
-BKS_REGISTER_OP("Split", SplitOp);
-BKS_REGISTER_OP("Silence", SilenceOp);
-BKS_REGISTER_OP("Concat", ConcatOp);
-BKS_REGISTER_OP("Slice", SliceOp);
-BKS_REGISTER_OP("Crop", CropOp);
+BKS_REGISTER_OP_DEF("Flatten", FlattenDef);
+BKS_REGISTER_OP_DEF("Reshape", ReshapeDef);
+BKS_REGISTER_OP_DEF("Split", SplitDef);
+BKS_REGISTER_OP_DEF("Silence", SilenceDef);
+BKS_REGISTER_OP_DEF("Concat", ConcatDef);
+BKS_REGISTER_OP_DEF("Slice", SliceDef);
+BKS_REGISTER_OP_DEF("Crop", CropDef);
+
+BKS_REGISTER_KERNEL("Flatten", ::bks::DeviceKind::cpu, ViewKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Reshape", ::bks::DeviceKind::cpu, ViewKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Split", ::bks::DeviceKind::cpu, SplitKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Silence", ::bks::DeviceKind::cpu, SilenceKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Concat", ::bks::DeviceKind::cpu, ConcatKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Slice", ::bks::DeviceKind::cpu, SliceKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Crop", ::bks::DeviceKind::cpu, CropKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

@@ -17,24 +17,49 @@ Broadcast broadcast_geometry(const Shape& x, const Shape& b, int axis) {
 }
 
 // The shape of the learned blob, or a check of the second bottom's shape.
-Shape factor_shape(const Op& op, const std::vector<Shape>& in, int axis_param, int num_axes, int& axis) {
+Shape factor_shape(const OpContext& c, const std::vector<Shape>& in, int axis_param, int num_axes, int& axis) {
   const Shape& x = in[0];
   int nd = static_cast<int>(x.size());
   if (in.size() > 1) {
     const Shape& b = in[1];
     axis = b.empty() && axis_param == 1 ? 0 : canonical_axis(axis_param, nd, "axis");
-    if (axis + static_cast<int>(b.size()) > nd) throw InputError(op.where() + ": second bottom " + shape_str(b) + " does not fit " + shape_str(x));
+    if (axis + static_cast<int>(b.size()) > nd) c.fail("second bottom {} does not fit {}", shape_str(b), shape_str(x));
     for (size_t i = 0; i < b.size(); ++i)
       if (b[i] != x[axis + i])
-        throw InputError(op.where() + ": second bottom " + shape_str(b) + " does not match " + shape_str(x) +
-                         " from axis " + std::to_string(axis));
+        c.fail("second bottom {} does not match {} from axis {}", shape_str(b), shape_str(x), axis);
     return b;
   }
   axis = canonical_axis(axis_param, nd, "axis");
-  if (num_axes < -1) throw InputError(op.where() + ": num_axes must be -1 or more");
+  if (num_axes < -1) c.fail("num_axes must be -1 or more");
   int end = num_axes == -1 ? nd : axis + num_axes;
-  if (end > nd) throw InputError(op.where() + ": num_axes " + std::to_string(num_axes) + " exceeds " + shape_str(x));
+  if (end > nd) c.fail("num_axes {} exceeds {}", num_axes, shape_str(x));
   return Shape(x.begin() + axis, x.begin() + end);
+}
+
+// How a Scale's or Bias's factor (blob or second bottom) broadcasts over the input.
+struct FactorGeometry {
+  Shape shape;  // the factor's
+  Broadcast g;
+  bool two_bottoms = false;  // the factor is the second bottom, not a blob
+};
+
+FactorGeometry factor_geometry(const OpContext& c, const std::vector<Shape>& in, int axis_param, int num_axes) {
+  FactorGeometry f;
+  int axis = 1;
+  f.shape = factor_shape(c, in, axis_param, num_axes, axis);
+  f.g = broadcast_geometry(in[0], f.shape, axis);
+  f.two_bottoms = in.size() > 1;
+  return f;
+}
+
+FactorGeometry scale_geometry(const OpContext& c, const std::vector<Shape>& in) {
+  const proto::ScaleParameter& p = c.node.param.scale_param();
+  return factor_geometry(c, in, p.axis(), p.num_axes());
+}
+
+FactorGeometry bias_geometry(const OpContext& c, const std::vector<Shape>& in) {
+  const proto::BiasParameter& p = c.node.param.bias_param();
+  return factor_geometry(c, in, p.axis(), p.num_axes());
 }
 
 void scale_forward(const Broadcast& g, const float* x, const float* s, const float* b, float* y) {
@@ -60,38 +85,77 @@ void reduce_per_dim(const Broadcast& g, float* out, F&& f) {
   }
 }
 
-class ScaleOp final : public Op {
+class ScaleDef final : public OpDef {
  public:
-  explicit ScaleOp(const OpInit& i) : Op(i), p_(i.node.param.scale_param()) {}
-  int min_inputs() const override { return 1; }
-  int max_inputs() const override { return 2; }
-  // In place, the input is copied before it is overwritten (its gradient needs x).
-  bool allows_inplace() const override { return true; }
-  bool backward_reads_input() const override { return false; }
-  // The factor, when it is the second bottom, is read again for the input gradient.
-  bool backward_reads_input_at(int input) const override { return input == 1; }
-
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    fshape_ = factor_shape(*this, in, p_.axis(), p_.num_axes(), axis_);
-    g_ = broadcast_geometry(in[0], fshape_, axis_);
-    two_bottoms_ = in.size() > 1;
+  int min_inputs(const OpContext&) const override { return 1; }
+  int max_inputs(const OpContext&) const override { return 2; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    scale_geometry(c, in);
     out[0] = in[0];
-    if (phase_ == proto::TRAIN) xcopy_.reshape(in[0]);
   }
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) override {
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    const proto::ScaleParameter& p = c.node.param.scale_param();
+    FactorGeometry f = scale_geometry(c, in);
     std::vector<ParamDecl> d;
-    if (!two_bottoms_) {
+    if (!f.two_bottoms) {
       proto::FillerParameter one;
       one.set_value(1.f);
-      d.push_back({fshape_, p_.has_filler() ? p_.filler() : one, true});
+      d.push_back({f.shape, p.has_filler() ? p.filler() : one, true});
     }
-    if (p_.bias_term()) d.push_back({fshape_, p_.bias_filler(), true});
+    if (p.bias_term()) d.push_back({f.shape, p.bias_filler(), true});
     return d;
+  }
+  // In place, the input is copied before it is overwritten (its gradient needs x). The
+  // factor, when it is the second bottom, is read again for the input gradient.
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
+    OpFacts f;
+    f.allows_inplace = true;
+    f.backward_reads_input = false;
+    for (size_t i = 0; i < in.size(); ++i) f.reads_input_in_backward.push_back(i == 1);
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.per_channel_affine = true;
+    return t;
+  }
+};
+
+class BiasDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 1; }
+  int max_inputs(const OpContext&) const override { return 2; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    bias_geometry(c, in);
+    out[0] = in[0];
+  }
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
+    FactorGeometry f = bias_geometry(c, in);
+    if (f.two_bottoms) return {};
+    return {{f.shape, c.node.param.bias_param().filler(), true}};
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.allows_inplace = true;
+    f.backward_reads_input = false;
+    return f;
+  }
+};
+
+class ScaleKernel final : public Kernel {
+ public:
+  explicit ScaleKernel(const OpInit& i) : Kernel(i), bias_term_(i.node.param.scale_param().bias_term()) {}
+
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    FactorGeometry f = scale_geometry(context(), in);
+    g_ = f.g;
+    two_bottoms_ = f.two_bottoms;
+    if (phase_ == proto::TRAIN) xcopy_.reshape(in[0]);
   }
 
   void forward(OpCall& c) override {
     const float* s = two_bottoms_ ? c.in[1]->f32() : c.params[0]->f32();
-    const float* b = p_.bias_term() ? c.params[two_bottoms_ ? 0 : 1]->f32() : nullptr;
+    const float* b = bias_term_ ? c.params[two_bottoms_ ? 0 : 1]->f32() : nullptr;
     if (phase_ == proto::TRAIN) std::memcpy(xcopy_.f32(), c.in[0]->f32(), xcopy_.bytes());
     scale_forward(g_, c.in[0]->f32(), s, b, c.out[0]->f32());
   }
@@ -102,7 +166,7 @@ class ScaleOp final : public Op {
     const float* s = two_bottoms_ ? c.in[1]->f32() : c.params[0]->f32();
     Tensor* ds = two_bottoms_ ? c.in_grad[1] : c.param_grad[0];
     if (ds) reduce_per_dim(g_, ds->f32(), [&](int64_t j) { return static_cast<double>(dy[j]) * x[j]; });
-    if (p_.bias_term()) {
+    if (bias_term_) {
       Tensor* db = c.param_grad[two_bottoms_ ? 0 : 1];
       if (db) reduce_per_dim(g_, db->f32(), [&](int64_t j) { return static_cast<double>(dy[j]); });
     }
@@ -110,30 +174,19 @@ class ScaleOp final : public Op {
   }
 
  private:
-  proto::ScaleParameter p_;
-  Shape fshape_;
-  int axis_ = 1;
+  bool bias_term_;
   bool two_bottoms_ = false;
   Broadcast g_;
   Tensor xcopy_;
 };
 
-class BiasOp final : public Op {
+class BiasKernel final : public Kernel {
  public:
-  explicit BiasOp(const OpInit& i) : Op(i), p_(i.node.param.bias_param()) {}
-  int min_inputs() const override { return 1; }
-  int max_inputs() const override { return 2; }
-  bool allows_inplace() const override { return true; }
-  bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    fshape_ = factor_shape(*this, in, p_.axis(), p_.num_axes(), axis_);
-    g_ = broadcast_geometry(in[0], fshape_, axis_);
-    two_bottoms_ = in.size() > 1;
-    out[0] = in[0];
-  }
-  std::vector<ParamDecl> declare_params(const std::vector<Shape>&) override {
-    if (two_bottoms_) return {};
-    return {{fshape_, p_.filler(), true}};
+  using Kernel::Kernel;
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    FactorGeometry f = bias_geometry(context(), in);
+    g_ = f.g;
+    two_bottoms_ = f.two_bottoms;
   }
   void forward(OpCall& c) override {
     const float* b = two_bottoms_ ? c.in[1]->f32() : c.params[0]->f32();
@@ -147,16 +200,15 @@ class BiasOp final : public Op {
   }
 
  private:
-  proto::BiasParameter p_;
-  Shape fshape_;
-  int axis_ = 1;
   bool two_bottoms_ = false;
   Broadcast g_;
 };
 
 }  // namespace
 
-BKS_REGISTER_OP("Scale", ScaleOp);
-BKS_REGISTER_OP("Bias", BiasOp);
+BKS_REGISTER_OP_DEF("Scale", ScaleDef);
+BKS_REGISTER_OP_DEF("Bias", BiasDef);
+BKS_REGISTER_KERNEL("Scale", ::bks::DeviceKind::cpu, ScaleKernel, "loops", ::bks::kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("Bias", ::bks::DeviceKind::cpu, BiasKernel, "loops", ::bks::kReferencePriority, nullptr);
 
 }  // namespace bks

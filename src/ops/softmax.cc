@@ -35,19 +35,69 @@ struct AxisSplit {
   int64_t outer = 1, ch = 1, inner = 1;
 };
 
-AxisSplit split_at(const Shape& s, int axis) {
+// The first bottom viewed as (outer, channels, inner) around softmax_param.axis.
+AxisSplit softmax_split(const OpContext& c, const Shape& s) {
+  int axis = canonical_axis(c.node.param.softmax_param().axis(), static_cast<int>(s.size()), "softmax_param.axis");
   return {shape_count(s, 0, axis), s[axis], shape_count(s, axis + 1, static_cast<int>(s.size()))};
 }
 
-class SoftmaxOp final : public Op {
+// SoftmaxWithLoss's split, checked against the label count.
+AxisSplit loss_split(const OpContext& c, const std::vector<Shape>& in) {
+  AxisSplit sp = softmax_split(c, in[0]);
+  if (shape_numel(in[1]) != sp.outer * sp.inner)
+    c.fail("label count {} must equal prediction count {} (shapes {} and {})", shape_numel(in[1]), sp.outer * sp.inner,
+           shape_str(in[0]), shape_str(in[1]));
+  return sp;
+}
+
+// ---- Definitions ----
+
+class SoftmaxDef final : public OpDef {
  public:
-  explicit SoftmaxOp(const OpInit& i) : Op(i), axis_(i.node.param.softmax_param().axis()) {}
-  int min_inputs() const override { return 1; }
-  bool backward_reads_output() const override { return true; }
-  bool backward_reads_input() const override { return false; }
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    sp_ = split_at(in[0], canonical_axis(axis_, static_cast<int>(in[0].size()), "softmax_param.axis"));
+  int min_inputs(const OpContext&) const override { return 1; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    softmax_split(c, in[0]);
     out[0] = in[0];
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f;
+    f.backward_reads_output = true;
+    f.backward_reads_input = false;
+    return f;
+  }
+};
+
+class SoftmaxWithLossDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 2; }
+  int max_outputs(const OpContext&) const override { return 2; }
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    loss_split(c, in);
+    out[0] = {};
+    if (out.size() > 1) out[1] = in[0];
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
+    OpFacts f;
+    f.default_loss_weight = 1.f;
+    f.can_propagate_to.assign(in.size(), false);
+    f.can_propagate_to[0] = true;  // not to the labels
+    return f;
+  }
+  OpTraits traits(const Node&) const override {
+    OpTraits t;
+    t.loss = true;
+    t.inference_form = "Softmax";
+    return t;
+  }
+};
+
+// ---- Kernels ----
+
+class SoftmaxKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    sp_ = softmax_split(context(), in[0]);
   }
   void forward(OpCall& c) override { softmax_forward(c.in[0]->f32(), c.out[0]->f32(), sp_.outer, sp_.ch, sp_.inner); }
   void backward(OpCall& c) override {
@@ -68,33 +118,19 @@ class SoftmaxOp final : public Op {
   }
 
  private:
-  int axis_;
   AxisSplit sp_;
 };
 
-class SoftmaxWithLossOp final : public Op {
+class SoftmaxWithLossKernel final : public Kernel {
  public:
-  explicit SoftmaxWithLossOp(const OpInit& i)
-      : Op(i), axis_(i.node.param.softmax_param().axis()), mode_(loss_mode(i.node.param, proto::LossParameter::VALID)) {
-    if (i.node.param.loss_param().has_ignore_label()) {
-      has_ignore_ = true;
-      ignore_ = i.node.param.loss_param().ignore_label();
-    }
-  }
-  int min_inputs() const override { return 2; }
-  int max_outputs() const override { return 2; }
-  float default_loss_weight() const override { return 1.f; }
-  bool can_propagate_to(int input) const override { return input == 0; }
+  explicit SoftmaxWithLossKernel(const OpInit& i)
+      : Kernel(i),
+        mode_(loss_mode(i.node.param, proto::LossParameter::VALID)),
+        ignore_(IgnoreLabel::from(i.node.param)) {}
 
-  void infer(const std::vector<Shape>& in, std::vector<Shape>& out) override {
-    int axis = canonical_axis(axis_, static_cast<int>(in[0].size()), "softmax_param.axis");
-    sp_ = split_at(in[0], axis);
-    if (shape_numel(in[1]) != sp_.outer * sp_.inner)
-      fail("label count {} must equal prediction count {} (shapes {} and {})", shape_numel(in[1]),
-           sp_.outer * sp_.inner, shape_str(in[0]), shape_str(in[1]));
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
+    sp_ = loss_split(context(), in);
     prob_.reshape(in[0]);
-    out[0] = {};
-    if (out.size() > 1) out[1] = in[0];
   }
 
   void forward(OpCall& c) override {
@@ -106,7 +142,7 @@ class SoftmaxWithLossOp final : public Op {
     for (int64_t o = 0; o < sp_.outer; ++o)
       for (int64_t i = 0; i < sp_.inner; ++i) {
         int l = static_cast<int>(label[o * sp_.inner + i]);
-        if (has_ignore_ && l == ignore_) continue;
+        if (ignore_.skips(l)) continue;
         if (l < 0 || l >= sp_.ch)
           runtime_error("{}: label {} is outside [0, {}) at item {}", where_, l, sp_.ch, o * sp_.inner + i);
         loss -= std::log(std::max(p[(o * sp_.ch + l) * sp_.inner + i], FLT_MIN));
@@ -126,7 +162,7 @@ class SoftmaxWithLossOp final : public Op {
     for (int64_t o = 0; o < sp_.outer; ++o)
       for (int64_t i = 0; i < sp_.inner; ++i) {
         int l = static_cast<int>(label[o * sp_.inner + i]);
-        if (has_ignore_ && l == ignore_) {
+        if (ignore_.skips(l)) {
           for (int64_t k = 0; k < sp_.ch; ++k) dx[(o * sp_.ch + k) * sp_.inner + i] = 0.f;
           continue;
         }
@@ -138,10 +174,8 @@ class SoftmaxWithLossOp final : public Op {
   }
 
  private:
-  int axis_;
   proto::LossParameter::NormalizationMode mode_;
-  bool has_ignore_ = false;
-  int ignore_ = -1;
+  IgnoreLabel ignore_;
   AxisSplit sp_;
   Tensor prob_;
   int64_t valid_ = 0;
@@ -149,7 +183,11 @@ class SoftmaxWithLossOp final : public Op {
 
 }  // namespace
 
-BKS_REGISTER_OP("Softmax", SoftmaxOp);
-BKS_REGISTER_OP("SoftmaxWithLoss", SoftmaxWithLossOp);
+BKS_REGISTER_OP_DEF("Softmax", SoftmaxDef);
+BKS_REGISTER_OP_DEF("SoftmaxWithLoss", SoftmaxWithLossDef);
+
+BKS_REGISTER_KERNEL("Softmax", ::bks::DeviceKind::cpu, SoftmaxKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("SoftmaxWithLoss", ::bks::DeviceKind::cpu, SoftmaxWithLossKernel, "loops", kReferencePriority,
+                    nullptr);
 
 }  // namespace bks
