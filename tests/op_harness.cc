@@ -21,21 +21,14 @@ OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shap
   OpInit init{*node_, "test:" + node_->name, phase, 42, *backend_};
   OpContext ctx{*node_, init.where, phase};
   std::vector<Shape> out_shapes(num_outputs);
-  std::vector<ParamDecl> decls;
-  if (const OpDef* def = OpDefRegistry::get().find(node_->type)) {
-    def->check(ctx);
-    def->infer(ctx, in_shapes, out_shapes);
-    decls = def->params(ctx, in_shapes);
-    facts_ = def->facts(ctx, in_shapes);
-    op_ = KernelRegistry::get().create(init);
-    op_->reshape(in_shapes, out_shapes);
-  } else {
-    auto op = KernelRegistry::get().create_op(init);
-    op->infer(in_shapes, out_shapes);
-    decls = op->declare_params(in_shapes);
-    facts_ = op->facts(in_shapes.size());
-    op_ = std::move(op);
-  }
+  const OpDef* def = OpDefRegistry::get().find(node_->type);
+  if (!def) throw InputError("test: no definition of op type '" + node_->type + "'");
+  def->check(ctx);
+  def->infer(ctx, in_shapes, out_shapes);
+  std::vector<ParamDecl> decls = def->params(ctx, in_shapes);
+  facts_ = def->facts(ctx, in_shapes);
+  op_ = KernelRegistry::get().create(init);
+  op_->reshape(in_shapes, out_shapes);
   Rng rng(3);
   for (auto& d : decls) {
     Tensor p(d.shape);

@@ -7,9 +7,7 @@
 // (oneDNN primitives are created there, never per step); forward()/backward() every step.
 // Kernels overwrite their outputs and gradients; summing gradients of shared values and
 // shared parameters is the executor's job.
-//
-// Op is the older form, a kernel that also answers its definition's questions; op types
-// move from it to OpDef + Kernel one family at a time.
+
 #pragma once
 
 #include <functional>
@@ -98,9 +96,6 @@ class Kernel {
   void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
   using ChannelSplit = OpContext::ChannelSplit;
   ChannelSplit split_channels(const Shape& s) const;
-  // The INT8 thresholds deploy gave this layer (int8_input_threshold, int8_output_threshold;
-  // 0 when absent), checked: positive, inference only, an output one only with an input one.
-  void read_int8_thresholds(const OpInit& init, float& in, float& out) const;
 
   // Whether backward must produce input i's gradient (set by the runtime before prepare();
   // true when never set), so kernels that would only serve unused gradients are not built.
@@ -122,34 +117,7 @@ class Kernel {
   bool bf16_ = false;
 };
 
-// The older form: a kernel that is also its own definition.
-class Op : public Kernel {
- public:
-  using Kernel::Kernel;
-
-  virtual int min_inputs() const = 0;
-  virtual int max_inputs() const { return min_inputs(); }
-  virtual int min_outputs() const { return 1; }
-  virtual int max_outputs() const { return min_outputs(); }
-  // Output shapes from input shapes. Throws InputError (via fail()) on bad shapes.
-  virtual void infer(const std::vector<Shape>& in, std::vector<Shape>& out) = 0;
-  virtual std::vector<ParamDecl> declare_params(const std::vector<Shape>& in) { return {}; }
-  virtual bool has_backward() const { return true; }
-  virtual bool can_propagate_to(int input) const { return true; }
-  virtual bool allows_inplace() const { return false; }
-  virtual bool backward_reads_output() const { return false; }
-  virtual bool backward_reads_input() const { return true; }
-  virtual bool backward_reads_input_at(int input) const { return backward_reads_input(); }
-  virtual float default_loss_weight() const { return 0.f; }
-  virtual bool output_is_view() const { return false; }
-  virtual std::vector<int64_t> input_runs_in_output() const { return {}; }
-  virtual bool is_external_input() const { return false; }
-  // The answers above as OpFacts, for the given input count.
-  OpFacts facts(size_t inputs) const;
-};
-
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const OpInit&)>;
-using OpFactory = std::function<std::unique_ptr<Op>(const OpInit&)>;
 
 // Kernels by (op type, device), in order of preference.
 class KernelRegistry {
@@ -164,13 +132,9 @@ class KernelRegistry {
     KernelFactory make;
   };
   void add(Entry e);
-  void add_op(const std::string& type, DeviceKind dev, OpFactory f);
   // The preferred kernel for init.node on init.backend's device; InputError naming the node
   // when its type is unknown or no kernel supports it.
   std::unique_ptr<Kernel> create(const OpInit& init) const;
-  // A legacy op (kernel and definition in one) for the node, or null when its type has a
-  // definition (then create() gives its kernel).
-  std::unique_ptr<Op> create_op(const OpInit& init) const;
   // The entries for a type, in order of preference.
   std::vector<const Entry*> entries(const std::string& type) const;
   bool has(const std::string& type) const;
@@ -178,23 +142,11 @@ class KernelRegistry {
 
  private:
   std::vector<Entry> entries_;
-  std::vector<std::tuple<std::string, DeviceKind, OpFactory>> ops_;
 };
-using OpRegistry = KernelRegistry;
 
-struct OpRegistrar {
-  OpRegistrar(const char* type, DeviceKind dev, OpFactory f) { KernelRegistry::get().add_op(type, dev, std::move(f)); }
-};
 struct KernelRegistrar {
   explicit KernelRegistrar(KernelRegistry::Entry e) { KernelRegistry::get().add(std::move(e)); }
 };
-
-#define BKS_REGISTER_OP_IMPL2(type, cls, line) \
-  static ::bks::OpRegistrar bks_registrar_##line(  \
-      type, ::bks::DeviceKind::cpu, [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); })
-#define BKS_REGISTER_OP_IMPL(type, cls, line) BKS_REGISTER_OP_IMPL2(type, cls, line)
-// Registers a legacy op class (kernel and definition in one) for an op type.
-#define BKS_REGISTER_OP(type, cls) BKS_REGISTER_OP_IMPL(type, cls, __LINE__)
 
 #define BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)                       \
   static ::bks::KernelRegistrar bks_kernel_registrar_##line(::bks::KernelRegistry::Entry{              \

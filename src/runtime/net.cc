@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "backend/dnnl_util.h"
+#include "ops/shape_inference.h"
 #include "runtime/param_binding.h"
 
 namespace bks {
@@ -26,12 +27,6 @@ void add_into(Tensor& dst, const Tensor& src) {
   });
 }
 
-// "1", "at least 1" or "1 to 3" for arity errors.
-std::string arity_text(int lo, int hi) {
-  if (lo == hi) return fmt::format("{}", lo);
-  if (hi < 0) return fmt::format("at least {}", lo);
-  return fmt::format("{} to {}", lo, hi);
-}
 
 }  // namespace
 
@@ -54,46 +49,23 @@ OpContext Net::context(int n) const { return OpContext{graph_.nodes[n], graph_.d
 void Net::create_ops(uint64_t seed) {
   auto& reg = KernelRegistry::get();
   for (int n = 0; n < static_cast<int>(graph_.nodes.size()); ++n) {
-    const Node& node = graph_.nodes[n];
-    OpInit init{node, graph_.describe(n), phase_, seed, backend_, options_.constant_params, options_.bf16};
-    const OpDef* def = OpDefRegistry::get().find(node.type);
-    std::unique_ptr<Op> op = def ? nullptr : reg.create_op(init);
-    if (!def && !op) reg.create(init);  // says why there is no kernel (unknown type, device)
-    int lo = def ? def->min_inputs(context(n)) : op->min_inputs(), hi = def ? def->max_inputs(context(n)) : op->max_inputs();
-    int ni = static_cast<int>(node.inputs.size()), no = static_cast<int>(node.outputs.size());
-    if (ni < lo || (hi >= 0 && ni > hi)) input_error("{}: takes {} bottom blob(s), got {}", init.where, arity_text(lo, hi), ni);
-    lo = def ? def->min_outputs(context(n)) : op->min_outputs();
-    hi = def ? def->max_outputs(context(n)) : op->max_outputs();
-    if (no < lo || (hi >= 0 && no > hi)) input_error("{}: produces {} top blob(s), got {}", init.where, arity_text(lo, hi), no);
-    if (def) def->check(context(n));
-    defs_.push_back(def);
-    legacy_.push_back(op.get());
-    kernels_.push_back(op ? std::move(op) : reg.create(init));
+    defs_.push_back(&checked_def(graph_, n, phase_));
+    OpInit init{graph_.nodes[n], graph_.describe(n), phase_, seed, backend_, options_.constant_params, options_.bf16};
+    kernels_.push_back(reg.create(init));
   }
-}
-
-std::vector<Shape> Net::input_shapes(int n) const {
-  std::vector<Shape> in;
-  for (int v : graph_.nodes[n].inputs) in.push_back(graph_.values[v].shape);
-  return in;
 }
 
 void Net::infer_shapes() {
   for (int n = 0; n < num_nodes(); ++n) {
-    const Node& node = graph_.nodes[n];
-    std::vector<Shape> in = input_shapes(n), out(node.outputs.size());
-    if (defs_[n]) defs_[n]->infer(context(n), in, out);
-    else legacy_[n]->infer(in, out);
-    BKS_CHECK(out.size() == node.outputs.size(), "{} inferred {} outputs", node.name, out.size());
-    for (size_t j = 0; j < out.size(); ++j) graph_.values[node.outputs[j]].shape = out[j];
-    if (defs_[n]) kernels_[n]->reshape(in, out);
+    infer_node_shapes(graph_, n, phase_);
+    std::vector<Shape> out;
+    for (int v : graph_.nodes[n].outputs) out.push_back(graph_.values[v].shape);
+    kernels_[n]->reshape(input_shapes(graph_, n), out);
   }
 }
 
 void Net::bind_params(uint64_t seed) {
-  node_params_ = bind_parameters(graph_, store_, seed, [this](int n) {
-    return defs_[n] ? defs_[n]->params(context(n), input_shapes(n)) : legacy_[n]->declare_params(input_shapes(n));
-  });
+  node_params_ = bind_parameters(graph_, store_, seed, declared_params(graph_, phase_));
   for (const auto& np : node_params_)
     for (int idx : np)
       if (std::find(param_indices_.begin(), param_indices_.end(), idx) == param_indices_.end())
@@ -105,7 +77,7 @@ std::vector<OpFacts> Net::op_facts() const {
   for (int n = 0; n < num_nodes(); ++n) {
     const Node& node = graph_.nodes[n];
     OpFacts& f = facts[n];
-    f = defs_[n] ? defs_[n]->facts(context(n), input_shapes(n)) : legacy_[n]->facts(node.inputs.size());
+    f = defs_[n]->facts(context(n), input_shapes(graph_, n));
     f.layout_rule = kernels_[n]->layout_rule();
     f.learnable = false;
     for (size_t i = 0; i < node_params_[n].size(); ++i)

@@ -91,7 +91,6 @@ class Net {
  private:
   void create_ops(uint64_t seed);
   OpContext context(int n) const;
-  std::vector<Shape> input_shapes(int n) const;
   void infer_shapes();
   void bind_params(uint64_t seed);
   std::vector<OpFacts> op_facts() const;
@@ -105,8 +104,7 @@ class Net {
   Backend& backend_;
   NetOptions options_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
-  std::vector<const OpDef*> defs_;  // null: a legacy Op (kernel and definition in one)
-  std::vector<Op*> legacy_;
+  std::vector<const OpDef*> defs_;
   std::vector<OpFacts> facts_;
   Plan plan_;
   std::vector<Tensor> data_, grad_, scratch_;
