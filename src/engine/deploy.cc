@@ -8,7 +8,9 @@
 #include "formats/weights.h"
 #include "engine/batch_tuning.h"
 #include "engine/session.h"
+#include "ops/shape_inference.h"
 #include "runtime/net.h"
+#include "runtime/param_binding.h"
 
 namespace bks {
 
@@ -24,19 +26,18 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   if (o.precision == Precision::bf16) require_bf16();
   proto::NetState st = nl.param.state();
   st.set_phase(proto::TEST);
-  CpuBackend backend(o.threads);
+  // Shapes from the op definitions and each layer's blobs (sharing resolved) from the
+  // weights file: no kernel is built.
+  DeployModel m;
+  m.graph = build_caffe_graph(nl, st);
+  infer_shapes(m.graph, proto::TEST);
   ParamStore store;
-  NetOptions opt;
-  opt.reuse_buffers = true;
-  // Builds the net only to infer shapes and bind each layer's blobs (sharing resolved).
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 1, opt);
+  auto node_params = bind_parameters(m.graph, store, 1, declared_params(m.graph, proto::TEST));
   if (!store.all().empty() && load_weights(o.weights, store) == 0)
     input_error("{}: none of the net's parameter blobs are in this file", o.weights);
-  DeployModel m;
-  m.graph = net.graph();
-  for (int n = 0; n < net.num_nodes(); ++n)
+  for (size_t n = 0; n < m.graph.nodes.size(); ++n)
     for (size_t i = 0; i < m.graph.nodes[n].params.size(); ++i)
-      m.weights[m.graph.nodes[n].params[i].key] = store.at(net.param_index(n, static_cast<int>(i))).data.clone();
+      m.weights[m.graph.nodes[n].params[i].key] = store.at(node_params[n][i]).data;
   return m;
 }
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "formats/caffe_net.h"
-#include "runtime/net.h"
+#include "ops/shape_inference.h"
 
 namespace bks::server {
 
@@ -35,10 +35,8 @@ std::string network_svg(const std::string& net_file) {
   NetLoad nl = load_net_file(net_file);
   proto::NetState st;
   st.set_phase(proto::TEST);
-  CpuBackend be(1);
-  ParamStore store;
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
-  const Graph& g = net.graph();
+  Graph g = build_caffe_graph(nl, st);
+  infer_shapes(g, proto::TEST);
   const int n = static_cast<int>(g.nodes.size());
   // Depth: one row below the deepest producer of any input.
   std::vector<int> depth(n, 0), col(n, 0);

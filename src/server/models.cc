@@ -12,7 +12,8 @@
 #include "core/error.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
-#include "runtime/net.h"
+#include "ops/shape_inference.h"
+#include "runtime/param_binding.h"
 #include "server/api_error.h"
 
 namespace bks::server {
@@ -143,14 +144,16 @@ NetLoad with_own_data(const std::string& text, const std::string& head) {
   return out;
 }
 
-// Builds the net in both phases (shapes, parameters, kernels) to find what is wrong.
+// Checks the net in both phases (every layer's attributes, shapes and parameter blobs) to
+// find what is wrong, without building kernels.
 void build_both_phases(const NetLoad& nl) {
   for (auto phase : {proto::TRAIN, proto::TEST}) {
     proto::NetState st;
     st.set_phase(phase);
-    CpuBackend be(1);
+    Graph g = build_caffe_graph(nl, st);
+    infer_shapes(g, phase);
     ParamStore store;
-    Net net(build_caffe_graph(nl, st), phase, store, be, 1);
+    bind_parameters(g, store, 1, declared_params(g, phase), /*fill=*/false);
   }
 }
 
