@@ -87,14 +87,14 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
   for (int k = 0; k < net.num_nodes(); ++k) {
     const Node& node = net.graph().nodes[k];
     double ms = prof.total_ms(k, Profiler::Pass::forward) / iterations, gflops = 0;
-    if ((node.type == "Convolution" || node.type == "InnerProduct") && !node.params.empty()) {
+    if (op_traits(node).weighted_linear && !node.params.empty()) {
       const Shape& out = net.graph().values[node.outputs[0]].shape;
       int64_t out_numel = 1;
       for (int64_t d : out) out_numel *= d;
       const Tensor& w = net.store().at(net.param_index(k, 0)).data;
+      // Multiply-adds per output value: the weights of one output channel (either storage
+      // order of an inner product's weights gives the same count).
       double per_output = static_cast<double>(w.numel()) / static_cast<double>(out.at(1));
-      if (node.type == "InnerProduct" && node.param.inner_product_param().transpose())
-        per_output = static_cast<double>(w.dim(0));
       gflops = 2.0 * out_numel * per_output / (ms * 1e6);
     }
     rows.push_back({{"layer", node.name}, {"type", node.type}, {"ms", ms}, {"gflops", gflops}, {"kernel", net.op(k).kernel_name()}});

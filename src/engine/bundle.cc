@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "ops/op_def.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 
@@ -16,7 +17,7 @@ constexpr const char* kFormatKey = "bakusoku_bundle_version";
 
 void set_input_batch(proto::NetParameter& net, int64_t batch) {
   for (auto& l : *net.mutable_layer())
-    if (l.type() == "Input")
+    if (op_traits(l).external_input)
       for (auto& s : *l.mutable_input_param()->mutable_shape())
         if (s.dim_size() > 0) s.set_dim(0, batch);
 }

@@ -131,7 +131,7 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   std::set<int> watched;
   const Graph& g = net.graph();
   for (const Node& n : g.nodes)
-    if (n.type == "Convolution" || n.type == "InnerProduct") watched.insert(n.inputs[0]);
+    if (op_traits(n).weighted_linear) watched.insert(n.inputs[0]);
   std::map<int, AbsHistogram> hist;
   auto plain = [&](int v) { return net.is_blocked(v) ? net.plain_copy(v) : net.value(v); };
   // Pass 1: ranges. Pass 2: histograms over them. Same batches both times.

@@ -47,7 +47,7 @@ std::string test_data_layers(const NetLoad& nl) {
   st.set_phase(proto::TEST);
   std::string data;
   for (const auto& l : nl.param.layer())
-    if ((l.type() == "Data" || l.type() == "HDF5Data") && layer_included(l, st)) {
+    if (op_traits(l).data_layer && layer_included(l, st)) {
       std::string t;
       google::protobuf::TextFormat::PrintToString(l, &t);
       data += "layer {\n" + t + "}\n";

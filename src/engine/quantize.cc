@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/precision.h"
+#include "ops/op_def.h"
 
 namespace bks {
 
@@ -14,7 +15,7 @@ namespace {
 constexpr int64_t kFewChannelsForInt8 = 4;
 
 bool is_int8_layer(const proto::LayerParameter& l) {
-  return (l.type() == "Convolution" || l.type() == "InnerProduct") && l.int8_input_threshold() > 0.f;
+  return op_traits(l).weighted_linear && l.int8_input_threshold() > 0.f;
 }
 
 struct Readers {
@@ -35,7 +36,7 @@ std::optional<float> int8_readers_threshold(const proto::NetParameter& net, cons
     std::optional<float> mine;
     if (is_int8_layer(l) && bi == 0) {
       mine = l.int8_input_threshold();
-    } else if (l.type() == "Pooling" && l.pooling_param().pool() == proto::PoolingParameter::MAX && l.top_size() == 1 &&
+    } else if (op_traits(l).max_pooling && l.top_size() == 1 &&
                l.top(0) != blob) {
       mine = int8_readers_threshold(net, r, l.top(0));
     }
@@ -73,11 +74,12 @@ int keep_int8_between_layers(proto::NetParameter& net) {
 Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std::string, Shape>& shapes) {
   Int8Plan plan;
   for (auto& l : *b.net.mutable_layer()) {
-    if ((l.type() != "Convolution" && l.type() != "InnerProduct") || l.bottom_size() == 0) continue;
+    const OpTraits tr = op_traits(l);
+    if (!tr.weighted_linear || l.bottom_size() == 0) continue;
     // First layers (a grey or RGB image): oneDNN 2.6's int8 kernels there are slower than
     // its f32 one (LeNet conv1, batch 256: 1.1-1.8 ms vs 0.77 ms on AVX-512 VNNI).
     auto s = shapes.find(l.bottom(0));
-    if (l.type() == "Convolution" && s != shapes.end() && s->second.size() == 4 && s->second[1] < kFewChannelsForInt8)
+    if (tr.convolution && s != shapes.end() && s->second.size() == 4 && s->second[1] < kFewChannelsForInt8)
       continue;
     auto it = t.threshold.find(l.bottom(0));
     if (it == t.threshold.end() || it->second <= 0) continue;

@@ -45,7 +45,7 @@ std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetPar
   // Data fed in another way (a dataset to score on) must have the items the bundle takes;
   // otherwise the first mismatch would surface as a weight of the wrong shape.
   for (const auto& l : b.net.layer()) {
-    if (l.type() != "Input") continue;
+    if (!op_traits(l).external_input) continue;
     for (int t = 0; t < l.top_size() && t < l.input_param().shape_size(); ++t) {
       int v = r->net->graph().find_value(l.top(t));
       if (v < 0) continue;
@@ -94,7 +94,7 @@ proto::NetParameter scoring_net(const Bundle& b, const std::string& source, cons
   *net.add_layer() = d;
   std::string prob;
   for (const auto& l : b.net.layer()) {
-    if (l.type() == "Input") continue;  // the data layer produces these blobs now
+    if (op_traits(l).external_input) continue;  // the data layer produces these blobs now
     *net.add_layer() = l;
     if (l.top_size() > 0) prob = l.top(0);
   }

@@ -65,6 +65,11 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
 
 }  // namespace
 
+bool caffe_data_layer_type(const std::string& type) {
+  static const std::set<std::string> kinds{"Data", "HDF5Data", "ImageData", "Input", "MemoryData", "DummyData", "WindowData"};
+  return kinds.count(type) > 0;
+}
+
 bool layer_included(const proto::LayerParameter& layer, const proto::NetState& state) {
   if (layer.include_size() > 0) {
     return std::any_of(layer.include().begin(), layer.include().end(),

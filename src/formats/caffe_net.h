@@ -28,6 +28,10 @@ void resolve_data_paths(proto::NetParameter& net, const std::string& prototxt_di
 // A path as given if it exists, else relative to `base_dir` if that exists, else as given.
 std::string resolve_path(const std::string& path, const std::string& base_dir);
 
+// Whether a Caffe layer type brings data in (Caffe's data layers, including those bakusoku
+// does not implement: ImageData, MemoryData, DummyData, WindowData).
+bool caffe_data_layer_type(const std::string& type);
+
 // Caffe's rule: does a layer with these include/exclude rules run in `state`?
 bool layer_included(const proto::LayerParameter& layer, const proto::NetState& state);
 

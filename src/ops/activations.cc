@@ -17,6 +17,7 @@ struct ReLUFn {
     return {s, s < 0.f ? 1.f : 0.f};
   }
   static void add_traits(const Node&, OpTraits& t) { t.fusable_activation = true; }
+  static float slope_of(const Node& n) { return n.param.relu_param().negative_slope(); }
   // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
   ElementwiseFlow flow() const { return {slope < 0.f, !(slope < 0.f), true}; }
   float f(float x) const { return std::max(x, 0.f) + slope * std::min(x, 0.f); }
@@ -68,6 +69,12 @@ struct PowerFn {
   }
   // power 1 is affine: y = scale * x + shift (fold-constants folds it into neighbours).
   static void add_traits(const Node& n, OpTraits& t) { t.per_channel_affine = n.param.power_param().power() == 1.f; }
+  static bool affine(const Node& n, double& a, double& b) {
+    const auto& p = n.param.power_param();
+    a = p.scale();
+    b = p.shift();
+    return p.power() == 1.f;
+  }
   ElementwiseFlow flow() const { return {}; }
   float f(float x) const { return power == 1.f ? shift + scale * x : std::pow(shift + scale * x, power); }
   float grad(float x, float) const {

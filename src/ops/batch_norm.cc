@@ -49,6 +49,24 @@ class BatchNormDef final : public OpDef {
     t.per_channel_affine = true;
     return t;
   }
+  // With stored statistics: y = (x - mean * f) / sqrt(var * f + eps), f = 1 / factor
+  // (Caffe's moving-average normaliser).
+  bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,
+                      std::vector<double>& b) const override {
+    const auto& bp = n.param.batch_norm_param();
+    if ((bp.has_use_global_stats() && !bp.use_global_stats()) || blobs.size() != 3) return false;
+    const Tensor &mean = *blobs[0], &var = *blobs[1], &factor = *blobs[2];
+    if (mean.numel() != channels) return false;
+    double f = factor.f32()[0] == 0.f ? 0.0 : 1.0 / factor.f32()[0];
+    a.assign(channels, 1.0);
+    b.assign(channels, 0.0);
+    for (int64_t c = 0; c < channels; ++c) {
+      double inv_std = 1.0 / std::sqrt(var.f32()[c] * f + bp.eps());
+      a[c] = inv_std;
+      b[c] = -mean.f32()[c] * f * inv_std;
+    }
+    return true;
+  }
 };
 
 class BatchNormKernel final : public Kernel {

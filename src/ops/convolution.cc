@@ -63,6 +63,13 @@ class ConvolutionDef final : public OpDef {
     t.convolution = true;
     return t;
   }
+  int64_t output_channels(const Node& n) const override { return n.param.convolution_param().num_output(); }
+  bool has_bias(const Node& n) const override { return n.param.convolution_param().bias_term(); }
+  void set_bias_term(Node& n) const override { n.param.mutable_convolution_param()->set_bias_term(true); }
+  bool pads_input(const Node& n) const override {
+    const auto& p = n.param.convolution_param();
+    return p.pad_size() > 0 ? p.pad(0) != 0 || (p.pad_size() > 1 && p.pad(1) != 0) : p.pad_h() != 0 || p.pad_w() != 0;
+  }
 };
 
 class ConvolutionKernel final : public Kernel {

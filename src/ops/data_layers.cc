@@ -3,6 +3,7 @@
 //
 // The definitions infer output shapes from the dataset itself (open_dataset and
 // open_hdf5_list are cached per path, so the kernel's loader shares what they read).
+#include <algorithm>
 #include <memory>
 
 #include "core/log.h"
@@ -52,6 +53,36 @@ class InputDef final : public OpDef {
     return t;
   }
 };
+
+}  // namespace
+
+void make_external_input(Node& n, const std::vector<Shape>& shapes) {
+  proto::LayerParameter p;
+  p.set_name(n.name);
+  p.set_type("Input");
+  for (const Shape& s : shapes) {
+    auto* shape = p.mutable_input_param()->add_shape();
+    for (int64_t d : s) shape->add_dim(d);
+  }
+  n.param = p;
+  n.type = "Input";
+}
+
+void keep_external_outputs(Node& n, const std::vector<bool>& keep) {
+  const auto& shapes = n.param.input_param();
+  proto::InputParameter kept;
+  std::vector<int> outs;
+  for (size_t j = 0; j < n.outputs.size(); ++j) {
+    if (!keep[j]) continue;
+    outs.push_back(n.outputs[j]);
+    if (shapes.shape_size() > 0) *kept.add_shape() = shapes.shape(static_cast<int>(std::min<size_t>(j, shapes.shape_size() - 1)));
+  }
+  n.outputs = outs;
+  n.loss_weight.assign(outs.size(), 0.f);
+  *n.param.mutable_input_param() = kept;
+}
+
+namespace {
 
 // ---- Data ----
 

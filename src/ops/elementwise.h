@@ -42,6 +42,24 @@ class ElementwiseDef final : public OpDef {
     Fn::add_traits(n, t);
     return t;
   }
+  // An Fn with `static bool affine(const Node&, double& a, double& b)` (affine Power) is the
+  // same affine map on every channel.
+  bool channel_affine(const Node& n, const std::vector<const Tensor*>&, int64_t channels, std::vector<double>& a,
+                      std::vector<double>& b) const override {
+    if constexpr (requires(double x) { Fn::affine(n, x, x); }) {
+      double sa = 1, sb = 0;
+      if (!Fn::affine(n, sa, sb)) return false;
+      a.assign(channels, sa);
+      b.assign(channels, sb);
+      return true;
+    }
+    return false;
+  }
+  // An Fn with `static float slope_of(const Node&)` (ReLU) fuses into a producer.
+  float activation_slope(const Node& n) const override {
+    if constexpr (requires { Fn::slope_of(n); }) return Fn::slope_of(n);
+    return 0.f;
+  }
 };
 
 template <class Fn>

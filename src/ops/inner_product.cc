@@ -59,6 +59,10 @@ class InnerProductDef final : public OpDef {
     t.weighted_linear = true;
     return t;
   }
+  int64_t output_channels(const Node& n) const override { return n.param.inner_product_param().num_output(); }
+  bool weights_output_last(const Node& n) const override { return n.param.inner_product_param().transpose(); }
+  bool has_bias(const Node& n) const override { return n.param.inner_product_param().bias_term(); }
+  void set_bias_term(Node& n) const override { n.param.mutable_inner_product_param()->set_bias_term(true); }
 };
 
 class InnerProductKernel final : public Kernel {

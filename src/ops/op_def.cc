@@ -48,4 +48,11 @@ OpTraits op_traits(const Node& n) {
   return d ? d->traits(n) : OpTraits{};
 }
 
+OpTraits op_traits(const proto::LayerParameter& layer) {
+  Node n;
+  n.type = layer.type();
+  n.param = layer;
+  return op_traits(n);
+}
+
 }  // namespace bks

@@ -103,6 +103,32 @@ class OpDef {
   // Gradients and buffers (see OpFacts), given the input shapes.
   virtual OpFacts facts(const OpContext& c, const std::vector<Shape>& in) const { return {}; }
   virtual OpTraits traits(const Node& n) const { return {}; }
+
+  // What deploy's graph passes ask, so they name no op type (defaults: the op takes part
+  // in none of these rewrites).
+  //
+  // per_channel_affine ops: the map y = a[c] * x + b[c] the node computes at inference over
+  // `channels` channels (axis 1) from its parameter blobs `blobs`; false when it does not
+  // (BatchNorm computing batch statistics, Scale over other axes or with a second bottom).
+  // Ops without blobs whose map is the same for every channel (affine Power) fill every c.
+  virtual bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels,
+                              std::vector<double>& a, std::vector<double>& b) const {
+    return false;
+  }
+  // weighted_linear ops: output channels, whether weights are stored [input, output]
+  // (InnerProduct's transpose) instead of [output, ...], whether there is a bias blob (and
+  // turning one on), and whether the input is zero-padded (a constant shift of the input
+  // then cannot fold into the bias).
+  virtual int64_t output_channels(const Node& n) const { return 0; }
+  virtual bool weights_output_last(const Node& n) const { return false; }
+  virtual bool has_bias(const Node& n) const { return false; }
+  virtual void set_bias_term(Node& n) const {}
+  virtual bool pads_input(const Node& n) const { return false; }
+  // Losses with an inference form: the node's type and attributes become that form's
+  // (SoftmaxWithLoss -> Softmax, keeping softmax_param); the pass trims inputs and outputs.
+  virtual void to_inference_form(Node& n) const {}
+  // fusable_activation ops: the negative slope of the ReLU a producer applies as a post-op.
+  virtual float activation_slope(const Node& n) const { return 0.f; }
 };
 
 class OpDefRegistry {
@@ -117,10 +143,17 @@ class OpDefRegistry {
   std::map<std::string, std::unique_ptr<OpDef>> defs_;
 };
 
+// The external input op (Input): `n` becomes one with these output shapes; and the same
+// op keeping only its outputs j with keep[j] (and their shapes).
+void make_external_input(Node& n, const std::vector<Shape>& shapes);
+void keep_external_outputs(Node& n, const std::vector<bool>& keep);
+
 // The definition of node n's type; InputError naming the node when there is none.
 const OpDef& op_def(const Graph& g, int n);
-// The traits of a node's type (none for an unknown type).
+// The traits of a node's type (none for an unknown type); the second form for a layer as
+// the Caffe front end stores it (bundles keep their graph in that form).
 OpTraits op_traits(const Node& n);
+OpTraits op_traits(const proto::LayerParameter& layer);
 
 struct OpDefRegistrar {
   OpDefRegistrar(const char* type, std::unique_ptr<OpDef> def) { OpDefRegistry::get().add(type, std::move(def)); }

@@ -53,6 +53,13 @@ class SigmoidCrossEntropyLossDef final : public OpDef {
     t.inference_form = "Sigmoid";
     return t;
   }
+  void to_inference_form(Node& n) const override {
+    proto::LayerParameter p;
+    p.set_name(n.name);
+    p.set_type("Sigmoid");
+    n.param = p;
+    n.type = p.type();
+  }
 };
 
 // ---- Kernels ----

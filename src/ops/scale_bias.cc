@@ -119,6 +119,20 @@ class ScaleDef final : public OpDef {
     t.per_channel_affine = true;
     return t;
   }
+  // One learned factor (and bias) per channel of axis 1.
+  bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,
+                      std::vector<double>& b) const override {
+    const auto& sp = n.param.scale_param();
+    if (n.inputs.size() != 1 || sp.axis() != 1 || sp.num_axes() != 1 || blobs.empty()) return false;
+    const Tensor& gamma = *blobs[0];
+    if (gamma.numel() != channels || (sp.bias_term() && blobs.size() < 2)) return false;
+    a.assign(channels, 1.0);
+    b.assign(channels, 0.0);
+    for (int64_t c = 0; c < channels; ++c) a[c] = gamma.f32()[c];
+    if (sp.bias_term())
+      for (int64_t c = 0; c < channels; ++c) b[c] = blobs[1]->f32()[c];
+    return true;
+  }
 };
 
 class BiasDef final : public OpDef {

@@ -89,6 +89,14 @@ class SoftmaxWithLossDef final : public OpDef {
     t.inference_form = "Softmax";
     return t;
   }
+  void to_inference_form(Node& n) const override {
+    proto::LayerParameter p;
+    p.set_name(n.name);
+    p.set_type("Softmax");
+    if (n.param.has_softmax_param()) *p.mutable_softmax_param() = n.param.softmax_param();
+    n.param = p;
+    n.type = p.type();
+  }
 };
 
 // ---- Kernels ----

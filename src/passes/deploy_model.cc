@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "graph/graph_edit.h"
+#include "ops/op_def.h"
 
 namespace bks {
 
@@ -34,12 +35,9 @@ bool weights_shared(const DeployModel& m, int node) {
 
 void ensure_bias(DeployModel& m, int node, int64_t channels) {
   Node& n = m.graph.nodes.at(node);
-  const bool conv = n.type == "Convolution";
-  if (conv ? n.param.convolution_param().bias_term() : n.param.inner_product_param().bias_term()) return;
-  if (conv)
-    n.param.mutable_convolution_param()->set_bias_term(true);
-  else
-    n.param.mutable_inner_product_param()->set_bias_term(true);
+  const OpDef& def = op_def(m.graph, node);
+  if (def.has_bias(n)) return;
+  def.set_bias_term(n);
   ParamRef ref;
   ref.key = fmt::format("{}.1", n.name);
   n.params.push_back(ref);

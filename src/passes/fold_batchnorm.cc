@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "graph/graph_edit.h"
+#include "ops/op_def.h"
 #include "passes/deploy_model.h"
 
 namespace bks {
@@ -13,61 +14,27 @@ namespace {
 
 bool foldable_producer(const DeployModel& m, int p) {
   const Node& n = m.graph.nodes[p];
-  if (n.param.has_fusion_param()) return false;
-  if (n.type == "Convolution") return true;
-  // InnerProduct's channels are its last axis; folding needs them on axis 1 of a 2-d output.
-  return n.type == "InnerProduct" && m.graph.values[n.outputs[0]].shape.size() == 2;
+  const OpTraits t = op_traits(n);
+  if (!t.weighted_linear || n.param.has_fusion_param()) return false;
+  // An inner product's channels are its last axis; folding needs them on axis 1 of a 2-d output.
+  return t.convolution || m.graph.values[n.outputs[0]].shape.size() == 2;
 }
 
-// The per-channel affine map (a, b) of a BatchNorm / Scale node, or false when it is not
-// one (BatchNorm computing batch statistics, Scale with a second bottom or other axes).
+// The per-channel affine map (a, b) node n computes, from its definition and blobs.
 bool channel_affine(DeployModel& m, int n, int64_t channels, std::vector<double>& a, std::vector<double>& b) {
-  const Node& node = m.graph.nodes[n];
-  a.assign(channels, 1.0);
-  b.assign(channels, 0.0);
-  if (node.type == "BatchNorm") {
-    const auto& bp = node.param.batch_norm_param();
-    if (bp.has_use_global_stats() && !bp.use_global_stats()) return false;
-    const Tensor &mean = m.blob(n, 0), &var = m.blob(n, 1), &factor = m.blob(n, 2);
-    if (mean.numel() != channels) return false;
-    double f = factor.f32()[0] == 0.f ? 0.0 : 1.0 / factor.f32()[0];  // Caffe's moving-average normaliser
-    for (int64_t c = 0; c < channels; ++c) {
-      double inv_std = 1.0 / std::sqrt(var.f32()[c] * f + bp.eps());
-      a[c] = inv_std;
-      b[c] = -mean.f32()[c] * f * inv_std;
-    }
-    return true;
-  }
-  if (node.type == "Power") {  // y = scale * x + shift when power is 1 (fold_constants)
-    const auto& pp = node.param.power_param();
-    if (pp.power() != 1.f) return false;
-    a.assign(channels, pp.scale());
-    b.assign(channels, pp.shift());
-    return true;
-  }
-  if (node.type == "Scale") {
-    const auto& sp = node.param.scale_param();
-    if (node.inputs.size() != 1 || sp.axis() != 1 || sp.num_axes() != 1) return false;
-    const Tensor& gamma = m.blob(n, 0);
-    if (gamma.numel() != channels) return false;
-    for (int64_t c = 0; c < channels; ++c) a[c] = gamma.f32()[c];
-    if (sp.bias_term())
-      for (int64_t c = 0; c < channels; ++c) b[c] = m.blob(n, 1).f32()[c];
-    return true;
-  }
-  return false;
+  std::vector<const Tensor*> blobs;
+  for (size_t i = 0; i < m.graph.nodes[n].params.size(); ++i) blobs.push_back(&m.blob(n, static_cast<int>(i)));
+  return op_def(m.graph, n).channel_affine(m.graph.nodes[n], blobs, channels, a, b);
 }
 
 // Applies y = a * layer(x) + b to producer p's weights and bias (adding a bias if needed).
 void fold_into(DeployModel& m, int p, const std::vector<double>& a, const std::vector<double>& b) {
-  Node& node = m.graph.nodes[p];
-  const bool conv = node.type == "Convolution";
-  const bool transposed = !conv && node.param.inner_product_param().transpose();
+  const bool output_last = op_def(m.graph, p).weights_output_last(m.graph.nodes[p]);  // weights [k, n]
   const int64_t channels = static_cast<int64_t>(a.size());
   Tensor& w = m.blob(p, 0);
   const int64_t per = w.numel() / channels;
   for (int64_t i = 0; i < w.numel(); ++i) {
-    int64_t c = transposed ? i % channels : i / per;  // IP transposed: weights [k, n]
+    int64_t c = output_last ? i % channels : i / per;
     w.f32()[i] = static_cast<float>(w.f32()[i] * a[c]);
   }
   ensure_bias(m, p, channels);
@@ -83,7 +50,7 @@ PassReport fold_batchnorm(DeployModel& m) {
   std::vector<bool> dead(g.nodes.size(), false);
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
-    if (node.type != "BatchNorm" && node.type != "Scale" && node.type != "Power") continue;
+    if (!op_traits(node).per_channel_affine) continue;
     int p = g.values[node.inputs[0]].producer;
     if (p < 0 || dead[p] || !foldable_producer(m, p) || m.sole_consumer(p) != n) continue;
     const Node& prod = g.nodes[p];

@@ -11,34 +11,42 @@
 #include <algorithm>
 
 #include "graph/graph_edit.h"
+#include "ops/op_def.h"
 #include "passes/deploy_model.h"
 
 namespace bks {
 namespace {
 
-bool affine_power(const Node& n) { return n.type == "Power" && n.param.power_param().power() == 1.f; }
+// A fixed affine map y = scale * x + shift, the same on every element (affine Power).
+bool scalar_affine(const Graph& g, int n, float& scale, float& shift) {
+  const Node& node = g.nodes[n];
+  OpTraits t = op_traits(node);
+  if (!t.elementwise || !t.per_channel_affine || !node.params.empty()) return false;
+  std::vector<double> a, b;
+  if (!op_def(g, n).channel_affine(node, {}, 1, a, b)) return false;
+  scale = static_cast<float>(a[0]);
+  shift = static_cast<float>(b[0]);
+  return true;
+}
 
 // Whether reader r can take y = scale * x + shift (its first and only use of y) into its
 // weights: exact for any scale, and for a shift where no zero padding enters the window.
 bool can_absorb(DeployModel& m, int r, int y, float shift) {
   const Node& n = m.graph.nodes[r];
   if (n.inputs.empty() || n.inputs[0] != y || std::count(n.inputs.begin(), n.inputs.end(), y) != 1) return false;
-  if (n.type == "InnerProduct") return !weights_shared(m, r);
-  if (n.type != "Convolution") return false;
-  const auto& p = n.param.convolution_param();
-  bool padded = p.pad_size() > 0 ? p.pad(0) != 0 || (p.pad_size() > 1 && p.pad(1) != 0) : p.pad_h() != 0 || p.pad_w() != 0;
-  return !weights_shared(m, r) && (shift == 0.f || !padded);
+  if (!op_traits(n).weighted_linear || n.param.has_fusion_param()) return false;
+  return !weights_shared(m, r) && (shift == 0.f || !op_def(m.graph, r).pads_input(n));
 }
 
 // reader(scale * x + shift) = reader'(x): w' = w * scale, b' = b + shift * (sum of w over
 // each output's inputs).
 void absorb(DeployModel& m, int r, float scale, float shift) {
   Node& n = m.graph.nodes[r];
-  const bool conv = n.type == "Convolution";
-  const bool transposed = !conv && n.param.inner_product_param().transpose();  // weights [k, n]
+  const OpDef& def = op_def(m.graph, r);
+  const bool transposed = def.weights_output_last(n);  // weights [k, n]
   for (const ParamRef& ref : n.params) m.weights[ref.key] = m.weights[ref.key].clone();  // private copies
   Tensor& w = m.blob(r, 0);
-  const int64_t outputs = conv ? n.param.convolution_param().num_output() : n.param.inner_product_param().num_output();
+  const int64_t outputs = def.output_channels(n);
   const int64_t per = w.numel() / outputs;
   std::vector<double> sum(outputs, 0.0);
   for (int64_t i = 0; i < w.numel(); ++i) {
@@ -60,11 +68,11 @@ PassReport fold_constants(DeployModel& m) {
   std::vector<bool> dead(g.nodes.size(), false);
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     const Node& node = g.nodes[n];
-    if (!affine_power(node) || node.inputs.size() != 1 || node.outputs.size() != 1) continue;
+    float scale = 1.f, shift = 0.f;
+    if (!scalar_affine(g, n, scale, shift) || node.inputs.size() != 1 || node.outputs.size() != 1) continue;
     const int x = node.inputs[0], y = node.outputs[0];
     const auto& readers = g.values[y].consumers;
     if (readers.empty()) continue;  // a net output keeps its layer
-    const float scale = node.param.power_param().scale(), shift = node.param.power_param().shift();
     const bool identity = scale == 1.f && shift == 0.f;
     if (!identity) {
       bool all = true;
@@ -72,11 +80,11 @@ PassReport fold_constants(DeployModel& m) {
       if (!all) continue;
       for (int r : readers) {
         absorb(m, r, scale, shift);
-        rep.changes.push_back(fmt::format("folded Power '{}' (x * {} + {}) into {} '{}'", node.name, scale, shift,
+        rep.changes.push_back(fmt::format("folded {} '{}' (x * {} + {}) into {} '{}'", node.type, node.name, scale, shift,
                                           g.nodes[r].type, g.nodes[r].name));
       }
     } else {
-      rep.changes.push_back(fmt::format("removed Power '{}' (the identity)", node.name));
+      rep.changes.push_back(fmt::format("removed {} '{}' (the identity)", node.type, node.name));
     }
     replace_uses(g, y, x);
     g.nodes[n].inputs.clear();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "graph/graph_edit.h"
+#include "ops/op_def.h"
 #include "passes/deploy_model.h"
 
 namespace bks {
@@ -14,8 +15,8 @@ int fusable_producer(const DeployModel& m, int n, int input, bool conv_only) {
   const Graph& g = m.graph;
   int p = g.values[g.nodes[n].inputs[input]].producer;
   if (p < 0 || m.sole_consumer(p) != n) return -1;
-  const std::string& t = g.nodes[p].type;
-  if (t != "Convolution" && (conv_only || t != "InnerProduct")) return -1;
+  const OpTraits t = op_traits(g.nodes[p]);
+  if (!t.weighted_linear || (conv_only && !t.convolution)) return -1;
   return p;
 }
 
@@ -27,12 +28,7 @@ PassReport fuse_residual(DeployModel& m) {
   std::vector<bool> dead(g.nodes.size(), false);
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
-    if (node.type != "Eltwise" || node.inputs.size() != 2) continue;
-    const auto& ep = node.param.eltwise_param();
-    if (ep.operation() != proto::EltwiseParameter::SUM) continue;
-    bool unit = true;
-    for (float c : ep.coeff()) unit = unit && c == 1.f;
-    if (!unit) continue;
+    if (!op_traits(node).residual_sum) continue;
     // Prefer the branch computed last: the other one is then ready when it runs.
     for (int side : {1, 0}) {
       int p = fusable_producer(m, n, side, true);
@@ -42,8 +38,8 @@ PassReport fuse_residual(DeployModel& m) {
       if (g.values[other].shape != g.values[node.outputs[0]].shape) continue;
       g.nodes[p].inputs.push_back(other);
       g.nodes[p].param.mutable_fusion_param()->set_residual_sum(true);
-      r.changes.push_back(fmt::format("Eltwise SUM '{}' into Convolution '{}' (+ '{}')", node.name, g.nodes[p].name,
-                                      g.values[other].name));
+      r.changes.push_back(fmt::format("{} SUM '{}' into {} '{}' (+ '{}')", node.type, node.name, g.nodes[p].type,
+                                      g.nodes[p].name, g.values[other].name));
       absorb_into(g, p, n, dead);
       break;
     }
@@ -58,13 +54,13 @@ PassReport fuse_relu(DeployModel& m) {
   std::vector<bool> dead(g.nodes.size(), false);
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
-    if (node.type != "ReLU") continue;
+    if (!op_traits(node).fusable_activation) continue;
     int p = fusable_producer(m, n, 0, false);
     if (p < 0 || g.nodes[p].param.fusion_param().relu()) continue;
     auto* f = g.nodes[p].param.mutable_fusion_param();
     f->set_relu(true);
-    f->set_relu_negative_slope(node.param.relu_param().negative_slope());
-    r.changes.push_back(fmt::format("ReLU '{}' into {} '{}'", node.name, g.nodes[p].type, g.nodes[p].name));
+    f->set_relu_negative_slope(op_def(g, n).activation_slope(node));
+    r.changes.push_back(fmt::format("{} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
     absorb_into(g, p, n, dead);
   }
   erase_nodes(g, dead);

@@ -211,7 +211,7 @@ json Classifier::visualize(const ClassifyInput& in, const uint8_t* chw) {
       const Tensor& w = e->plain->store.at(net.param_index(n, 0)).data;
       l["weights_shape"] = w.shape();
       l["weights"] = stats(w);
-      if (node.type == "Convolution" && w.ndim() == 4) {
+      if (op_traits(node).convolution && w.ndim() == 4) {
         // The first input channel of up to 32 filters, on one scale.
         const int64_t oc = std::min<int64_t>(32, w.dim(0)), kh = w.dim(2), kw = w.dim(3);
         std::vector<float> first(static_cast<size_t>(oc * kh * kw));

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
+#include "ops/op_def.h"
 #include "ops/shape_inference.h"
 #include "runtime/param_binding.h"
 #include "server/api_error.h"
@@ -117,8 +118,10 @@ layer {{ name: "fc" type: "InnerProduct" bottom: "pool" top: "fc" inner_product_
 }
 
 bool is_data_layer(const std::string& type) {
-  static const std::set<std::string> kinds{"Data", "HDF5Data", "ImageData", "Input", "MemoryData", "DummyData", "WindowData"};
-  return kinds.count(type) > 0;
+  proto::LayerParameter l;
+  l.set_type(type);
+  OpTraits t = op_traits(l);
+  return t.data_layer || t.external_input || caffe_data_layer_type(type);
 }
 
 // The user's layers (data layers dropped) after `head`, keeping each layer's source line.
