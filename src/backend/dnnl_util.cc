@@ -64,9 +64,14 @@ void* thread_scratchpad(size_t bytes) {
 
 }  // namespace
 
-void DnnlPrimitive::execute(dnnl::stream& s, std::unordered_map<int, memory> args) const {
+void DnnlPrimitive::execute(dnnl::stream& s, std::unordered_map<int, memory>& args) {
   size_t bytes = scratchpad_.get_size();
-  if (bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad_, s.get_engine(), thread_scratchpad(bytes)));
+  if (bytes > 0) {
+    void* p = thread_scratchpad(bytes);
+    if (!scratch_mem_) scratch_mem_ = memory(scratchpad_, s.get_engine(), p);
+    else if (scratch_mem_.get_data_handle() != p) scratch_mem_.set_data_handle(p);
+    args[DNNL_ARG_SCRATCHPAD] = scratch_mem_;
+  }
   prim_.execute(s, args);
 }
 

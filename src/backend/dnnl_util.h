@@ -37,11 +37,14 @@ class DnnlPrimitive {
   template <class PD>
   DnnlPrimitive(const dnnl::primitive& p, const PD& pd) : prim_(p), scratchpad_(pd.scratchpad_desc()) {}
   explicit operator bool() const { return static_cast<bool>(prim_); }
-  void execute(dnnl::stream& s, std::unordered_map<int, memory> args) const;
+  // Adds the scratchpad to `args` and runs. One primitive runs in one thread at a time.
+  void execute(dnnl::stream& s, std::unordered_map<int, memory>& args);
+  void execute(dnnl::stream& s, std::unordered_map<int, memory>&& args) { execute(s, args); }
 
  private:
   dnnl::primitive prim_;
   memory::desc scratchpad_;
+  memory scratch_mem_;  // bound to the last running thread's scratchpad
 };
 
 // A reorder (user scratchpad) from src to dst, with `attr` (e.g. output scales).
