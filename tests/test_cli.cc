@@ -1,6 +1,6 @@
 // The command line as a user meets it: exit codes and one-line errors naming the file.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -47,20 +47,23 @@ TEST(Cli, BadPrototxtIsOneLineWithFileAndExitTwo) {
 }
 
 TEST(Cli, SemanticErrorsExitTwoWithFileAndLine) {
-  std::string unknown = write_temp("unknown.prototxt",
-                                   "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 2 } } }\n"
-                                   "layer { name: 'q' type: 'Quantum' bottom: 'x' top: 'y' }\n");
+  std::string unknown =
+      write_temp("unknown.prototxt",
+                 "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 2 } } }\n"
+                 "layer { name: 'q' type: 'Quantum' bottom: 'x' top: 'y' }\n");
   auto r = run_cmd("time --model " + unknown);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find(unknown + ":2: layer 'q'"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
-  std::string nodata = write_temp("nodata.prototxt",
-                                  "layer { name: 'd' type: 'Data' top: 'x' top: 'l'\n"
-                                  "  data_param { source: '/nonexistent/train-images-idx3-ubyte.gz' batch_size: 4 } }\n");
+  std::string nodata =
+      write_temp("nodata.prototxt",
+                 "layer { name: 'd' type: 'Data' top: 'x' top: 'l'\n"
+                 "  data_param { source: '/nonexistent/train-images-idx3-ubyte.gz' batch_size: 4 } }\n");
   r = run_cmd("time --model " + nodata);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("/nonexistent/train-images-idx3-ubyte.gz"), std::string::npos) << r.output;
-  std::string solver = write_temp("badsolver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01\nlr_policy: 'wobbly'\nmax_iter: 10\n");
+  std::string solver =
+      write_temp("badsolver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01\nlr_policy: 'wobbly'\nmax_iter: 10\n");
   r = run_cmd("train --solver " + solver + " --out " + (fs::temp_directory_path() / "bks_cli_bad").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("wobbly"), std::string::npos) << r.output;
@@ -71,7 +74,8 @@ TEST(Cli, RefusesToTrainIntoAnExistingRun) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(fs::path(dir) / "metrics.jsonl") << "{}\n";
-  std::string solver = write_temp("existing_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 1\n");
+  std::string solver =
+      write_temp("existing_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 1\n");
   auto r = run_cmd("train --solver " + solver + " --out " + dir);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
@@ -106,9 +110,10 @@ TEST(Cli, TimePrintsLayersAndWritesTrace) {
 TEST(Cli, SigintSnapshotsThenStopsAndResumeContinues) {
   std::string dir = (fs::temp_directory_path() / "bks_cli_sigint").string();
   fs::remove_all(dir);
-  std::string solver = write_temp("sigint_solver.prototxt",
-                                  "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 100000\n"
-                                  "display: 50 random_seed: 3\n");
+  std::string solver =
+      write_temp("sigint_solver.prototxt", "net: '" + kLenet +
+                                               "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 100000\n"
+                                               "display: 50 random_seed: 3\n");
   pid_t pid = fork();
   if (pid == 0) {
     int fd = open("/dev/null", 1);
@@ -130,8 +135,8 @@ TEST(Cli, SigintSnapshotsThenStopsAndResumeContinues) {
   for (auto& e : fs::directory_iterator(fs::path(dir) / "snapshots"))
     if (e.path().extension() == ".solverstate") state = e.path().string();
   ASSERT_FALSE(state.empty()) << "an interrupt leaves a snapshot";
-  std::string short_solver = write_temp("sigint_resume.prototxt",
-                                        "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 1\n");
+  std::string short_solver = write_temp(
+      "sigint_resume.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 1\n");
   // Resuming with a max_iter already reached finishes at once with the stored iteration.
   auto r = run_cmd("train --solver " + short_solver + " --snapshot " + state + " --threads 1");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -9,14 +9,14 @@
 
 #include "cli_util.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "core/sysinfo.h"
 #include "engine/calibrate.h"
-#include "engine/quantize.h"
 #include "engine/deploy.h"
+#include "engine/quantize.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
-#include "core/file_io.h"
 #include "formats/prototxt.h"
 #include "formats/weights.h"
 
@@ -127,7 +127,8 @@ double logits_difference(const DeployOptions& o, const DeployModel& optimised, c
   const Tensor &a = ref->net().value(value), &b = opt->net().value(value);
   double scale = 1e-12, worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
-  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
   return worst / scale;
 }
 
@@ -206,7 +207,8 @@ layer { name: 'd' type: 'InnerProduct' bottom: 'c2' top: 'd' inner_product_param
 )");
   DeployModel m = load_deploy_model(o);
   auto reports = run_deploy_passes(m);
-  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Power", "Convolution", "Convolution", "Convolution", "InnerProduct"}));
+  EXPECT_EQ(types(m),
+            (std::vector<std::string>{"Input", "Power", "Convolution", "Convolution", "Convolution", "InnerProduct"}));
   EXPECT_EQ(m.graph.nodes[1].name, "norm");
   EXPECT_TRUE(node(m, "c").param.convolution_param().bias_term());
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
@@ -379,7 +381,8 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   for (const auto& l : saved.net.layer())
     if (l.type() == "Convolution") {
       ++convs;
-      EXPECT_TRUE(l.kernel_choice() == "direct" || l.kernel_choice() == "winograd") << l.name() << ": " << l.kernel_choice();
+      EXPECT_TRUE(l.kernel_choice() == "direct" || l.kernel_choice() == "winograd")
+          << l.name() << ": " << l.kernel_choice();
     }
   EXPECT_EQ(convs, 2);
   saved.net.mutable_layer(1)->set_kernel_choice("fastest");
@@ -480,7 +483,8 @@ TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
   auto reports = run_deploy_passes(m);
   std::map<std::string, int> count;
   for (const Node& n : m.graph.nodes) ++count[n.type];
-  EXPECT_EQ(count, (std::map<std::string, int>{{"Input", 1}, {"Convolution", 20}, {"Pooling", 1}, {"InnerProduct", 1}, {"Softmax", 1}}));
+  EXPECT_EQ(count, (std::map<std::string, int>{
+                       {"Input", 1}, {"Convolution", 20}, {"Pooling", 1}, {"InnerProduct", 1}, {"Softmax", 1}}));
   int sums = 0, relus = 0;
   for (const Node& n : m.graph.nodes) {
     sums += n.param.fusion_param().residual_sum();
@@ -532,7 +536,8 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
   double scale = 1e-12, worst = 0;
   for (int64_t i = 0; i < yb.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(yb.f32()[i])));
-  for (int64_t i = 0; i < yb.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+  for (int64_t i = 0; i < yb.numel(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
   EXPECT_GT(worst, 0.0);           // it did compute in bf16
   EXPECT_LE(worst / scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
 }
@@ -586,7 +591,8 @@ TEST(Calibration, DeploySavesTheTableInTheBundle) {
     ASSERT_TRUE(table["threshold"].contains(v)) << table.dump();
     EXPECT_GT(table["threshold"][v].get<double>(), 0.0) << v;
   }
-  CmdResult bad = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --calib test --calib-method kl");
+  CmdResult bad = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out +
+                          " --calib test --calib-method kl");
   EXPECT_EQ(bad.code, 2) << bad.output;
   // The saved table is reusable: an INT8 deploy from it needs no calibration run, and
   // quantizes with exactly those thresholds.
@@ -650,7 +656,8 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
   }
   EXPECT_GE(agree, total * 99 / 100) << agree << " of " << total;
   // Without a calibration table there is nothing to quantize with.
-  CmdResult c = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + temp_path("x.bks") + " --precision int8");
+  CmdResult c = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + temp_path("x.bks") +
+                        " --precision int8");
   EXPECT_EQ(c.code, 2) << c.output;
 }
 
@@ -729,7 +736,8 @@ TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
   const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
   double scale = 1e-12, worst = 0;
   for (int64_t i = 0; i < ya.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(ya.f32()[i])));
-  for (int64_t i = 0; i < ya.numel(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+  for (int64_t i = 0; i < ya.numel(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
   EXPECT_LE(worst / scale, 0.05) << "largest output " << scale;
 }
 
@@ -743,7 +751,8 @@ TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
   };
   auto conv = [](const std::string& name, const std::string& bottom, float t, const std::string& extra = "") {
     return "layer { name: '" + name + "' type: 'Convolution' bottom: '" + bottom + "' top: '" + name +
-           "' int8_input_threshold: " + std::to_string(t) + " convolution_param { num_output: 4 kernel_size: 1 } " + extra + "}\n";
+           "' int8_input_threshold: " + std::to_string(t) + " convolution_param { num_output: 4 kernel_size: 1 } " +
+           extra + "}\n";
   };
   auto outputs = [](const proto::NetParameter& p) {
     std::vector<std::string> v;
@@ -757,11 +766,14 @@ TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
   EXPECT_EQ(outputs(p), (V{"a", "b"}));  // c is the net's output
   p = net(conv("a", "data", 1) + "layer { name: 'r' type: 'ReLU' bottom: 'a' top: 'r' }\n" + conv("b", "r", 2));
   EXPECT_EQ(keep_int8_between_layers(p), 0);
-  p = net(conv("a", "data", 1) + "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: AVE kernel_size: 2 } }\n" +
+  p = net(conv("a", "data", 1) +
+          "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: AVE kernel_size: 2 } }\n" +
           conv("b", "p", 2));
   EXPECT_EQ(keep_int8_between_layers(p), 0);
-  p = net(conv("a", "data", 1) + conv("b", "a", 2) + "layer { name: 'b2' type: 'Convolution' bottom: 'a' top: 'b2' "
-          "int8_input_threshold: 3 convolution_param { num_output: 4 kernel_size: 1 } }\n" + conv("c", "b", 1) + conv("c2", "b2", 1));
+  p = net(conv("a", "data", 1) + conv("b", "a", 2) +
+          "layer { name: 'b2' type: 'Convolution' bottom: 'a' top: 'b2' "
+          "int8_input_threshold: 3 convolution_param { num_output: 4 kernel_size: 1 } }\n" +
+          conv("c", "b", 1) + conv("c2", "b2", 1));
   keep_int8_between_layers(p);
   EXPECT_EQ(outputs(p), (V{"b", "b2"}));  // a's readers disagree (2 vs 3)
   p = net(conv("a", "data", 1) + conv("b", "a", 2, "fusion_param { residual_sum: true } ") + conv("c", "b", 1));

@@ -8,9 +8,9 @@
 #include <fstream>
 
 #include "caffe.pb.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/transform.h"
-#include "core/file_io.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 

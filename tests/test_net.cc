@@ -144,12 +144,14 @@ TEST(Net, LayoutChainMatchesPlainLayouts) {
     Tensor a = fast.net->plain_copy(v), b = plain.net->plain_copy(v);
     for (int64_t k = 0; k < a.numel(); ++k)
       ASSERT_NEAR(a.f32()[k], b.f32()[k], 1e-4f * std::max(1.f, std::fabs(b.f32()[k])))
-          << "value " << fast.net->graph().values[v].name << " #" << v << " [" << k << "]\n" << fast.net->describe();
+          << "value " << fast.net->graph().values[v].name << " #" << v << " [" << k << "]\n"
+          << fast.net->describe();
   }
   for (int i = 0; i < fast.store.size(); ++i) {
     const Tensor &a = fast.store.at(i).grad, &b = plain.store.at(i).grad;
     for (int64_t k = 0; k < a.numel(); ++k)
-      ASSERT_NEAR(a.f32()[k], b.f32()[k], 1e-4f * std::max(1.f, std::fabs(b.f32()[k]))) << fast.store.at(i).key << "[" << k << "]";
+      ASSERT_NEAR(a.f32()[k], b.f32()[k], 1e-4f * std::max(1.f, std::fabs(b.f32()[k])))
+          << fast.store.at(i).key << "[" << k << "]";
   }
 }
 

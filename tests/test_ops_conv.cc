@@ -90,15 +90,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                                            ConvCase{3, 1, 6, 5, 2, 5, 5, 1, 1, 2, 2, 1, 1, 1, true}));
 
 TEST(Deconvolution, GradientsMatchFiniteDifferences) {
-  OpHarness h("type: 'Deconvolution' convolution_param { num_output: 3 kernel_size: 3 stride: 2 pad: 1 group: 1 "
-              "weight_filler { type: 'gaussian' } bias_filler { type: 'gaussian' } }",
-              {{2, 2, 4, 3}});
+  OpHarness h(
+      "type: 'Deconvolution' convolution_param { num_output: 3 kernel_size: 3 stride: 2 pad: 1 group: 1 "
+      "weight_filler { type: 'gaussian' } bias_filler { type: 'gaussian' } }",
+      {{2, 2, 4, 3}});
   h.check_gradients(1e-2f, 1e-2f);
 }
 
 TEST(Convolution, RejectsBadGeometry) {
-  EXPECT_THROW(OpHarness("type: 'Convolution' convolution_param { num_output: 4 kernel_size: 3 group: 3 }", {{1, 4, 5, 5}}),
-               InputError);
+  EXPECT_THROW(
+      OpHarness("type: 'Convolution' convolution_param { num_output: 4 kernel_size: 3 group: 3 }", {{1, 4, 5, 5}}),
+      InputError);
   EXPECT_THROW(OpHarness("type: 'Convolution' convolution_param { num_output: 4 kernel_size: 9 }", {{1, 4, 5, 5}}),
                InputError);
   EXPECT_THROW(OpHarness("type: 'Convolution' convolution_param { num_output: 4 }", {{1, 4, 5, 5}}), InputError);

@@ -83,7 +83,8 @@ TEST(Bias, LearnedAndFromBottom) {
   b.check_gradients(1e-3f, 1e-2f);
 }
 
-double lrn_ref(const Tensor& x, int n, int c, int i, int j, int size, double alpha, double beta, double k, bool across) {
+double lrn_ref(const Tensor& x, int n, int c, int i, int j, int size, double alpha, double beta, double k,
+               bool across) {
   double s = 0;
   int half = size / 2;
   if (across) {

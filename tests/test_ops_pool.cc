@@ -73,9 +73,9 @@ TEST_P(PoolTest, GradientsMatchFiniteDifferences) {
 TEST_P(PoolTest, ChannelsLastKernelMatchesCaffeRule) {
   const auto& pc = GetParam();
   auto nhwc = [&](Kernel& op) {
-    op.set_layouts({dnnl::memory::desc({pc.n, pc.c, pc.h, pc.w}, dnnl::memory::data_type::f32,
-                                       dnnl::memory::format_tag::nhwc)},
-                   {dnnl::memory::desc()});
+    op.set_layouts(
+        {dnnl::memory::desc({pc.n, pc.c, pc.h, pc.w}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc)},
+        {dnnl::memory::desc()});
   };
   OpHarness h(pool_text(pc), {{pc.n, pc.c, pc.h, pc.w}}, proto::TRAIN, 1, nhwc);
   EXPECT_NE(h.op().kernel_name().find("channels-last"), std::string::npos) << h.op().kernel_name();
@@ -118,7 +118,8 @@ TEST(Pooling, GlobalAverageCoversTheWholePlane) {
 }
 
 TEST(Pooling, RejectsStochasticAndMissingKernel) {
-  EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: STOCHASTIC kernel_size: 2 }", {{1, 1, 4, 4}}), InputError);
+  EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: STOCHASTIC kernel_size: 2 }", {{1, 1, 4, 4}}),
+               InputError);
   EXPECT_THROW(OpHarness("type: 'Pooling' pooling_param { pool: MAX }", {{1, 1, 4, 4}}), InputError);
 }
 

@@ -76,7 +76,8 @@ TEST(Eltwise, SumProdMax) {
 
 TEST(Reduction, AllOperations) {
   for (const char* op : {"SUM", "ASUM", "SUMSQ", "MEAN"}) {
-    OpHarness h(fmt::format("type: 'Reduction' reduction_param {{ operation: {} axis: 1 coeff: 0.5 }}", op), {{3, 4, 2}});
+    OpHarness h(fmt::format("type: 'Reduction' reduction_param {{ operation: {} axis: 1 coeff: 0.5 }}", op),
+                {{3, 4, 2}});
     ASSERT_EQ(h.out[0].shape(), (Shape{3})) << op;
     for (int64_t i = 0; i < h.in[0].numel(); ++i)
       if (std::fabs(h.in[0].f32()[i]) < 0.05f) h.in[0].f32()[i] += 0.1f;

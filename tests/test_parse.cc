@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "formats/caffe_net.h"
 #include "core/file_io.h"
+#include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "runtime/net.h"
 
@@ -63,7 +63,8 @@ TEST(Parse, EveryExamplePrototxtBuildsInBothPhases) {
 }
 
 TEST(Parse, SyntaxErrorNamesLineAndColumn) {
-  std::string path = write_temp("bad.prototxt", "name: \"x\"\nlayer {\n  name: \"a\"\n  type: \"ReLU\"\n  bottom: \n}\n");
+  std::string path =
+      write_temp("bad.prototxt", "name: \"x\"\nlayer {\n  name: \"a\"\n  type: \"ReLU\"\n  bottom: \n}\n");
   proto::NetParameter p;
   try {
     read_prototxt(path, p);
@@ -87,21 +88,31 @@ TEST(Parse, UnknownFieldIsAnError) {
 }
 
 TEST(Parse, SemanticErrors) {
-  const char* input = "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }\n";
-  expect_net_error(std::string(input) + "layer { name: 'q' type: 'Quantum' bottom: 'x' top: 'y' }", "unknown layer type 'Quantum'");
-  expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' bottom: 'nope' top: 'y' }", "bottom 'nope' is not produced");
-  expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x' }\n"
-                                        "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'y' }",
-                   "used twice");
-  expect_net_error(std::string(input) + "layer { name: 'e' type: 'Eltwise' bottom: 'x' bottom: 'y' top: 'z' }\n", "not produced");
+  const char* input =
+      "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }\n";
+  expect_net_error(std::string(input) + "layer { name: 'q' type: 'Quantum' bottom: 'x' top: 'y' }",
+                   "unknown layer type 'Quantum'");
+  expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' bottom: 'nope' top: 'y' }",
+                   "bottom 'nope' is not produced");
   expect_net_error(std::string(input) +
-                       "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' convolution_param { num_output: 4 kernel_size: 3 } }\n"
+                       "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x' }\n"
+                       "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'y' }",
+                   "used twice");
+  expect_net_error(std::string(input) + "layer { name: 'e' type: 'Eltwise' bottom: 'x' bottom: 'y' top: 'z' }\n",
+                   "not produced");
+  expect_net_error(std::string(input) +
+                       "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' convolution_param { num_output: 4 "
+                       "kernel_size: 3 } }\n"
                        "layer { name: 'e' type: 'Eltwise' bottom: 'x' bottom: 'c' top: 'z' }",
                    "differs from bottom 0");
   expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' top: 'y' }", "takes 1 bottom");
-  expect_net_error("layer { name: 'd' type: 'Data' top: 'x' top: 'l' data_param { source: '/nonexistent/train-images-idx3-ubyte' batch_size: 4 } }",
-                   "data source not found");
-  expect_net_error(std::string(input) + "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' param { lr_mult: 1 } param { } param { } convolution_param { num_output: 4 kernel_size: 3 } }",
+  expect_net_error(
+      "layer { name: 'd' type: 'Data' top: 'x' top: 'l' data_param { source: '/nonexistent/train-images-idx3-ubyte' "
+      "batch_size: 4 } }",
+      "data source not found");
+  expect_net_error(std::string(input) +
+                       "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' param { lr_mult: 1 } param { } "
+                       "param { } convolution_param { num_output: 4 kernel_size: 3 } }",
                    "3 'param' specs");
 }
 
@@ -110,7 +121,8 @@ TEST(Parse, ErrorNamesTheLayerLine) {
       "name: 'n'\n"
       "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 1 dim: 4 dim: 4 } } }\n"
       "\n"
-      "layer {\n name: 'p'\n type: 'Pooling'\n bottom: 'x'\n top: 'y'\n pooling_param { pool: MAX kernel_size: 9 }\n}\n";
+      "layer {\n name: 'p'\n type: 'Pooling'\n bottom: 'x'\n top: 'y'\n pooling_param { pool: MAX kernel_size: 9 "
+      "}\n}\n";
   expect_net_error(text, "bks_parse_net.prototxt:4: layer 'p' (Pooling)");
 }
 

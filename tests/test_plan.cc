@@ -164,8 +164,8 @@ layer { name: "cat" type: "Concat" bottom: "a" bottom: "b" top: "y" }
   EXPECT_EQ(p.alias.data_alias[value(g, "b")], y);
   EXPECT_EQ(p.alias.data_alias_offset[value(g, "b")], 4 * sizeof(float));
   // In training, with a loss after it, the Concat's backward splits the gradient: no runs.
-  Graph tg = graph_of(std::string(text) + R"(layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "x" top: "l" })",
-                      {1, 4});
+  Graph tg = graph_of(
+      std::string(text) + R"(layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "x" top: "l" })", {1, 4});
   tg.values[value(tg, "y")].shape = {1, 8};
   facts.push_back(loss_facts());
   facts.back().can_propagate_to = {true, false};

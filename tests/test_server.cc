@@ -3,11 +3,11 @@
 // the token; and every kind of bad input, each with its status code.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
-#include <sys/wait.h>
 #include <stb_image_write.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -30,7 +30,8 @@ const char* kTest = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 class Server {
  public:
   explicit Server(const std::string& data_dir, std::vector<std::string> extra = {}) : dir_(data_dir) {
-    std::vector<std::string> args{BKS_BINARY, "serve", "--port", "0", "--data-dir", data_dir, "--slots", "1", "--threads", "1"};
+    std::vector<std::string> args{BKS_BINARY, "serve",   "--port", "0",         "--data-dir",
+                                  data_dir,   "--slots", "1",      "--threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     int out[2];
     EXPECT_EQ(pipe(out), 0);
@@ -119,23 +120,34 @@ bool wait_for(const std::function<bool()>& ok, double seconds) {
 
 // Packs Fashion-MNIST (its test set as the validation split) and waits for it.
 int64_t fashion_dataset(httplib::Client& c) {
-  json d = post(c, "/api/datasets", {{"name", "fashion"}, {"source", "idx"}, {"train_images", kTrain}, {"test_images", kTest},
-                                     {"class_names", {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
-                                                      "Sneaker", "Bag", "Ankle boot"}}},
-                201);
+  json d = post(
+      c, "/api/datasets",
+      {{"name", "fashion"},
+       {"source", "idx"},
+       {"train_images", kTrain},
+       {"test_images", kTest},
+       {"class_names",
+        {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"}}},
+      201);
   int64_t id = d.value("id", int64_t{0});
-  EXPECT_TRUE(wait_for([&] { return get(c, "/api/datasets/" + std::to_string(id)).value("status", "") == "done"; }, 120));
+  EXPECT_TRUE(
+      wait_for([&] { return get(c, "/api/datasets/" + std::to_string(id)).value("status", "") == "done"; }, 120));
   return id;
 }
 
 json model(httplib::Client& c, int64_t dataset, double epochs, double snapshot_epochs, const json& base_lr = 0.01) {
   return post(c, "/api/models",
-              {{"name", "lenet"}, {"network", "lenet"}, {"dataset_id", dataset},
-               {"solver", {{"base_lr", base_lr}, {"epochs", epochs}, {"batch_size", 64}, {"snapshot_epochs", snapshot_epochs}}}},
+              {{"name", "lenet"},
+               {"network", "lenet"},
+               {"dataset_id", dataset},
+               {"solver",
+                {{"base_lr", base_lr}, {"epochs", epochs}, {"batch_size", 64}, {"snapshot_epochs", snapshot_epochs}}}},
               201);
 }
 
-std::string job_state(httplib::Client& c, int64_t id) { return get(c, "/api/jobs/" + std::to_string(id)).value("state", ""); }
+std::string job_state(httplib::Client& c, int64_t id) {
+  return get(c, "/api/jobs/" + std::to_string(id)).value("state", "");
+}
 
 TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   Server s(temp_dir("e2e"));
@@ -147,8 +159,15 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   EXPECT_EQ(d["info"]["train_per_class"][3], 6000);
   EXPECT_EQ(d["info"]["classes"][9], "Ankle boot");
   // The same files resized to 32x32 colour (the shape CIFAR-style networks expect).
-  json big = post(c, "/api/datasets", {{"name", "fashion32"}, {"source", "idx"}, {"train_images", kTest}, {"width", 32},
-                                       {"height", 32}, {"color", "color"}, {"val_percent", 20}}, 201);
+  json big = post(c, "/api/datasets",
+                  {{"name", "fashion32"},
+                   {"source", "idx"},
+                   {"train_images", kTest},
+                   {"width", 32},
+                   {"height", 32},
+                   {"color", "color"},
+                   {"val_percent", 20}},
+                  201);
   const std::string big_path = "/api/datasets/" + std::to_string(big["id"].get<int64_t>());
   ASSERT_TRUE(wait_for([&] { return get(c, big_path).value("status", "") == "done"; }, 120)) << get(c, big_path).dump();
   json big_info = get(c, big_path)["info"];
@@ -166,7 +185,8 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   EXPECT_EQ(m["jobs"][0]["name"], "lenet lr=0.01 bs=64");
   for (const json& j : m["jobs"]) {
     int64_t id = j["id"];
-    ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "done"; }, 180)) << get(c, "/api/jobs/" + std::to_string(id)).dump();
+    ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "done"; }, 180))
+        << get(c, "/api/jobs/" + std::to_string(id)).dump();
     json metrics = get(c, "/api/jobs/" + std::to_string(id) + "/metrics");
     int train = 0, test = 0;
     for (const json& r : metrics) (r["phase"] == "test" ? test : train)++;
@@ -183,7 +203,8 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   auto net = c.Get(job + "/files/net.prototxt");
   ASSERT_TRUE(net);
   EXPECT_NE(net->body.find("InnerProduct"), std::string::npos);
-  auto w = c.Get(job + "/snapshots/" + std::to_string(full["snapshots"].back()["iter"].get<int64_t>()) + ".safetensors");
+  auto w =
+      c.Get(job + "/snapshots/" + std::to_string(full["snapshots"].back()["iter"].get<int64_t>()) + ".safetensors");
   ASSERT_TRUE(w);
   ASSERT_EQ(w->status, 200);
   EXPECT_EQ(w->body[8], '{');
@@ -247,13 +268,21 @@ TEST(ServerApi, ImageFolderDatasetCustomNetworkAndTwoWatchers) {
     fs::create_directories(d);
     for (int i = 0; i < 20; ++i) {
       std::vector<uint8_t> px(12 * 10);
-      for (size_t k = 0; k < px.size(); ++k) px[k] = static_cast<uint8_t>((std::string(label) == "dark" ? 20 : 200) + (k * 7 + i) % 40);
+      for (size_t k = 0; k < px.size(); ++k)
+        px[k] = static_cast<uint8_t>((std::string(label) == "dark" ? 20 : 200) + (k * 7 + i) % 40);
       ASSERT_TRUE(stbi_write_png((d / ("img" + std::to_string(i) + ".png")).c_str(), 12, 10, 1, px.data(), 12));
     }
   }
   std::ofstream(fs::path(dir) / "imports" / "shapes" / "dark" / "notes.txt") << "not an image; ignored";
-  json d = post(c, "/api/datasets", {{"name", "shapes"}, {"source", "folder"}, {"root", dir + "/imports/shapes"},
-                                     {"width", 8}, {"height", 8}, {"color", "grayscale"}, {"val_percent", 25}}, 201);
+  json d = post(c, "/api/datasets",
+                {{"name", "shapes"},
+                 {"source", "folder"},
+                 {"root", dir + "/imports/shapes"},
+                 {"width", 8},
+                 {"height", 8},
+                 {"color", "grayscale"},
+                 {"val_percent", 25}},
+                201);
   const std::string ds = "/api/datasets/" + std::to_string(d["id"].get<int64_t>());
   ASSERT_TRUE(wait_for([&] { return get(c, ds).value("status", "") == "done"; }, 60)) << get(c, ds).dump();
   json info = get(c, ds)["info"];
@@ -270,12 +299,17 @@ TEST(ServerApi, ImageFolderDatasetCustomNetworkAndTwoWatchers) {
   EXPECT_EQ(lenet.value("field", ""), "network");
   EXPECT_NE(lenet.value("error", "").find("does not fit"), std::string::npos) << lenet.dump();
 
-  const char* net = "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 2 "
-                    "weight_filler { type: 'xavier' } } }\n"
-                    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n"
-                    "layer { name: 'acc' type: 'Accuracy' bottom: 'ip' bottom: 'label' top: 'accuracy' include { phase: TEST } }\n";
-  json m = post(c, "/api/models", {{"name", "tiny"}, {"network", "custom"}, {"prototxt", net}, {"dataset_id", d["id"]},
-                                   {"solver", {{"base_lr", 0.05}, {"epochs", 300}, {"batch_size", 10}, {"snapshot_epochs", 50}}}},
+  const char* net =
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 2 "
+      "weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n"
+      "layer { name: 'acc' type: 'Accuracy' bottom: 'ip' bottom: 'label' top: 'accuracy' include { phase: TEST } }\n";
+  json m = post(c, "/api/models",
+                {{"name", "tiny"},
+                 {"network", "custom"},
+                 {"prototxt", net},
+                 {"dataset_id", d["id"]},
+                 {"solver", {{"base_lr", 0.05}, {"epochs", 300}, {"batch_size", 10}, {"snapshot_epochs", 50}}}},
                 201);
   const std::string job = "/api/jobs/" + std::to_string(m["jobs"][0]["id"].get<int64_t>());
   std::string seen[2];
@@ -317,8 +351,8 @@ TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {
   ASSERT_TRUE(wait_for([&] { return get(c, job).value("attempts", 0) == 2 && job_state(c, id) == "running"; }, 60));
   std::ifstream out(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt");
   std::string log((std::istreambuf_iterator<char>(out)), {});
-  EXPECT_NE(log.find("--snapshot " + (fs::path(dir) / "jobs" / std::to_string(id) / "run" / "snapshots").string() + "/iter_" +
-                     std::to_string(last) + ".solverstate"),
+  EXPECT_NE(log.find("--snapshot " + (fs::path(dir) / "jobs" / std::to_string(id) / "run" / "snapshots").string() +
+                     "/iter_" + std::to_string(last) + ".solverstate"),
             std::string::npos)
       << log;
   // A running job cannot be resumed; a finished one cannot be aborted.
@@ -346,11 +380,13 @@ TEST(ServerApi, RestartAfterTheServerDiedMidJob) {
   }
   // The trainer saw its parent die (SIGINT): it snapshots and stops.
   fs::path log = fs::path(dir) / "jobs" / std::to_string(id) / "output.txt";
-  ASSERT_TRUE(wait_for([&] {
-    std::ifstream in(log);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    return text.find("Interrupted at iteration") != std::string::npos;
-  }, 30));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::ifstream in(log);
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        return text.find("Interrupted at iteration") != std::string::npos;
+      },
+      30));
   Server s(dir);
   auto c = s.client();
   const std::string job = "/api/jobs/" + std::to_string(id);
@@ -359,10 +395,13 @@ TEST(ServerApi, RestartAfterTheServerDiedMidJob) {
   EXPECT_NE(j.value("reason", "").find("server stopped"), std::string::npos) << j.dump();
   last = j["snapshots"].back()["iter"];
   post(c, job + "/resume", json::object());
-  ASSERT_TRUE(wait_for([&] {
-    json now = get(c, job);
-    return now.contains("last_train") && now["last_train"]["iter"].get<int64_t>() > last && now["state"] == "running";
-  }, 120));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        json now = get(c, job);
+        return now.contains("last_train") && now["last_train"]["iter"].get<int64_t>() > last &&
+               now["state"] == "running";
+      },
+      120));
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_NE(text.find("Resumed from"), std::string::npos);
@@ -384,11 +423,26 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
       {"/api/datasets", {{"name", 5}, {"source", "idx"}}, 400, "name"},
       {"/api/datasets", {{"name", "x"}, {"source", "lmdb"}}, 400, "source"},
       {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", "/etc/passwd"}}, 400, "train_images"},
-      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", std::string(dir) + "/imports/../bakusoku.db"}}, 400, "train_images"},
-      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", "/usr/share/datasets/../../etc/passwd"}}, 400, "train_images"},
-      {"/api/datasets", {{"name", "x"}, {"source", "idx"}, {"train_images", kTrain}, {"val_percent", 90}}, 400, "val_percent"},
-      {"/api/datasets", {{"name", "x"}, {"source", "folder"}, {"root", std::string(dir) + "/imports"}, {"width", "wide"}}, 400, "width"},
-      {"/api/datasets", {{"name", "x"}, {"source", "folder"}, {"root", std::string(dir) + "/imports"}, {"width", 100000}}, 400, "width"},
+      {"/api/datasets",
+       {{"name", "x"}, {"source", "idx"}, {"train_images", std::string(dir) + "/imports/../bakusoku.db"}},
+       400,
+       "train_images"},
+      {"/api/datasets",
+       {{"name", "x"}, {"source", "idx"}, {"train_images", "/usr/share/datasets/../../etc/passwd"}},
+       400,
+       "train_images"},
+      {"/api/datasets",
+       {{"name", "x"}, {"source", "idx"}, {"train_images", kTrain}, {"val_percent", 90}},
+       400,
+       "val_percent"},
+      {"/api/datasets",
+       {{"name", "x"}, {"source", "folder"}, {"root", std::string(dir) + "/imports"}, {"width", "wide"}},
+       400,
+       "width"},
+      {"/api/datasets",
+       {{"name", "x"}, {"source", "folder"}, {"root", std::string(dir) + "/imports"}, {"width", 100000}},
+       400,
+       "width"},
       {"/api/models", {{"name", "m"}, {"network", "lenet"}, {"dataset_id", 99}}, 400, "dataset_id"},
       {"/api/models", {{"name", "m"}, {"network", "lenet"}}, 400, "dataset_id"},
       {"/api/models/validate", {{"prototxt", 7}}, 400, "prototxt"},
@@ -410,9 +464,11 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
     EXPECT_EQ(st, 404) << p;
   }
   // A custom network with an error: the validator names the line; the model is refused.
-  json v = post(c, "/api/models/validate",
-                {{"prototxt", "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 10 } }\n"
-                              "layer { name: 'x' type: 'NoSuchLayer' bottom: 'ip' top: 'x' }\n"}});
+  json v = post(
+      c, "/api/models/validate",
+      {{"prototxt",
+        "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 10 } }\n"
+        "layer { name: 'x' type: 'NoSuchLayer' bottom: 'ip' top: 'x' }\n"}});
   EXPECT_FALSE(v["ok"].get<bool>());
   EXPECT_EQ(v.value("line", 0), 2) << v.dump();
   json p = post(c, "/api/models/validate", {{"prototxt", "layer {\n  name: 'ip' type: InnerProduct }\n"}});
@@ -420,31 +476,41 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   EXPECT_EQ(p.value("line", 0), 2) << p.dump();
 
   int64_t ds = fashion_dataset(c);
-  json bad_solver = call(c, "POST", "/api/models",
-                         {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"lr_policy", "cosine"}}}}, st);
+  json bad_solver =
+      call(c, "POST", "/api/models",
+           {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"lr_policy", "cosine"}}}}, st);
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_solver["field"], "lr_policy");
-  json bad_lr = call(c, "POST", "/api/models", {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"base_lr", -1}}}}, st);
+  json bad_lr = call(c, "POST", "/api/models",
+                     {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"base_lr", -1}}}}, st);
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_lr["field"], "base_lr");
   json bad_net = call(c, "POST", "/api/models",
-                      {{"name", "m"}, {"network", "custom"}, {"dataset_id", ds}, {"prototxt", "layer { name: 'a' type: 'Bogus' bottom: 'data' top: 'a' }"}}, st);
+                      {{"name", "m"},
+                       {"network", "custom"},
+                       {"dataset_id", ds},
+                       {"prototxt", "layer { name: 'a' type: 'Bogus' bottom: 'data' top: 'a' }"}},
+                      st);
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_net["field"], "prototxt");
   EXPECT_TRUE(get(c, "/api/models").empty()) << "a refused model leaves nothing behind";
   // multistep: its steps (epochs) become Caffe's stepvalue (iterations); the schedule preview
   // takes the dataset's iterations per epoch (60000 images / 64 = 938) as the model does.
   json multi = post(c, "/api/models",
-                    {{"name", "multi"}, {"network", "lenet"}, {"dataset_id", ds},
+                    {{"name", "multi"},
+                     {"network", "lenet"},
+                     {"dataset_id", ds},
                      {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 2}}, {"epochs", 3}}}},
                     201);
-  auto solver_file = c.Get("/api/jobs/" + std::to_string(multi["jobs"][0]["id"].get<int64_t>()) + "/files/solver.prototxt");
+  auto solver_file =
+      c.Get("/api/jobs/" + std::to_string(multi["jobs"][0]["id"].get<int64_t>()) + "/files/solver.prototxt");
   ASSERT_TRUE(solver_file);
   EXPECT_NE(solver_file->body.find("stepvalue: 938\nstepvalue: 1876\n"), std::string::npos) << solver_file->body;
   call(c, "DELETE", "/api/models/" + std::to_string(multi["id"].get<int64_t>()), {}, st);
   EXPECT_EQ(st, 200);
-  json by_dataset = post(c, "/api/lr_schedule",
-                         {{"dataset_id", ds}, {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 2}}, {"epochs", 3}}}});
+  json by_dataset =
+      post(c, "/api/lr_schedule",
+           {{"dataset_id", ds}, {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 2}}, {"epochs", 3}}}});
   EXPECT_EQ(by_dataset.value("iterations_per_epoch", 0), 938) << by_dataset.dump();
   EXPECT_EQ(by_dataset.value("max_iter", 0), 3 * 938) << by_dataset.dump();
   // The other standard networks build on 28x28 grey images (then go, with their jobs).
@@ -487,9 +553,10 @@ TEST(ServerApi, LrScheduleIsTheTrainersLearningRate) {
   auto c = s.client();
   auto near = [](double want) { return want * 1e-6; };
   // step: 10 iterations per epoch, the rate x0.1 every 2 epochs, 5 epochs: every iteration.
-  json step = post(c, "/api/lr_schedule",
-                   {{"iterations_per_epoch", 10},
-                    {"solver", {{"base_lr", 0.01}, {"lr_policy", "step"}, {"gamma", 0.1}, {"step_epochs", 2}, {"epochs", 5}}}});
+  json step =
+      post(c, "/api/lr_schedule",
+           {{"iterations_per_epoch", 10},
+            {"solver", {{"base_lr", 0.01}, {"lr_policy", "step"}, {"gamma", 0.1}, {"step_epochs", 2}, {"epochs", 5}}}});
   EXPECT_EQ(step.value("max_iter", 0), 50) << step.dump();
   ASSERT_EQ(step["points"].size(), 51u);
   EXPECT_NEAR(lr_at(step, 0), 0.01, near(0.01));
@@ -504,8 +571,12 @@ TEST(ServerApi, LrScheduleIsTheTrainersLearningRate) {
   // list, the first.
   json multi = post(c, "/api/lr_schedule",
                     {{"iterations_per_epoch", 10},
-                     {"solver", {{"base_lr", {0.01, 0.5}}, {"lr_policy", "multistep"}, {"gamma", 0.1}, {"stepvalue_epochs", {1.5, 3}},
-                                 {"epochs", 4}}}});
+                     {"solver",
+                      {{"base_lr", {0.01, 0.5}},
+                       {"lr_policy", "multistep"},
+                       {"gamma", 0.1},
+                       {"stepvalue_epochs", {1.5, 3}},
+                       {"epochs", 4}}}});
   ASSERT_EQ(multi["points"].size(), 41u) << multi.dump();
   EXPECT_NEAR(lr_at(multi, 14), 0.01, near(0.01));
   EXPECT_NEAR(lr_at(multi, 15), 0.001, near(0.001));
@@ -535,7 +606,8 @@ TEST(ServerApi, LrScheduleIsTheTrainersLearningRate) {
   std::vector<Case> cases{
       {with({{"lr_policy", "multistep"}}), "stepvalue_epochs"},
       {with({{"lr_policy", "multistep"}, {"stepvalue_epochs", {2, 1}}}), "stepvalue_epochs"},
-      {json{{"iterations_per_epoch", 1}, {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 1.2}}}}}, "stepvalue_epochs"},
+      {json{{"iterations_per_epoch", 1}, {"solver", {{"lr_policy", "multistep"}, {"stepvalue_epochs", {1, 1.2}}}}},
+       "stepvalue_epochs"},
       {with({{"lr_policy", "cosine"}}), "lr_policy"},
       {with({{"gamma", "high"}}), "gamma"},
       {with({{"epochs", 0}}), "epochs"},
@@ -582,7 +654,8 @@ TEST(ServerApi, TokenIsRequiredWhenSetAndAJobThatCrashesOrWritesGarbageIsReporte
   int64_t id = model(c, ds, 50, 0)["jobs"][0]["id"];
   const std::string job = "/api/jobs/" + std::to_string(id);
   ASSERT_TRUE(wait_for([&] { return get(c, job).contains("pid"); }, 60));
-  std::ofstream(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt", std::ios::app) << std::string("\xff\xfe\x00\x01garbage\x80\n", 13);
+  std::ofstream(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt", std::ios::app)
+      << std::string("\xff\xfe\x00\x01garbage\x80\n", 13);
   kill(get(c, job)["pid"].get<int>(), SIGKILL);
   ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "failed"; }, 60));
   json failed = get(c, job);
@@ -619,7 +692,8 @@ TEST(ServerApi, StartErrorsAreClear) {
 TEST(ServerProcess, ExitReasonsInWords) {
   using bks::server::exit_reason;
   EXPECT_EQ(exit_reason(0, "done"), "");
-  EXPECT_EQ(exit_reason(2 << 8, "Training lenet\nerror: net.prototxt:12: layer 'conv9' (Convolution): bottom 'x' not found\n"),
+  EXPECT_EQ(exit_reason(2 << 8,
+                        "Training lenet\nerror: net.prototxt:12: layer 'conv9' (Convolution): bottom 'x' not found\n"),
             "bad input: net.prototxt:12: layer 'conv9' (Convolution): bottom 'x' not found");
   EXPECT_NE(exit_reason(SIGKILL, "iter 100").find("out-of-memory killer"), std::string::npos);
   EXPECT_EQ(exit_reason(1 << 8, "error: std::bad_alloc\n"), "out of memory: std::bad_alloc");

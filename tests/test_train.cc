@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/log.h"
 #include "core/file_io.h"
+#include "core/log.h"
 #include "formats/safetensors.h"
 #include "train/trainer.h"
 
@@ -38,10 +38,12 @@ TrainResult run(const std::string& solver, const std::string& out, const std::st
 }
 
 TEST(Train, ResumeIsBitwiseExact) {
-  auto straight = run(solver_file("straight", "max_iter: 200 snapshot: 100 test_iter: 2 test_interval: 100\n"), "bks_straight");
+  auto straight =
+      run(solver_file("straight", "max_iter: 200 snapshot: 100 test_iter: 2 test_interval: 100\n"), "bks_straight");
   auto first = run(solver_file("first", "max_iter: 100 test_iter: 2 test_interval: 100\n"), "bks_resume");
   ASSERT_FALSE(first.last_snapshot.empty());
-  auto second = run(solver_file("second", "max_iter: 200 test_iter: 2 test_interval: 100\n"), "bks_resume", first.last_snapshot);
+  auto second =
+      run(solver_file("second", "max_iter: 200 test_iter: 2 test_interval: 100\n"), "bks_resume", first.last_snapshot);
   EXPECT_EQ(second.iterations, 200);
   TensorFile a = load_safetensors(fs::path(straight.run_dir) / "snapshots/iter_200.safetensors");
   TensorFile b = load_safetensors(fs::path(second.run_dir) / "snapshots/iter_200.safetensors");

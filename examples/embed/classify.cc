@@ -18,7 +18,8 @@ namespace {
 // A deterministic, different input per batch number.
 std::vector<float> make_batch(const bakusoku::TensorInfo& in, int batch_number) {
   std::vector<float> x(static_cast<size_t>(in.count()));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u + batch_number * 40503u) % 256) / 256.f;
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((i * 2654435761u + batch_number * 40503u) % 256) / 256.f;
   return x;
 }
 

@@ -7,9 +7,7 @@
 namespace bks {
 
 CpuBackend::CpuBackend(int threads)
-    : threads_(threads > 0 ? threads : omp_get_num_procs()),
-      engine_(dnnl::engine::kind::cpu, 0),
-      stream_(engine_) {
+    : threads_(threads > 0 ? threads : omp_get_num_procs()), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
   omp_set_num_threads(threads_);
 }
 

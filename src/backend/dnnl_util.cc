@@ -68,8 +68,10 @@ void DnnlPrimitive::execute(dnnl::stream& s, std::unordered_map<int, memory>& ar
   size_t bytes = scratchpad_.get_size();
   if (bytes > 0) {
     void* p = thread_scratchpad(bytes);
-    if (!scratch_mem_) scratch_mem_ = memory(scratchpad_, s.get_engine(), p);
-    else if (scratch_mem_.get_data_handle() != p) scratch_mem_.set_data_handle(p);
+    if (!scratch_mem_)
+      scratch_mem_ = memory(scratchpad_, s.get_engine(), p);
+    else if (scratch_mem_.get_data_handle() != p)
+      scratch_mem_.set_data_handle(p);
     args[DNNL_ARG_SCRATCHPAD] = scratch_mem_;
   }
   prim_.execute(s, args);

@@ -53,7 +53,8 @@ Latency time_session(InferenceSession& s, int iterations) {
 }
 
 nlohmann::json to_json(const Latency& l, int64_t batch) {
-  return {{"latency_ms", {{"min", l.min}, {"mean", l.mean}, {"median", l.median}, {"p90", l.p90}, {"p95", l.p95}, {"p99", l.p99}}},
+  return {{"latency_ms",
+           {{"min", l.min}, {"mean", l.mean}, {"median", l.median}, {"p90", l.p90}, {"p95", l.p95}, {"p99", l.p99}}},
           {"throughput_per_s", batch / (l.mean / 1000.0)}};
 }
 
@@ -97,7 +98,11 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
       double per_output = static_cast<double>(w.numel()) / static_cast<double>(out.at(1));
       gflops = 2.0 * out_numel * per_output / (ms * 1e6);
     }
-    rows.push_back({{"layer", node.name}, {"type", node.type}, {"ms", ms}, {"gflops", gflops}, {"kernel", net.op(k).kernel_name()}});
+    rows.push_back({{"layer", node.name},
+                    {"type", node.type},
+                    {"ms", ms},
+                    {"gflops", gflops},
+                    {"kernel", net.op(k).kernel_name()}});
     if (print)
       fmt::print("  {:<20} {:<14} {:>10.4f} {:>10}   {}\n", node.name, node.type, ms,
                  gflops > 0 ? fmt::format("{:.1f}", gflops) : std::string("-"), net.op(k).kernel_name());
@@ -120,7 +125,8 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--batch", o->batches, "Batch sizes, comma separated (default: the bundle's)");
   cmd->add_option("--iterations", o->iterations, "Timed runs per batch size (default 100)")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--compare", o->compare, "NET WEIGHTS: also run the unoptimised graph on the same inputs")->expected(2);
+  cmd->add_option("--compare", o->compare, "NET WEIGHTS: also run the unoptimised graph on the same inputs")
+      ->expected(2);
   cmd->add_flag("--json", o->json, "Print the figures as one JSON object");
   cmd->add_flag("--layers", o->layers, "Also time each layer (and the GFLOP/s of convolutions and inner products)");
   return [o] {
@@ -129,8 +135,10 @@ Runner add_bench(CLI::App& app) {
     const int threads = CpuBackend(o->threads).threads();
     nlohmann::json report = {{"bundle", o->bundle}, {"threads", threads}, {"iterations", o->iterations}};
     if (!o->json)
-      fmt::print("{}: {} threads, {} timed runs per batch size after warm-up\n{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12}\n",
-                 o->bundle, threads, o->iterations, "batch", "min ms", "mean", "median", "p90", "p95", "p99", "items/s");
+      fmt::print(
+          "{}: {} threads, {} timed runs per batch size after warm-up\n{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} "
+          "{:>12}\n",
+          o->bundle, threads, o->iterations, "batch", "min ms", "mean", "median", "p90", "p95", "p99", "items/s");
     Bundle plain;
     if (!o->compare.empty()) {
       DeployOptions d;
@@ -149,8 +157,8 @@ Runner add_bench(CLI::App& app) {
       nlohmann::json row = to_json(l, s.batch());
       row["batch"] = s.batch();
       if (!o->json)
-        fmt::print("{:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.0f}\n", s.batch(), l.min, l.mean, l.median,
-                   l.p90, l.p95, l.p99, s.batch() / (l.mean / 1000.0));
+        fmt::print("{:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.0f}\n", s.batch(), l.min, l.mean,
+                   l.median, l.p90, l.p95, l.p99, s.batch() / (l.mean / 1000.0));
       if (!o->compare.empty()) {
         InferenceSession u(plain, o->compare[0], o->threads, s.batch());
         fill_inputs(u);
@@ -171,10 +179,12 @@ Runner add_bench(CLI::App& app) {
         cmp["speedup"] = lu.mean / l.mean;
         row["unoptimised"] = cmp;
         if (!o->json)
-          fmt::print("{:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.0f}  unoptimised graph: {:.2f}x slower, "
-                     "outputs differ by {:.1e} (relative)\n",
-                     u.batch(), lu.min, lu.mean, lu.median, lu.p90, lu.p95, lu.p99, u.batch() / (lu.mean / 1000.0),
-                     lu.mean / l.mean, err);
+          fmt::print(
+              "{:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.0f}  unoptimised graph: {:.2f}x "
+              "slower, "
+              "outputs differ by {:.1e} (relative)\n",
+              u.batch(), lu.min, lu.mean, lu.median, lu.p90, lu.p95, lu.p99, u.batch() / (lu.mean / 1000.0),
+              lu.mean / l.mean, err);
       }
       if (o->layers) row["layers"] = layer_times(s, o->iterations, !o->json);
       report["results"].push_back(row);

@@ -87,8 +87,10 @@ Runner add_deploy(CLI::App& app) {
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
     }
     if (d.precision == Precision::int8)
-      fmt::print("int8: {} convolution / inner product layer(s) quantized, {} of them writing int8 for int8 readers; "
-                 "other layers run in FP32\n", r.int8.quantized, r.int8.int8_outputs);
+      fmt::print(
+          "int8: {} convolution / inner product layer(s) quantized, {} of them writing int8 for int8 readers; "
+          "other layers run in FP32\n",
+          r.int8.quantized, r.int8.int8_outputs);
     fmt::print("{}", r.batch_table);
     fmt::print("autotuning: {} layer(s) run a non-default kernel\n", r.tuned);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "cli/commands.h"
 #include "backend/backend.h"
+#include "cli/commands.h"
 #include "core/sysinfo.h"
 
 namespace bks::cli {

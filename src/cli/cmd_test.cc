@@ -35,7 +35,8 @@ Runner add_test(CLI::App& app) {
     int iterations = 50, threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--model", o->model, "Net prototxt (its TEST phase is used) or a bundle (.bks) from deploy")->required();
+  cmd->add_option("--model", o->model, "Net prototxt (its TEST phase is used) or a bundle (.bks) from deploy")
+      ->required();
   cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel); not for a bundle");
   cmd->add_option("--data", o->data, "Bundle only: dataset to score on (default: the one its net was tested on)");
   cmd->add_option("--iterations", o->iterations, "Batches to score (default 50)")->check(CLI::PositiveNumber);

@@ -38,7 +38,7 @@ template <class... Args>
 
 }  // namespace bks
 
-#define BKS_CHECK(cond, ...)                                                             \
-  do {                                                                                   \
+#define BKS_CHECK(cond, ...)                                                                 \
+  do {                                                                                       \
     if (!(cond)) ::bks::check_failed(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)

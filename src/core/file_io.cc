@@ -73,7 +73,8 @@ FileKind detect_file_kind(const std::string& path) {
   if (got >= 8 && h[0] == 0x89 && h[1] == 'H' && h[2] == 'D' && h[3] == 'F') return FileKind::hdf5;
   if (got >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08 && h[3] >= 1 && h[3] <= 4) return FileKind::idx;
   bool printable = got > 0;
-  for (int i = 0; i < got; ++i) printable = printable && (h[i] == '\n' || h[i] == '\r' || h[i] == '\t' || (h[i] >= 32 && h[i] < 127));
+  for (int i = 0; i < got; ++i)
+    printable = printable && (h[i] == '\n' || h[i] == '\r' || h[i] == '\t' || (h[i] >= 32 && h[i] < 127));
   return printable ? FileKind::text : FileKind::unknown;
 }
 

@@ -16,13 +16,16 @@ void write(Level l, const std::string& msg);
 // Only to the log file (for lines already shown on stdout).
 void to_file(const std::string& msg);
 
-template <class... A> void info(fmt::format_string<A...> f, A&&... a) {
+template <class... A>
+void info(fmt::format_string<A...> f, A&&... a) {
   if (level() <= Level::info) write(Level::info, fmt::format(f, std::forward<A>(a)...));
 }
-template <class... A> void warn(fmt::format_string<A...> f, A&&... a) {
+template <class... A>
+void warn(fmt::format_string<A...> f, A&&... a) {
   if (level() <= Level::warn) write(Level::warn, fmt::format(f, std::forward<A>(a)...));
 }
-template <class... A> void debug(fmt::format_string<A...> f, A&&... a) {
+template <class... A>
+void debug(fmt::format_string<A...> f, A&&... a) {
   if (level() <= Level::debug) write(Level::debug, fmt::format(f, std::forward<A>(a)...));
 }
 

@@ -18,12 +18,8 @@ uint64_t stream_key(uint64_t seed, std::string_view name, int64_t step) {
   return mix64(seed ^ mix64(h ^ mix64(static_cast<uint64_t>(step))));
 }
 
-float Rng::uniform(float lo, float hi) {
-  return std::uniform_real_distribution<float>(lo, hi)(gen_);
-}
+float Rng::uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen_); }
 
-float Rng::gaussian(float mean, float stddev) {
-  return std::normal_distribution<float>(mean, stddev)(gen_);
-}
+float Rng::gaussian(float mean, float stddev) { return std::normal_distribution<float>(mean, stddev)(gen_); }
 
 }  // namespace bks

@@ -1,8 +1,8 @@
 #include "core/signals.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
-#include <atomic>
 
 namespace bks {
 namespace {

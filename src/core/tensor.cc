@@ -1,8 +1,8 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -11,9 +11,12 @@ namespace bks {
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::f64: return 8;
-    case DType::f32: case DType::s32: return 4;
-    case DType::bf16: case DType::f16: return 2;
-    case DType::u8: case DType::s8: return 1;
+    case DType::f32:
+    case DType::s32: return 4;
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::u8:
+    case DType::s8: return 1;
   }
   return 0;
 }
@@ -45,9 +48,7 @@ int64_t shape_count(const Shape& s, int begin, int end) {
   return n;
 }
 
-std::string shape_str(const Shape& s) {
-  return fmt::format("({})", fmt::join(s, ","));
-}
+std::string shape_str(const Shape& s) { return fmt::format("({})", fmt::join(s, ",")); }
 
 int canonical_axis(int axis, int ndim, const char* what) {
   int a = axis < 0 ? axis + ndim : axis;

@@ -69,8 +69,14 @@ class Tensor {
 
   void* raw() { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
   const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data()) + offset_ : nullptr; }
-  template <class T> T* data() { return static_cast<T*>(raw()); }
-  template <class T> const T* data() const { return static_cast<const T*>(raw()); }
+  template <class T>
+  T* data() {
+    return static_cast<T*>(raw());
+  }
+  template <class T>
+  const T* data() const {
+    return static_cast<const T*>(raw());
+  }
   float* f32() { return data<float>(); }
   const float* f32() const { return data<float>(); }
 

@@ -22,7 +22,8 @@ namespace {
 std::mutex g_cache_mu;
 std::map<std::string, std::weak_ptr<const Dataset>> g_cache;
 
-std::shared_ptr<const Dataset> cached(const std::string& key, const std::function<std::shared_ptr<const Dataset>()>& load) {
+std::shared_ptr<const Dataset> cached(const std::string& key,
+                                      const std::function<std::shared_ptr<const Dataset>()>& load) {
   std::lock_guard lk(g_cache_mu);
   if (auto hit = g_cache[key].lock()) return hit;
   auto ds = load();
@@ -41,12 +42,13 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& source) {
       case FileKind::idx:
       case FileKind::gzip: {
         std::string labels = idx_labels_path(source);
-        if (labels == source) input_error("{}: cannot tell where its labels file is (name should contain 'images')", source);
+        if (labels == source)
+          input_error("{}: cannot tell where its labels file is (name should contain 'images')", source);
         double t0 = now_us();
         auto ds = read_idx_pair(source, labels);
         log::info("Loaded {} samples of shape {} from {} ({:.1f} MB in memory, {:.2f} s)", ds->size,
-                  shape_str(ds->fields[0].sample_shape), source,
-                  ds->fields[0].bytes.size() / 1e6, (now_us() - t0) / 1e6);
+                  shape_str(ds->fields[0].sample_shape), source, ds->fields[0].bytes.size() / 1e6,
+                  (now_us() - t0) / 1e6);
         return ds;
       }
       case FileKind::hdf5: return read_hdf5(source, {"data", "label"});

@@ -17,7 +17,7 @@ namespace bks {
 
 struct DatasetField {
   std::string name;
-  Shape sample_shape;   // shape of one sample, e.g. (1, 28, 28); () for a scalar label
+  Shape sample_shape;       // shape of one sample, e.g. (1, 28, 28); () for a scalar label
   DType dtype = DType::u8;  // u8 or f32
   std::vector<uint8_t> bytes;
   int64_t sample_numel() const { return shape_numel(sample_shape); }
@@ -32,7 +32,6 @@ struct Dataset {
   std::vector<DatasetField> fields;
   const DatasetField* field(const std::string& name) const;
 };
-
 
 // Opens (or returns the cached) dataset for a Data layer's `source`: an IDX images file
 // (raw or gzip) with its labels file beside it, or an HDF5 file with 'data' and 'label'.

@@ -90,10 +90,14 @@ std::shared_ptr<Dataset> read_idx_pair(const std::string& images, const std::str
   ds->size = im.dims[0];
   DatasetField data{"data", {}, DType::u8, std::move(im.data)};
   // (N, H, W) is one channel; (N, H, W, C) is channels-last colour, stored as the file has it.
-  if (im.dims.size() == 3) data.sample_shape = {1, im.dims[1], im.dims[2]};
-  else if (im.dims.size() == 2) data.sample_shape = {im.dims[1], 1, 1};
-  else if (im.dims.size() == 4) data.sample_shape = {im.dims[3], im.dims[1], im.dims[2]};
-  else input_error("{}: IDX images need 2 to 4 dims", images);
+  if (im.dims.size() == 3)
+    data.sample_shape = {1, im.dims[1], im.dims[2]};
+  else if (im.dims.size() == 2)
+    data.sample_shape = {im.dims[1], 1, 1};
+  else if (im.dims.size() == 4)
+    data.sample_shape = {im.dims[3], im.dims[1], im.dims[2]};
+  else
+    input_error("{}: IDX images need 2 to 4 dims", images);
   if (im.dims.size() == 4) {
     // Convert HWC to CHW once, at load.
     auto& b = data.bytes;
@@ -102,8 +106,7 @@ std::shared_ptr<Dataset> read_idx_pair(const std::string& images, const std::str
     for (int64_t n = 0; n < ds->size; ++n)
       for (int64_t y = 0; y < h; ++y)
         for (int64_t x = 0; x < w; ++x)
-          for (int64_t k = 0; k < c; ++k)
-            chw[((n * c + k) * h + y) * w + x] = b[((n * h + y) * w + x) * c + k];
+          for (int64_t k = 0; k < c; ++k) chw[((n * c + k) * h + y) * w + x] = b[((n * h + y) * w + x) * c + k];
     b.swap(chw);
   }
   DatasetField label{"label", {}, DType::u8, std::move(lb.data)};

@@ -61,8 +61,10 @@ void BatchLoader::build(int64_t step, Buffers& b) const {
         if (transform_->needs_rng())
           rng = Rng::derive(opt_.seed, opt_.name + ".transform." + std::to_string(step * opt_.batch + i));
         Rng* r = rng ? &*rng : nullptr;
-        if (f.dtype == DType::u8) transform_->apply_u8(f.u8(idx), out, r);
-        else transform_->apply_f32(f.f32(idx), out, r);
+        if (f.dtype == DType::u8)
+          transform_->apply_u8(f.u8(idx), out, r);
+        else
+          transform_->apply_f32(f.f32(idx), out, r);
       } else if (f.dtype == DType::u8) {
         const uint8_t* s = f.u8(idx);
         for (int64_t k = 0; k < per; ++k) out[k] = s[k];

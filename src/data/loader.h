@@ -18,10 +18,10 @@ namespace bks {
 
 struct LoaderOptions {
   int64_t batch = 1;
-  bool shuffle = false;     // new permutation each epoch (HDF5Data's shuffle)
-  int64_t skip = 0;         // samples skipped at the start (Caffe's rand_skip)
+  bool shuffle = false;  // new permutation each epoch (HDF5Data's shuffle)
+  int64_t skip = 0;      // samples skipped at the start (Caffe's rand_skip)
   uint64_t seed = 0;
-  std::string name;         // the layer, for deriving random streams
+  std::string name;  // the layer, for deriving random streams
   bool background = true;
 };
 

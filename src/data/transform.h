@@ -24,7 +24,8 @@ class Transform {
   bool needs_rng() const { return mirror_ || (train_ && (oh_ != h_ || ow_ != w_)); }
 
  private:
-  template <class T> void apply(const T* src, float* dst, Rng* rng) const;
+  template <class T>
+  void apply(const T* src, float* dst, Rng* rng) const;
   int64_t c_, h_, w_, oh_, ow_;
   float scale_;
   bool mirror_, train_;

@@ -18,7 +18,8 @@ BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, 
     double arena = static_cast<double>(s.net().planned_bytes());
     if (arena > cap_bytes) {
       if (batch == 1)
-        input_error("--memory-cap {:.3f} MB: even batch 1 needs {:.3f} MB of activations", cap_bytes / 1e6, arena / 1e6);
+        input_error("--memory-cap {:.3f} MB: even batch 1 needs {:.3f} MB of activations", cap_bytes / 1e6,
+                    arena / 1e6);
       c.table += fmt::format("  {:>5}  arena {:.1f} MB exceeds the cap\n", batch, arena / 1e6);
       break;
     }

@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "ops/op_def.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
+#include "ops/op_def.h"
 
 namespace bks {
 

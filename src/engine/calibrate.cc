@@ -152,8 +152,9 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
           for (int64_t k = 0; k < t.numel(); ++k) {
             float x = t.f32()[k];
             if (!std::isfinite(x))
-              runtime_error("calibration: '{}' holds {} on batch {}; the FP32 graph does not compute finite values here",
-                            g.values[v].name, x, i);
+              runtime_error(
+                  "calibration: '{}' holds {} on batch {}; the FP32 graph does not compute finite values here",
+                  g.values[v].name, x, i);
             h.range = std::max(h.range, static_cast<double>(std::fabs(x)));
           }
         } else {
@@ -165,8 +166,9 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   table.method = method;
   table.batches = batches;
   for (auto& [v, h] : hist) {
-    double th = method == "minmax" ? threshold_minmax(h) : method == "percentile" ? threshold_percentile(h, 99.99)
-                                                                                    : threshold_entropy(h);
+    double th = method == "minmax"       ? threshold_minmax(h)
+                : method == "percentile" ? threshold_percentile(h, 99.99)
+                                         : threshold_entropy(h);
     table.threshold[g.values[v].name] = th;
   }
   return table;

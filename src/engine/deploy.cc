@@ -4,10 +4,10 @@
 
 #include "core/error.h"
 #include "core/sysinfo.h"
-#include "formats/caffe_net.h"
-#include "formats/weights.h"
 #include "engine/batch_tuning.h"
 #include "engine/session.h"
+#include "formats/caffe_net.h"
+#include "formats/weights.h"
 #include "ops/shape_inference.h"
 #include "runtime/net.h"
 #include "runtime/param_binding.h"
@@ -64,7 +64,8 @@ namespace {
 void check_options(const DeployOptions& o) {
   const CalibrationOptions& c = o.calibration;
   if (o.precision == Precision::int8 && c.dataset.empty() && c.from_bundle.empty())
-    input_error("--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges");
+    input_error(
+        "--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges");
   if (!c.dataset.empty() && !c.from_bundle.empty()) input_error("give --calib or --calib-from, not both");
   if (o.auto_batch && o.batch > 0) input_error("--batch: give a batch size or 'auto', not both");
 }
@@ -90,7 +91,8 @@ CalibrationTable calibration_table(const DeployOptions& o, const Bundle& b, cons
 
 }  // namespace
 
-DeployResult deploy(const DeployOptions& o, const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
+DeployResult deploy(const DeployOptions& o,
+                    const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
   check_options(o);
   const std::string name = o.output.empty() ? o.model : o.output;
   NetLoad nl = load_net_file(o.model);
@@ -120,7 +122,8 @@ DeployResult deploy(const DeployOptions& o, const std::function<void(const PassR
       verify_bundle(r.bundle, name, "quantize-int8", o.threads);
       r.reports.push_back({"quantize-int8",
                            {fmt::format("{} convolution / inner product layer(s) quantized, {} writing int8 for int8 "
-                                        "readers", r.int8.quantized, r.int8.int8_outputs)}});
+                                        "readers",
+                                        r.int8.quantized, r.int8.int8_outputs)}});
     }
   }
   if (o.auto_batch) {

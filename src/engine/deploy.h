@@ -33,7 +33,7 @@ struct DeployOptions {
   std::string model, weights;
   std::string output;  // the bundle's path, named in messages (may be empty)
   Precision precision = Precision::fp32;
-  int64_t batch = 0;   // 0: the batch the net declares
+  int64_t batch = 0;        // 0: the batch the net declares
   bool auto_batch = false;  // the highest-throughput batch whose arena fits memory_cap_bytes
   double memory_cap_bytes = 1024e6;
   // Build the bundle's net at the end: time the candidate kernels and record the choice

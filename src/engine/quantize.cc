@@ -19,7 +19,7 @@ bool is_int8_layer(const proto::LayerParameter& l) {
 }
 
 struct Readers {
-  std::map<std::string, int> producers;                            // by blob name
+  std::map<std::string, int> producers;                             // by blob name
   std::map<std::string, std::vector<std::pair<int, int>>> readers;  // (layer, bottom index)
 };
 
@@ -36,8 +36,7 @@ std::optional<float> int8_readers_threshold(const proto::NetParameter& net, cons
     std::optional<float> mine;
     if (is_int8_layer(l) && bi == 0) {
       mine = l.int8_input_threshold();
-    } else if (op_traits(l).max_pooling && l.top_size() == 1 &&
-               l.top(0) != blob) {
+    } else if (op_traits(l).max_pooling && l.top_size() == 1 && l.top(0) != blob) {
       mine = int8_readers_threshold(net, r, l.top(0));
     }
     if (!mine || (t && *t != *mine)) return std::nullopt;
@@ -79,8 +78,7 @@ Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std:
     // First layers (a grey or RGB image): oneDNN 2.6's int8 kernels there are slower than
     // its f32 one (LeNet conv1, batch 256: 1.1-1.8 ms vs 0.77 ms on AVX-512 VNNI).
     auto s = shapes.find(l.bottom(0));
-    if (tr.convolution && s != shapes.end() && s->second.size() == 4 && s->second[1] < kFewChannelsForInt8)
-      continue;
+    if (tr.convolution && s != shapes.end() && s->second.size() == 4 && s->second[1] < kFewChannelsForInt8) continue;
     auto it = t.threshold.find(l.bottom(0));
     if (it == t.threshold.end() || it->second <= 0) continue;
     l.set_int8_input_threshold(static_cast<float>(it->second));

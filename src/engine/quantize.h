@@ -11,8 +11,8 @@
 namespace bks {
 
 struct Int8Plan {
-  int quantized = 0;    // layers running an int8 kernel
-  int int8_outputs = 0; // of them, layers writing int8 for int8 readers
+  int quantized = 0;     // layers running an int8 kernel
+  int int8_outputs = 0;  // of them, layers writing int8 for int8 readers
 };
 
 // Gives every Convolution and InnerProduct whose input the table measured its input

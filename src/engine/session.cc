@@ -32,8 +32,8 @@ Precision bundle_precision(const Bundle& b) {
   return it == b.info.end() ? Precision::fp32 : parse_precision(it->second, "the bundle's precision");
 }
 
-std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph, const std::string& source,
-                                            int threads, NetOptions options) {
+std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph,
+                                            const std::string& source, int threads, NetOptions options) {
   NetLoad nl;
   nl.param = graph;
   nl.source = source;
@@ -74,8 +74,10 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
 proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source) {
   auto it = b.info.find("data_layers");
   if (it == b.info.end())
-    input_error("{}: the bundle records no data layer (it was deployed from a deploy prototxt); "
-                "score it from a train/test prototxt's bundle", source);
+    input_error(
+        "{}: the bundle records no data layer (it was deployed from a deploy prototxt); "
+        "score it from a train/test prototxt's bundle",
+        source);
   proto::NetParameter data;
   parse_prototxt_string(it->second, source + " (recorded data layers)", data);
   if (data.layer_size() == 0) input_error("{}: corrupt bundle: empty data_layers", source);

@@ -32,8 +32,8 @@ struct BundleNet {
   ParamStore store;
   std::unique_ptr<Net> net;
 };
-std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph, const std::string& source,
-                                            int threads, NetOptions options);
+std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph,
+                                            const std::string& source, int threads, NetOptions options);
 
 class InferenceSession {
  public:

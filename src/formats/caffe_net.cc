@@ -41,7 +41,8 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
   auto* ip = n.param.mutable_input_param();
   if (p.input_shape_size() > 0) {
     if (p.input_shape_size() != p.input_size())
-      input_error("{}: {} 'input' names but {} 'input_shape' entries", net.source, p.input_size(), p.input_shape_size());
+      input_error("{}: {} 'input' names but {} 'input_shape' entries", net.source, p.input_size(),
+                  p.input_shape_size());
     for (auto& s : p.input_shape()) *ip->add_shape() = s;
   } else {
     if (p.input_dim_size() != 4 * p.input_size())
@@ -66,7 +67,8 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
 }  // namespace
 
 bool caffe_data_layer_type(const std::string& type) {
-  static const std::set<std::string> kinds{"Data", "HDF5Data", "ImageData", "Input", "MemoryData", "DummyData", "WindowData"};
+  static const std::set<std::string> kinds{"Data",       "HDF5Data",  "ImageData", "Input",
+                                           "MemoryData", "DummyData", "WindowData"};
   return kinds.count(type) > 0;
 }
 
@@ -115,13 +117,13 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
 
   for (int li = 0; li < net.param.layer_size(); ++li) {
     const auto& lp = net.param.layer(li);
-    std::string where = fmt::format("{}:{}", net.source, li < static_cast<int>(net.layer_lines.size()) ? net.layer_lines[li] : 0);
+    std::string where =
+        fmt::format("{}:{}", net.source, li < static_cast<int>(net.layer_lines.size()) ? net.layer_lines[li] : 0);
     if (!layer_included(lp, state)) continue;
     if (lp.type().empty()) input_error("{}: layer '{}' has no 'type'", where, lp.name());
     Node n;
     n.name = lp.name().empty() ? fmt::format("{}_{}", lp.type(), li) : lp.name();
-    if (!layer_names.insert(n.name).second)
-      input_error("{}: layer name '{}' is used twice", where, n.name);
+    if (!layer_names.insert(n.name).second) input_error("{}: layer name '{}' is used twice", where, n.name);
     n.type = lp.type();
     n.where = where;
     n.param = lp;

@@ -23,8 +23,8 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 
 }  // namespace
 
-void parse_prototxt_string(const std::string& text, const std::string& name,
-                           google::protobuf::Message& msg, std::vector<int>* layer_lines) {
+void parse_prototxt_string(const std::string& text, const std::string& name, google::protobuf::Message& msg,
+                           std::vector<int>* layer_lines) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);

@@ -35,7 +35,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   for (auto& [name, t] : tensors) {
-    header[name] = {{"dtype", dtype_name(t->dtype())}, {"shape", t->shape()}, {"data_offsets", {offset, offset + t->bytes()}}};
+    header[name] = {
+        {"dtype", dtype_name(t->dtype())}, {"shape", t->shape()}, {"data_offsets", {offset, offset + t->bytes()}}};
     offset += t->bytes();
   }
   std::string h = header.dump();
@@ -56,7 +57,8 @@ TensorFile load_safetensors(const std::string& path) {
   if (bytes.size() < 8) input_error("{}: not a safetensors file (shorter than its 8-byte header length)", path);
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
-  if (hlen > bytes.size() - 8) input_error("{}: corrupt safetensors file: header length {} exceeds the file", path, hlen);
+  if (hlen > bytes.size() - 8)
+    input_error("{}: corrupt safetensors file: header length {} exceeds the file", path, hlen);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(hlen));
@@ -87,9 +89,10 @@ TensorFile load_safetensors(const std::string& path) {
     auto b = v["data_offsets"][0].get<uint64_t>(), e = v["data_offsets"][1].get<uint64_t>();
     Tensor t(shape, dt);
     if (e < b || e > data_size || e - b != t.bytes())
-      input_error("{}: corrupt safetensors file: tensor '{}' byte range [{}, {}) does not fit shape {} or the file "
-                  "({} data bytes)",
-                  path, name, b, e, shape_str(shape), data_size);
+      input_error(
+          "{}: corrupt safetensors file: tensor '{}' byte range [{}, {}) does not fit shape {} or the file "
+          "({} data bytes)",
+          path, name, b, e, shape_str(shape), data_size);
     std::memcpy(t.raw(), bytes.data() + data_start + b, t.bytes());
     order.emplace_back(b, name);
     tf.tensors.emplace_back(name, std::move(t));

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "caffe.pb.h"
-#include "core/log.h"
 #include "core/file_io.h"
+#include "core/log.h"
 #include "formats/safetensors.h"
 
 namespace bks {
@@ -18,13 +18,18 @@ TensorFile read_caffemodel(const std::string& path) {
     for (int i = 0; i < layer.blobs_size(); ++i) {
       const auto& b = layer.blobs(i);
       Shape s;
-      if (b.has_shape()) s.assign(b.shape().dim().begin(), b.shape().dim().end());
-      else s = {b.num(), b.channels(), b.height(), b.width()};
+      if (b.has_shape())
+        s.assign(b.shape().dim().begin(), b.shape().dim().end());
+      else
+        s = {b.num(), b.channels(), b.height(), b.width()};
       Tensor t(s);
-      if (b.data_size() == t.numel()) std::memcpy(t.f32(), b.data().data(), t.bytes());
+      if (b.data_size() == t.numel())
+        std::memcpy(t.f32(), b.data().data(), t.bytes());
       else if (b.double_data_size() == t.numel())
         for (int64_t k = 0; k < t.numel(); ++k) t.f32()[k] = static_cast<float>(b.double_data(static_cast<int>(k)));
-      else input_error("{}: layer '{}' blob {} holds {} values for shape {}", path, layer.name(), i, b.data_size(), shape_str(s));
+      else
+        input_error("{}: layer '{}' blob {} holds {} values for shape {}", path, layer.name(), i, b.data_size(),
+                    shape_str(s));
       tf.tensors.emplace_back(fmt::format("{}.{}", layer.name(), i), std::move(t));
     }
   return tf;

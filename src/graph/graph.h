@@ -18,16 +18,16 @@ namespace bks {
 using proto::Phase;
 
 struct Value {
-  std::string name;       // blob name as written in the prototxt
-  Shape shape;            // filled by shape inference
-  int producer = -1;      // node index, -1 for none
+  std::string name;   // blob name as written in the prototxt
+  Shape shape;        // filled by shape inference
+  int producer = -1;  // node index, -1 for none
   std::vector<int> consumers;
 };
 
 // One learnable blob of a node, as Caffe's ParamSpec describes it.
 struct ParamRef {
-  std::string key;        // name in the parameter store and in weight files: "<layer>.<index>"
-  std::string share_name; // ParamSpec.name: nodes naming the same share one blob
+  std::string key;         // name in the parameter store and in weight files: "<layer>.<index>"
+  std::string share_name;  // ParamSpec.name: nodes naming the same share one blob
   float lr_mult = 1.f;
   float decay_mult = 1.f;
 };
@@ -41,8 +41,8 @@ struct Node {
   std::vector<int> outputs;
   // One per output when given (empty: the op's default for output 0, 0 for the others).
   std::vector<float> loss_weight;
-  std::vector<bool> propagate_down;   // one per input
-  std::vector<ParamRef> params;       // filled when the op declares its blobs
+  std::vector<bool> propagate_down;  // one per input
+  std::vector<ParamRef> params;      // filled when the op declares its blobs
 };
 
 struct Graph {

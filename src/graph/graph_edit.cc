@@ -53,13 +53,15 @@ void verify_graph(const Graph& g, const std::string& stage) {
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     const Node& node = g.nodes[n];
     for (int v : node.inputs) {
-      if (v < 0 || v >= nv) runtime_error("graph invalid after {}: {} reads value #{} of {}", stage, g.describe(n), v, nv);
+      if (v < 0 || v >= nv)
+        runtime_error("graph invalid after {}: {} reads value #{} of {}", stage, g.describe(n), v, nv);
       if (producer[v] < 0)
         runtime_error("graph invalid after {}: {} reads '{}' before anything produces it", stage, g.describe(n),
                       g.values[v].name);
     }
     for (int v : node.outputs) {
-      if (v < 0 || v >= nv) runtime_error("graph invalid after {}: {} writes value #{} of {}", stage, g.describe(n), v, nv);
+      if (v < 0 || v >= nv)
+        runtime_error("graph invalid after {}: {} writes value #{} of {}", stage, g.describe(n), v, nv);
       if (producer[v] >= 0)
         runtime_error("graph invalid after {}: '{}' is produced by both {} and {}", stage, g.values[v].name,
                       g.describe(producer[v]), g.describe(n));

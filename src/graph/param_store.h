@@ -16,10 +16,10 @@ struct Param {
   std::string key;
   Tensor data;
   Tensor grad;
-  Tensor scratch;           // for summing a second gradient contribution
+  Tensor scratch;  // for summing a second gradient contribution
   float lr_mult = 1.f;
   float decay_mult = 1.f;
-  bool learnable = true;    // false: maintained by its layer (BatchNorm statistics)
+  bool learnable = true;      // false: maintained by its layer (BatchNorm statistics)
   bool grad_written = false;  // a contribution was written since the last clear
 };
 

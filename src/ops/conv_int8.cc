@@ -26,8 +26,9 @@ namespace {
 
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
 
-dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const Int8ConvSpec& sp, const memory::desc& src,
-                                                  const memory::desc& dst, const dnnl::primitive_attr& attr) {
+dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const Int8ConvSpec& sp,
+                                                  const memory::desc& src, const memory::desc& dst,
+                                                  const dnnl::primitive_attr& attr) {
   memory::desc wei(sp.wei, dt::s8, tag::any), bias({sp.wei[0]}, dt::f32, tag::a);
   const auto prop = dnnl::prop_kind::forward_inference;
   const auto alg = dnnl::algorithm::convolution_direct;
@@ -43,7 +44,8 @@ dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>&
   attr.set_output_scales(1 << 1, oscale);
   dnnl::post_ops po;
   if (sp.fusion && sp.fusion->residual_sum()) po.append_binary(dnnl::algorithm::binary_add, residual);
-  if (sp.fusion && sp.fusion->relu()) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, sp.fusion->relu_negative_slope(), 0.f);
+  if (sp.fusion && sp.fusion->relu())
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, sp.fusion->relu_negative_slope(), 0.f);
   attr.set_post_ops(po);
   return attr;
 }
@@ -58,7 +60,8 @@ Int8Conv::Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memo
   src_scale_ = int8_levels(src_user.data_type()) / std::max(spec.in_threshold, 1e-12f);
   if (is_int8(dst_user)) {
     if (fusion_.residual_sum()) throw InputError("an int8 convolution output cannot take a fused residual sum");
-    if (!(spec.out_threshold > 0.f)) throw InputError("an int8 convolution output needs a positive int8_output_threshold");
+    if (!(spec.out_threshold > 0.f))
+      throw InputError("an int8 convolution output needs a positive int8_output_threshold");
     dst_scale_ = int8_levels(dst_user.data_type()) / spec.out_threshold;
   }
 }
@@ -107,14 +110,16 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   if (!found) {
     memory::desc src_any(spec_.src, int8_in ? src_user_.data_type() : dt::s8, tag::any);
     memory::desc dst_any(spec_.dst, dst_user_.data_type(), tag::any);
-    auto probe = int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, memory::desc(spec_.dst, dt::f32, tag::nhwc)));
+    auto probe =
+        int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, memory::desc(spec_.dst, dt::f32, tag::nhwc)));
     pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, probe.dst_desc()));
   }
   conv_ = DnnlPrimitive(dnnl::convolution_forward(pd), pd);
   src_.init(eng_, src_user_, pd.src_desc(), int8_in ? 1.f : src_scale_);
   dst_.init(eng_, dst_user_, pd.dst_desc());
   if (fusion_.residual_sum())
-    res_.init(eng_, residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw), pd.dst_desc());
+    res_.init(eng_, residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw),
+              pd.dst_desc());
   // Weights, once.
   memory wei_f32({spec_.wei, dt::f32, tag::oihw}, eng_, const_cast<float*>(wei));
   wei_q_ = memory(pd.weights_desc(), eng_);
@@ -128,16 +133,21 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     bias_q_ = memory({{oc}, dt::f32, tag::a}, eng_, bias_scaled_.data());
   }
   s.wait();
-  auto type = [](const memory::desc& m) { return m.data_type() == dt::u8 ? "u8" : m.data_type() == dt::s8 ? "s8" : "f32"; };
-  name_ = fmt::format("{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
-                      type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
-                      fusion_.relu() ? ", fused +relu" : "");
+  auto type = [](const memory::desc& m) {
+    return m.data_type() == dt::u8 ? "u8" : m.data_type() == dt::s8 ? "s8" : "f32";
+  };
+  name_ =
+      fmt::format("{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
+                  type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
+                  fusion_.relu() ? ", fused +relu" : "");
   built_ = true;
 }
 
-void Int8Conv::run(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst, const float* residual) {
+void Int8Conv::run(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
+                   const float* residual) {
   if (!built_) build(s, wei, bias);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_.read(s, src)}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, dst_.write(dst)}};
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src_.read(s, src)}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, dst_.write(dst)}};
   if (spec_.bias) args[DNNL_ARG_BIAS] = bias_q_;
   if (fusion_.residual_sum()) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_.read(s, residual);
   conv_.execute(s, args);

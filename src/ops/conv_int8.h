@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "caffe.pb.h"
 #include "backend/dnnl_util.h"
+#include "caffe.pb.h"
 
 namespace bks {
 
@@ -31,8 +31,8 @@ Int8Thresholds int8_thresholds(const OpContext& c);
 struct Int8ConvSpec {
   memory::dims src, dst, wei, strides, dil, pl, pr;
   bool bias = false;
-  float in_threshold = 0.f;   // |x| the input's largest level stands for
-  float out_threshold = 0.f;  // the same for an int8 output (unused when it is f32)
+  float in_threshold = 0.f;                        // |x| the input's largest level stands for
+  float out_threshold = 0.f;                       // the same for an int8 output (unused when it is f32)
   const proto::FusionParameter* fusion = nullptr;  // may be null
 };
 
@@ -40,8 +40,8 @@ class Int8Conv {
  public:
   // src_user / dst_user: the callers' layouts and types (f32, s8 or u8). residual_md: the
   // layout of a fused residual input (f32 outputs only).
-  Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_user, const memory::desc& dst_user,
-           const memory::desc& residual_md);
+  Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_user,
+           const memory::desc& dst_user, const memory::desc& residual_md);
   // The destination layout the kernel writes fastest, of type `dst_type`, reading `src_md`
   // (empty: f32 to be quantized here).
   static memory::desc preferred_dst(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_md,

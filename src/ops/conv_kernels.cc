@@ -19,8 +19,8 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
 
 void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
                       const std::function<void(const std::string&)>& fail) {
-  auto two = [&](const google::protobuf::RepeatedField<uint32_t>& v, bool has_h, uint32_t hv, bool has_w,
-                 uint32_t wv, int64_t dflt, const char* field, int64_t& outh, int64_t& outw) {
+  auto two = [&](const google::protobuf::RepeatedField<uint32_t>& v, bool has_h, uint32_t hv, bool has_w, uint32_t wv,
+                 int64_t dflt, const char* field, int64_t& outh, int64_t& outw) {
     if (has_h || has_w) {
       if (v.size() > 0) fail(fmt::format("give either {0} or {0}_h/{0}_w, not both", field));
       if (!(has_h && has_w)) fail(fmt::format("{0}_h and {0}_w must be given together", field));
@@ -78,7 +78,8 @@ ConvDescs conv_descs(const ConvGeometry& g) {
   d.dil = {g.dh - 1, g.dw - 1};
   d.pl = {g.ph, g.pw};
   // Right/bottom padding so oneDNN's output size equals Caffe's (floor) rule.
-  d.pr = {(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw};
+  d.pr = {(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph,
+          (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw};
   return d;
 }
 
@@ -91,8 +92,9 @@ dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const Co
   memory::desc wei_any(d.wei, bf16 ? dt::bf16 : dt::f32, tag::any);
   memory::desc bias_md({g.oc}, dt::f32, tag::a);
   auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  auto desc = bias ? dnnl::convolution_forward::desc(prop, alg, src, wei_any, bias_md, dst, d.strides, d.dil, d.pl, d.pr)
-                   : dnnl::convolution_forward::desc(prop, alg, src, wei_any, dst, d.strides, d.dil, d.pl, d.pr);
+  auto desc = bias
+                  ? dnnl::convolution_forward::desc(prop, alg, src, wei_any, bias_md, dst, d.strides, d.dil, d.pl, d.pr)
+                  : dnnl::convolution_forward::desc(prop, alg, src, wei_any, dst, d.strides, d.dil, d.pl, d.pr);
   return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(attr), eng);
 }
 
@@ -112,10 +114,11 @@ bool is_reference(const std::string& impl) { return impl.find("ref") != std::str
 // Milliseconds one forward call takes with this kernel, converting from and to the
 // caller's layouts as the real call would (best of 3 after a warm-up, on zeroed scratch
 // buffers).
-double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitive_desc& pd, const memory::desc& src_user,
-                    const memory::desc& dst_user, bool bias, bool residual) {
+double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitive_desc& pd,
+                    const memory::desc& src_user, const memory::desc& dst_user, bool bias, bool residual) {
   dnnl::stream s(eng);
-  memory us(src_user, eng), ud(dst_user, eng), ks(pd.src_desc(), eng), kd(pd.dst_desc(), eng), w(pd.weights_desc(), eng);
+  memory us(src_user, eng), ud(dst_user, eng), ks(pd.src_desc(), eng), kd(pd.dst_desc(), eng),
+      w(pd.weights_desc(), eng);
   for (memory* m : {&us, &ks, &w}) std::memset(m->get_data_handle(), 0, m->get_desc().get_size());
   DnnlPrimitive conv(dnnl::convolution_forward(pd), pd);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ks}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, kd}};
@@ -170,8 +173,9 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
   return memory::desc({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::nhwc);
 }
 
-memory::desc ConvKernels::preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, const memory::desc& src_md,
-                                             const proto::FusionParameter* fusion, memory::data_type dst_type) {
+memory::desc ConvKernels::preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
+                                             const memory::desc& src_md, const proto::FusionParameter* fusion,
+                                             memory::data_type dst_type) {
   return Int8Conv::preferred_dst(eng, int8_spec(g, bias, 1.f, 1.f, fusion), src_md, dst_type);
 }
 
@@ -187,7 +191,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   bool dst_nhwc = dst_user == memory::desc(dst, dt::f32, tag::nhwc);
   // With one channel, NCHW and NHWC are the same bytes; saying NHWC lets a channels-last
   // kernel read a plain single-channel input without a reorder.
-  memory::desc src_user = src_md.data.ndims ? src_md : memory::desc(src, dt::f32, g.c == 1 && dst_nhwc ? tag::nhwc : tag::nchw);
+  memory::desc src_user =
+      src_md.data.ndims ? src_md : memory::desc(src, dt::f32, g.c == 1 && dst_nhwc ? tag::nhwc : tag::nchw);
   memory::desc wei_user(wei, dt::f32, d.wtag);
   // Run on the caller's layouts when oneDNN has a fast kernel for them; otherwise let it
   // choose and convert at the edges (never a reference kernel when a fast one exists).
@@ -204,8 +209,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     src_k = memory::desc(src, dt::bf16, tag::any);
     dst_k = memory::desc(dst, dt::bf16, tag::any);
   }
-  dnnl::convolution_forward::primitive_desc fpd = forward_pd(eng, g, bias, training, src_k, dst_k, {},
-                                                             dnnl::algorithm::convolution_direct, bf16_ && !training);
+  dnnl::convolution_forward::primitive_desc fpd =
+      forward_pd(eng, g, bias, training, src_k, dst_k, {}, dnnl::algorithm::convolution_direct, bf16_ && !training);
   if (bf16_ && !training && is_reference(fpd.impl_info_str()))
     throw InputError("bfloat16 convolution: oneDNN has no fast kernel for it on this CPU");
   if (is_reference(fpd.impl_info_str())) {
@@ -218,7 +223,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc()),
                      dnnl::algorithm::convolution_direct, bf16_ && !training);
     residual_ = fusion->residual_sum();
-    if (residual_) f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw), fpd.dst_desc());
+    if (residual_)
+      f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw),
+                       fpd.dst_desc());
   }
   algorithm_ = "direct";
   if (constant_weights_ && !training && choice_ != "direct" && !bf16_) {
@@ -246,7 +253,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
       if (wino < direct) {
         algorithm_ = "winograd";
         fpd = wpd;
-        if (residual_) f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw), fpd.dst_desc());
+        if (residual_)
+          f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw),
+                           fpd.dst_desc());
       }
     } catch (const dnnl::error&) {
       // No Winograd kernel for this shape or ISA: direct it is.
@@ -265,8 +274,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   // Backward kernels see the same layouts as the forward one.
   memory::desc src_b = fpd.src_desc(), dst_b = fpd.dst_desc();
   if (need_bwd_data) {
-    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_b, wei_any, dst_b, strides,
-                                             dil, pl, pr);
+    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_b, wei_any, dst_b, strides, dil,
+                                             pl, pr);
     dnnl::convolution_backward_data::primitive_desc bdpd(bd, user_scratchpad(), eng, fpd);
     bwd_data_ = DnnlPrimitive(dnnl::convolution_backward_data(bdpd), bdpd);
     d_ddst_.init(eng, dst_user, bdpd.diff_dst_desc());
@@ -276,9 +285,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   }
 
   auto wdesc = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
-                                                              bias_md, dst_b, strides, dil, pl, pr)
+                                                               bias_md, dst_b, strides, dil, pl, pr)
                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
-                                                              dst_b, strides, dil, pl, pr);
+                                                               dst_b, strides, dil, pl, pr);
   dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, user_scratchpad(), eng, fpd);
   bwd_wei_ = DnnlPrimitive(dnnl::convolution_backward_weights(wpd), wpd);
   w_src_.init(eng, src_user, wpd.src_desc());
@@ -292,9 +301,10 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
 void ConvKernels::forward(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
                           const float* residual) {
   if (int8_) return int8_->run(s, src, wei, bias, dst, residual);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f_src_.read(s, src)},
-                                       {DNNL_ARG_WEIGHTS, constant_weights_ ? f_wei_.read_constant(s, wei) : f_wei_.read(s, wei)},
-                                       {DNNL_ARG_DST, f_dst_.write(dst)}};
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, f_src_.read(s, src)},
+      {DNNL_ARG_WEIGHTS, constant_weights_ ? f_wei_.read_constant(s, wei) : f_wei_.read(s, wei)},
+      {DNNL_ARG_DST, f_dst_.write(dst)}};
   if (bias_) args[DNNL_ARG_BIAS] = f_bias_.read(s, bias);
   if (residual_) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = f_residual_.read(s, residual);
   fwd_.execute(s, args);

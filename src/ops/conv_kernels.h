@@ -8,17 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "backend/dnnl_util.h"
 #include "caffe.pb.h"
 #include "ops/conv_int8.h"
-#include "backend/dnnl_util.h"
 
 namespace bks {
 
 struct OpContext;
 
 struct ConvGeometry {
-  int64_t n = 0, c = 0, h = 0, w = 0;      // source
-  int64_t oc = 0, oh = 0, ow = 0;           // destination
+  int64_t n = 0, c = 0, h = 0, w = 0;  // source
+  int64_t oc = 0, oh = 0, ow = 0;      // destination
   int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
   int64_t group = 1;
 };
@@ -41,14 +41,15 @@ class ConvKernels {
   // need_bwd_data false skips building the backward-data kernel (first layers).
   // `fusion` (inference only): post-ops on the forward output; with residual_sum, the
   // residual (layout residual_md, plain when empty) is added before the ReLU.
-  void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
-               const memory::desc& src_md = {}, const memory::desc& dst_md = {}, bool need_bwd_data = true,
+  void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training, const memory::desc& src_md = {},
+               const memory::desc& dst_md = {}, bool need_bwd_data = true,
                const proto::FusionParameter* fusion = nullptr, const memory::desc& residual_md = {});
   // The destination layout oneDNN's kernel writes fastest for this geometry.
   static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
   // The same for the int8 kernel reading src_md (empty: f32), writing `dst_type`.
-  static memory::desc preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, const memory::desc& src_md,
-                                         const proto::FusionParameter* fusion, memory::data_type dst_type);
+  static memory::desc preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
+                                         const memory::desc& src_md, const proto::FusionParameter* fusion,
+                                         memory::data_type dst_type);
   // src and dst are f32, except around int8 kernels (see set_int8_thresholds).
   void forward(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
                const float* residual = nullptr);

@@ -93,8 +93,9 @@ class ConvolutionKernel final : public Kernel {
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     if (int8_threshold_ > 0.f)
-      return ConvKernels::preferred_int8_dst(eng, g_, p_.bias_term(), in.empty() ? memory::desc() : in[0], &fusion_,
-                                             int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
+      return ConvKernels::preferred_int8_dst(
+          eng, g_, p_.bias_term(), in.empty() ? memory::desc() : in[0], &fusion_,
+          int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
     return ConvKernels::preferred_dst(eng, g_, p_.bias_term(), phase_ == proto::TRAIN);
   }
 

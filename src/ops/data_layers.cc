@@ -75,7 +75,8 @@ void keep_external_outputs(Node& n, const std::vector<bool>& keep) {
   for (size_t j = 0; j < n.outputs.size(); ++j) {
     if (!keep[j]) continue;
     outs.push_back(n.outputs[j]);
-    if (shapes.shape_size() > 0) *kept.add_shape() = shapes.shape(static_cast<int>(std::min<size_t>(j, shapes.shape_size() - 1)));
+    if (shapes.shape_size() > 0)
+      *kept.add_shape() = shapes.shape(static_cast<int>(std::min<size_t>(j, shapes.shape_size() - 1)));
   }
   n.outputs = outs;
   n.loss_weight.assign(outs.size(), 0.f);

@@ -104,10 +104,10 @@ class ElementwiseKernel final : public Kernel {
   ElementwiseFlow flow_;
 };
 
-#define BKS_REGISTER_ELEMENTWISE_IMPL2(type, fn, line)                                                   \
-  static ::bks::OpDefRegistrar bks_def_registrar_##line(type, std::make_unique<::bks::ElementwiseDef<fn>>()); \
-  BKS_REGISTER_KERNEL(type, ::bks::DeviceKind::cpu, ::bks::ElementwiseKernel<fn>, "loops",                  \
-                      ::bks::kReferencePriority, nullptr)
+#define BKS_REGISTER_ELEMENTWISE_IMPL2(type, fn, line)                                                                \
+  static ::bks::OpDefRegistrar bks_def_registrar_##line(type, std::make_unique<::bks::ElementwiseDef<fn>>());         \
+  BKS_REGISTER_KERNEL(type, ::bks::DeviceKind::cpu, ::bks::ElementwiseKernel<fn>, "loops", ::bks::kReferencePriority, \
+                      nullptr)
 #define BKS_REGISTER_ELEMENTWISE_IMPL(type, fn, line) BKS_REGISTER_ELEMENTWISE_IMPL2(type, fn, line)
 // Registers an elementwise op's definition and its loops (its CPU and reference kernel).
 #define BKS_REGISTER_ELEMENTWISE(type, fn) BKS_REGISTER_ELEMENTWISE_IMPL(type, fn, __LINE__)

@@ -99,10 +99,19 @@ class InnerProductKernel final : public Kernel {
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
     int8_.reset();
     if (int8_threshold_ > 0.f) {
-      Int8MatMulSpec spec{m_, n_, k_, t, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(), int8_threshold_,
+      Int8MatMulSpec spec{m_,
+                          n_,
+                          k_,
+                          t,
+                          p_.bias_term(),
+                          fusion_.relu(),
+                          fusion_.relu_negative_slope(),
+                          int8_threshold_,
                           int8_out_threshold_};
       memory::desc src = in_layout_.empty() || in_layout_[0].data.ndims == 0 ? plain_md(in[0]) : in_layout_[0];
-      int8_ = std::make_unique<Int8MatMul>(eng, spec, src, int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
+      int8_ = std::make_unique<Int8MatMul>(
+          eng, spec, src,
+          int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
       return;
     }
     fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),

@@ -41,9 +41,9 @@ class LRNKernel final : public Kernel {
     dst_ = memory(md, be.engine(), nullptr);
     if (training) {
       ws_ = memory(fpd.workspace_desc(), be.engine());
-      dnnl::lrn_backward::primitive_desc bpd({alg, md, md, static_cast<memory::dim>(p_.local_size()), p_.alpha(),
-                                              p_.beta(), k},
-                                             user_scratchpad(), be.engine(), fpd);
+      dnnl::lrn_backward::primitive_desc bpd(
+          {alg, md, md, static_cast<memory::dim>(p_.local_size()), p_.alpha(), p_.beta(), k}, user_scratchpad(),
+          be.engine(), fpd);
       bwd_ = DnnlPrimitive(dnnl::lrn_backward(bpd), bpd);
       dsrc_ = memory(md, be.engine(), nullptr);
       ddst_ = memory(md, be.engine(), nullptr);
@@ -65,7 +65,8 @@ class LRNKernel final : public Kernel {
     src_.set_data_handle(const_cast<float*>(c.in[0]->f32()));
     ddst_.set_data_handle(const_cast<float*>(c.out_grad[0]->f32()));
     dsrc_.set_data_handle(c.in_grad[0]->f32());
-    bwd_.execute(s, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_DST, ddst_}, {DNNL_ARG_DIFF_SRC, dsrc_}, {DNNL_ARG_WORKSPACE, ws_}});
+    bwd_.execute(
+        s, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_DST, ddst_}, {DNNL_ARG_DIFF_SRC, dsrc_}, {DNNL_ARG_WORKSPACE, ws_}});
     s.wait();
   }
   std::string kernel_name() const override { return "oneDNN " + impl_; }

@@ -24,7 +24,8 @@ void MatMul::prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64
   memory::desc b_kernel = constant_b ? memory::desc({k, n}, kt, memory::format_tag::any) : b;
   memory::desc a_kernel = bf16 ? memory::desc({m, k}, kt, memory::format_tag::ab) : a;
   memory::desc c_kernel = bf16 ? memory::desc({m, n}, kt, memory::format_tag::ab) : c;
-  auto desc = bias ? dnnl::matmul::desc(a_kernel, b_kernel, bd, c_kernel) : dnnl::matmul::desc(a_kernel, b_kernel, c_kernel);
+  auto desc =
+      bias ? dnnl::matmul::desc(a_kernel, b_kernel, bd, c_kernel) : dnnl::matmul::desc(a_kernel, b_kernel, c_kernel);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops po;

@@ -20,8 +20,8 @@ class MatMul {
   // relu: a fused ReLU (with Caffe's negative slope) after the bias. constant_b: B never
   // changes after the first run (inference weights), so it is packed once into the layout
   // the kernel reads fastest. bf16 (with constant_b): the GEMM runs in bfloat16.
-  void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias,
-               bool relu = false, float relu_slope = 0.f, bool constant_b = false, bool bf16 = false);
+  void prepare(const dnnl::engine& eng, char ta, char tb, int64_t m, int64_t n, int64_t k, bool bias, bool relu = false,
+               float relu_slope = 0.f, bool constant_b = false, bool bf16 = false);
   void run(dnnl::stream& s, const float* a, const float* b, float* c, const float* bias = nullptr);
   std::string name() const { return name_; }
 

@@ -47,7 +47,8 @@ void Int8MatMul::build(dnnl::stream& s, const float* w, const float* bias) {
   mm_ = DnnlPrimitive(dnnl::matmul(pd), pd);
   // The input, in its own layout and full shape, becomes plain int8 rows (quantized when it
   // is f32); a plain int8 input is read as it is.
-  a_in_.init(eng_, src_user_, memory::desc(src_user_.dims(), src_type_, plain_tag(src_user_.data.ndims)), is_int8(src_user_) ? 1.f : src_scale_);
+  a_in_.init(eng_, src_user_, memory::desc(src_user_.dims(), src_type_, plain_tag(src_user_.data.ndims)),
+             is_int8(src_user_) ? 1.f : src_scale_);
   a_ = memory(a, eng_, nullptr);
   // Quantized here, row-major [k, n], then packed by a plain reorder (a scaled reorder into
   // every packed layout oneDNN may pick, e.g. for m = 1, is not available).

@@ -27,7 +27,8 @@ class Int8MatMul {
  public:
   // src_user: the input's layout and type over its full shape (empty: plain f32);
   // dst_type: f32, s8 or u8 (plain [m, n]).
-  Int8MatMul(const dnnl::engine& eng, const Int8MatMulSpec& spec, const memory::desc& src_user, memory::data_type dst_type);
+  Int8MatMul(const dnnl::engine& eng, const Int8MatMulSpec& spec, const memory::desc& src_user,
+             memory::data_type dst_type);
   void run(dnnl::stream& s, const void* a, const float* w, const float* bias, void* c);
   std::string name() const { return name_; }
 

@@ -34,9 +34,7 @@ void Kernel::expect_ndim(const Shape& s, int lo, int hi, const char* what) const
   context().expect_ndim(s, lo, hi, what);
 }
 
-
 Kernel::ChannelSplit Kernel::split_channels(const Shape& s) const { return context().split_channels(s); }
-
 
 KernelRegistry& KernelRegistry::get() {
   static KernelRegistry r;
@@ -55,9 +53,7 @@ std::vector<const KernelRegistry::Entry*> KernelRegistry::entries(const std::str
   return r;
 }
 
-bool KernelRegistry::has(const std::string& type) const {
-  return !entries(type).empty();
-}
+bool KernelRegistry::has(const std::string& type) const { return !entries(type).empty(); }
 
 std::vector<std::string> KernelRegistry::types() const {
   std::vector<std::string> t;

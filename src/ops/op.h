@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "graph/graph.h"
-#include "backend/backend.h"
 #include "ops/op_def.h"
 
 namespace bks {
@@ -27,7 +27,7 @@ struct OpInit {
   const Node& node;
   std::string where;  // error prefix naming file, line, layer
   Phase phase;
-  uint64_t seed;      // run seed; ops derive their own streams from it
+  uint64_t seed;  // run seed; ops derive their own streams from it
   Backend& backend;
   // The parameters never change after the first forward (inference sessions): ops may keep
   // them in their kernels' layouts, converted once.
@@ -126,8 +126,8 @@ class KernelRegistry {
   struct Entry {
     std::string type;
     DeviceKind device;
-    std::string name;  // "oneDNN", "reference", ...
-    int priority;      // higher first; reference kernels lowest
+    std::string name;                             // "oneDNN", "reference", ...
+    int priority;                                 // higher first; reference kernels lowest
     std::function<bool(const OpInit&)> supports;  // null: every node
     KernelFactory make;
   };
@@ -148,8 +148,8 @@ struct KernelRegistrar {
   explicit KernelRegistrar(KernelRegistry::Entry e) { KernelRegistry::get().add(std::move(e)); }
 };
 
-#define BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)                       \
-  static ::bks::KernelRegistrar bks_kernel_registrar_##line(::bks::KernelRegistry::Entry{              \
+#define BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)         \
+  static ::bks::KernelRegistrar bks_kernel_registrar_##line(::bks::KernelRegistry::Entry{ \
       type, dev, name, priority, supports, [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); }})
 #define BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, line) \
   BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)

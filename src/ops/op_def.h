@@ -31,26 +31,26 @@ struct ParamDecl {
 // fills the first part; the net adds what depends on its parameters and kernels.
 struct OpFacts {
   bool has_backward = true;
-  bool allows_inplace = false;           // the output may share the input's buffer
-  bool backward_reads_input = true;      // backward reads some input
+  bool allows_inplace = false;                // the output may share the input's buffer
+  bool backward_reads_input = true;           // backward reads some input
   std::vector<bool> reads_input_in_backward;  // per input (empty: backward_reads_input)
   bool backward_reads_output = false;
-  std::vector<bool> can_propagate_to;    // per input (empty: all)
-  bool output_is_view = false;           // output 0 is a reshaped view of input 0
-  bool external_input = false;           // filled by the caller (Input layer)
+  std::vector<bool> can_propagate_to;  // per input (empty: all)
+  bool output_is_view = false;         // output 0 is a reshaped view of input 0
+  bool external_input = false;         // filled by the caller (Input layer)
   // Concat: each input's element offset in the output when all are contiguous runs of it.
   std::vector<int64_t> input_runs_in_output;
   float default_loss_weight = 0.f;
   // Filled by the net:
-  bool learnable = false;                // has a parameter that takes gradient steps
+  bool learnable = false;                           // has a parameter that takes gradient steps
   LayoutRule layout_rule = LayoutRule::plain_only;  // the chosen kernel's
 };
 
 // Properties graph passes rewrite by (so no pass names an op type).
 struct OpTraits {
-  bool training_only = false;   // inference graphs drop it (Dropout, Accuracy, Silence)
-  bool data_layer = false;      // reads a dataset; inference graphs take an Input instead
-  bool loss = false;            // a training loss; inference keeps its prediction (see below)
+  bool training_only = false;  // inference graphs drop it (Dropout, Accuracy, Silence)
+  bool data_layer = false;     // reads a dataset; inference graphs take an Input instead
+  bool loss = false;           // a training loss; inference keeps its prediction (see below)
   // A loss whose inference form is another op on the same first input (SoftmaxWithLoss ->
   // Softmax): that op's type; empty when inference drops the loss.
   std::string inference_form;
@@ -59,7 +59,7 @@ struct OpTraits {
   // Weighted: a Convolution or InnerProduct whose weights' first axis is its output
   // channels, with a bias (blob 1) when bias_term; takes fused post-ops and int8 kernels.
   bool weighted_linear = false;
-  bool convolution = false;     // of those, a convolution (padding, geometry)
+  bool convolution = false;  // of those, a convolution (padding, geometry)
   // y = a[c] * x + b[c] per channel at inference (BatchNorm with stats, Scale): folds into
   // a weighted_linear producer.
   bool per_channel_affine = false;

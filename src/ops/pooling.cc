@@ -6,8 +6,8 @@
 #include <cfloat>
 #include <cmath>
 
-#include "core/parallel.h"
 #include "backend/dnnl_util.h"
+#include "core/parallel.h"
 #include "ops/op.h"
 #include "ops/pooling_tiled.h"
 
@@ -159,7 +159,9 @@ class PoolingKernel final : public Kernel {
       src_block_ = channel_block(src);
       tiled_ = windows_tile() && pool_tiled_applies(c_, src_block_);
       impl_ = fmt::format("bakusoku channels-last {}{}", max_ ? "max" : "average",
-                          !tiled_ ? "" : src_block_ ? fmt::format(" (tiled windows, from nChw{}c)", src_block_) : " (tiled windows)");
+                          !tiled_      ? ""
+                          : src_block_ ? fmt::format(" (tiled windows, from nChw{}c)", src_block_)
+                                       : " (tiled windows)");
       return;
     }
     if (!use_dnnl_) {
@@ -233,7 +235,8 @@ class PoolingKernel final : public Kernel {
     if (phase_ != proto::TRAIN) fail("backward needs a TRAIN-phase net");
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     src_m_.set_data_handle(c.in_grad[0]->f32());
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, ddst_.read(s, c.out_grad[0]->f32())}, {DNNL_ARG_DIFF_SRC, src_m_}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, ddst_.read(s, c.out_grad[0]->f32())},
+                                         {DNNL_ARG_DIFF_SRC, src_m_}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
     bwd_.execute(s, args);
     s.wait();
@@ -247,10 +250,14 @@ class PoolingKernel final : public Kernel {
     int64_t prh = (oh_ - 1) * sh_ + kh_ - h_ - ph_, prw = (ow_ - 1) * sw_ + kw_ - w_ - pw_;
     bool overhang = prh > ph_ || prw > pw_;
     use_dnnl_ = true;
-    if (max_) alg_ = dnnl::algorithm::pooling_max;
-    else if (ph_ == 0 && pw_ == 0) alg_ = dnnl::algorithm::pooling_avg_exclude_padding;
-    else if (!overhang) alg_ = dnnl::algorithm::pooling_avg_include_padding;
-    else use_dnnl_ = false;
+    if (max_)
+      alg_ = dnnl::algorithm::pooling_max;
+    else if (ph_ == 0 && pw_ == 0)
+      alg_ = dnnl::algorithm::pooling_avg_exclude_padding;
+    else if (!overhang)
+      alg_ = dnnl::algorithm::pooling_avg_include_padding;
+    else
+      use_dnnl_ = false;
     strides_ = {sh_, sw_};
     kernel_ = {kh_, kw_};
     pl_ = {ph_, pw_};
@@ -297,9 +304,12 @@ class PoolingKernel final : public Kernel {
           const float* xn = x + n * h_ * w_ * C;
           float* out = y + ((n * oh_ + oy) * ow_ + ox) * C;
           int32_t* a = arg ? arg + ((n * oh_ + oy) * ow_ + ox) * C : nullptr;
-          if (max_ && a) max_window_arg(xn, wd, out, a);
-          else if (max_) max_window(xn, wd, out);
-          else ave_window(xn, wd, out);
+          if (max_ && a)
+            max_window_arg(xn, wd, out, a);
+          else if (max_)
+            max_window(xn, wd, out);
+          else
+            ave_window(xn, wd, out);
         }
   }
 

@@ -13,7 +13,8 @@ struct Broadcast {
 
 // Geometry of broadcasting a blob of shape `b` into `x` starting at `axis`.
 Broadcast broadcast_geometry(const Shape& x, const Shape& b, int axis) {
-  return {shape_count(x, 0, axis), shape_numel(b), shape_count(x, axis + static_cast<int>(b.size()), static_cast<int>(x.size()))};
+  return {shape_count(x, 0, axis), shape_numel(b),
+          shape_count(x, axis + static_cast<int>(b.size()), static_cast<int>(x.size()))};
 }
 
 // The shape of the learned blob, or a check of the second bottom's shape.

@@ -22,10 +22,12 @@ const OpDef& checked_def(const Graph& g, int n, Phase phase) {
   OpContext c{node, g.describe(n), phase};
   int ni = static_cast<int>(node.inputs.size()), no = static_cast<int>(node.outputs.size());
   int lo = def.min_inputs(c), hi = def.max_inputs(c);
-  if (ni < lo || (hi >= 0 && ni > hi)) input_error("{}: takes {} bottom blob(s), got {}", c.where, arity_text(lo, hi), ni);
+  if (ni < lo || (hi >= 0 && ni > hi))
+    input_error("{}: takes {} bottom blob(s), got {}", c.where, arity_text(lo, hi), ni);
   lo = def.min_outputs(c);
   hi = def.max_outputs(c);
-  if (no < lo || (hi >= 0 && no > hi)) input_error("{}: produces {} top blob(s), got {}", c.where, arity_text(lo, hi), no);
+  if (no < lo || (hi >= 0 && no > hi))
+    input_error("{}: produces {} top blob(s), got {}", c.where, arity_text(lo, hi), no);
   def.check(c);
   return def;
 }

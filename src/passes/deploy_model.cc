@@ -45,8 +45,8 @@ void ensure_bias(DeployModel& m, int node, int64_t channels) {
   m.weights[ref.key] = zero;
 }
 
-std::vector<PassReport> run_deploy_passes(DeployModel& m,
-                                          const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
+std::vector<PassReport> run_deploy_passes(
+    DeployModel& m, const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
   std::vector<PassReport> reports;
   for (auto pass : {strip_training, fold_batchnorm, fold_constants, fuse_residual, fuse_relu}) {
     reports.push_back(pass(m));

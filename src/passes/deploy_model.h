@@ -58,8 +58,8 @@ PassReport fuse_relu(DeployModel& m);
 
 // All of the above, in order. `after_each` sees the model after every pass (for
 // --print-graph); the graph is verified after each.
-std::vector<PassReport> run_deploy_passes(DeployModel& m,
-                                          const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
+std::vector<PassReport> run_deploy_passes(
+    DeployModel& m, const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
 
 // The model as a Caffe NetParameter (blobs not included; layer names and tops as in the
 // graph) and its blobs named "<layer>.<index>", as weights files name them.

@@ -61,7 +61,8 @@ PassReport fold_batchnorm(DeployModel& m) {
     // Private copies: the blobs may alias tensors the caller still uses.
     for (const ParamRef& ref : prod.params) m.weights[ref.key] = m.weights[ref.key].clone();
     fold_into(m, p, a, b);
-    r.changes.push_back(fmt::format("folded {} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
+    r.changes.push_back(
+        fmt::format("folded {} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
     absorb_into(g, p, n, dead);
   }
   erase_nodes(g, dead);

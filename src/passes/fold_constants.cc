@@ -43,7 +43,7 @@ bool can_absorb(DeployModel& m, int r, int y, float shift) {
 void absorb(DeployModel& m, int r, float scale, float shift) {
   Node& n = m.graph.nodes[r];
   const OpDef& def = op_def(m.graph, r);
-  const bool transposed = def.weights_output_last(n);  // weights [k, n]
+  const bool transposed = def.weights_output_last(n);                                    // weights [k, n]
   for (const ParamRef& ref : n.params) m.weights[ref.key] = m.weights[ref.key].clone();  // private copies
   Tensor& w = m.blob(r, 0);
   const int64_t outputs = def.output_channels(n);
@@ -80,8 +80,8 @@ PassReport fold_constants(DeployModel& m) {
       if (!all) continue;
       for (int r : readers) {
         absorb(m, r, scale, shift);
-        rep.changes.push_back(fmt::format("folded {} '{}' (x * {} + {}) into {} '{}'", node.type, node.name, scale, shift,
-                                          g.nodes[r].type, g.nodes[r].name));
+        rep.changes.push_back(fmt::format("folded {} '{}' (x * {} + {}) into {} '{}'", node.type, node.name, scale,
+                                          shift, g.nodes[r].type, g.nodes[r].name));
       }
     } else {
       rep.changes.push_back(fmt::format("removed {} '{}' (the identity)", node.type, node.name));

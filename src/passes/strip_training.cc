@@ -43,7 +43,8 @@ PassReport strip_training(DeployModel& m) {
       node.propagate_down.clear();
       g.values[node.outputs[0]].shape = g.values[node.inputs[0]].shape;
       rename_if_free(g, node.outputs[0], "prob");
-      r.changes.push_back(fmt::format("{} '{}' -> {} (output '{}')", t, node.name, node.type, g.values[node.outputs[0]].name));
+      r.changes.push_back(
+          fmt::format("{} '{}' -> {} (output '{}')", t, node.name, node.type, g.values[node.outputs[0]].name));
     } else if (tr.loss) {
       dead[n] = true;
       r.changes.push_back(fmt::format("removed {} '{}'", t, node.name));
@@ -51,7 +52,8 @@ PassReport strip_training(DeployModel& m) {
       std::vector<Shape> shapes;
       for (int v : node.outputs) shapes.push_back(g.values[v].shape);
       make_external_input(node, shapes);
-      r.changes.push_back(fmt::format("{} '{}' -> {} {}", t, node.name, node.type, shape_str(g.values[node.outputs[0]].shape)));
+      r.changes.push_back(
+          fmt::format("{} '{}' -> {} {}", t, node.name, node.type, shape_str(g.values[node.outputs[0]].shape)));
     }
   }
   relink(g);

@@ -7,9 +7,9 @@
 #include <functional>
 #include <numeric>
 
+#include "backend/dnnl_util.h"
 #include "core/log.h"
 #include "core/parallel.h"
-#include "backend/dnnl_util.h"
 #include "ops/shape_inference.h"
 #include "runtime/param_binding.h"
 
@@ -26,7 +26,6 @@ void add_into(Tensor& dst, const Tensor& src) {
     for (int64_t i = b; i < e; ++i) d[i] += s[i];
   });
 }
-
 
 }  // namespace
 
@@ -89,8 +88,11 @@ std::vector<OpFacts> Net::op_facts() const {
 PreferredLayout Net::preferred_layout() {
   // BKS_LAYOUTS=plain turns layout propagation off (for debugging and comparison).
   const char* env = std::getenv("BKS_LAYOUTS");
-  if (env && std::string(env) == "plain") return [](int, int, const std::vector<dnnl::memory::desc>&) { return dnnl::memory::desc(); };
-  return [this](int n, int j, const std::vector<dnnl::memory::desc>& in) { return kernels_[n]->preferred_output_layout(j, in); };
+  if (env && std::string(env) == "plain")
+    return [](int, int, const std::vector<dnnl::memory::desc>&) { return dnnl::memory::desc(); };
+  return [this](int n, int j, const std::vector<dnnl::memory::desc>& in) {
+    return kernels_[n]->preferred_output_layout(j, in);
+  };
 }
 
 void Net::apply_plan() {
@@ -171,8 +173,10 @@ void Net::bind_to_arena() {
     size_t phys = plan_.blocked_bytes(v);
     bind_data(v);
     if (!grad_[v].defined()) continue;
-    if (plan_.alias.grad_alias[v] >= 0) grad_[v].alias_of(grad_[plan_.alias.grad_alias[v]], s);
-    else bind(grad_[v], plan_.memory.grad_offset[v], s, phys, DType::f32);
+    if (plan_.alias.grad_alias[v] >= 0)
+      grad_[v].alias_of(grad_[plan_.alias.grad_alias[v]], s);
+    else
+      bind(grad_[v], plan_.memory.grad_offset[v], s, phys, DType::f32);
   }
   size_t k = 0;
   for (int n = 0; n < num_nodes(); ++n)
@@ -298,16 +302,19 @@ std::string Net::describe() const {
   for (int n = 0; n < num_nodes(); ++n) {
     const Node& node = graph_.nodes[n];
     std::vector<std::string> outs;
-    for (int v : node.outputs) outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
+    for (int v : node.outputs)
+      outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
-                     kernels_[n]->kernel_name(), !first_out || plan_.alias.data_alias[node.outputs[0]] < 0 ? ""
+                     kernels_[n]->kernel_name(),
+                     !first_out || plan_.alias.data_alias[node.outputs[0]] < 0 ? ""
                      : graph_.values[plan_.alias.data_alias[node.outputs[0]]].producer > n
                          ? fmt::format(" written into {}", graph_.values[plan_.alias.data_alias[node.outputs[0]]].name)
                          : std::string(" in-place"),
-                     !first_out || !is_blocked(node.outputs[0]) ? ""
+                     !first_out || !is_blocked(node.outputs[0])   ? ""
                      : value_dtype(node.outputs[0]) == DType::f32 ? " blocked-layout"
-                                                                   : value_dtype(node.outputs[0]) == DType::u8 ? " u8 output" : " s8 output",
+                     : value_dtype(node.outputs[0]) == DType::u8  ? " u8 output"
+                                                                  : " s8 output",
                      plan_.grad.runs_backward[n] ? "" : " (no backward)");
   }
   return s;

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/param_store.h"
 #include "ops/op.h"
 #include "profile/profiler.h"
 #include "runtime/arena.h"
 #include "runtime/plan.h"
-#include "graph/param_store.h"
 
 namespace bks {
 

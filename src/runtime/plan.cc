@@ -37,7 +37,8 @@ size_t place(std::vector<MemoryPlan::Interval>& items, const std::vector<size_t*
     const auto& it = items[k];
     std::vector<std::pair<size_t, size_t>> busy;
     for (int p : placed)
-      if (items[p].start <= it.end && it.start <= items[p].end) busy.emplace_back(*offsets[p], *offsets[p] + items[p].bytes);
+      if (items[p].start <= it.end && it.start <= items[p].end)
+        busy.emplace_back(*offsets[p], *offsets[p] + items[p].bytes);
     std::sort(busy.begin(), busy.end());
     size_t off = 0;
     for (auto& [b, e] : busy) {
@@ -200,8 +201,10 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
     for (int v : node.inputs) in.push_back(layout[v]);
     for (size_t j = 0; j < node.outputs.size(); ++j) {
       int v = node.outputs[j];
-      if (rule == LayoutRule::any_in_same_out && !in.empty()) layout[v] = in[0];
-      else if (rule == LayoutRule::any_in_any_out) layout[v] = preferred(n, static_cast<int>(j), in);
+      if (rule == LayoutRule::any_in_same_out && !in.empty())
+        layout[v] = in[0];
+      else if (rule == LayoutRule::any_in_any_out)
+        layout[v] = preferred(n, static_cast<int>(j), in);
     }
   }
   // Fall back to plain wherever a reader needs it, until nothing changes. Demotions only go
@@ -298,7 +301,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<OpFacts>& facts, const 
     for (int c : val.consumers) {
       const Node& cn = g.nodes[c];
       for (size_t i = 0; i < cn.inputs.size(); ++i)
-        if (cn.inputs[i] == v && gp.need_in_grad[c][i]) gfirst = std::min(gfirst, bwd(c)), glast = std::max(glast, bwd(c));
+        if (cn.inputs[i] == v && gp.need_in_grad[c][i])
+          gfirst = std::min(gfirst, bwd(c)), glast = std::max(glast, bwd(c));
     }
     if (prod >= 0 && gp.runs_backward[prod]) glast = std::max(glast, bwd(prod));
     if (gfirst == INT32_MAX) keep_grad[gr] = true;  // never written: must stay zero
@@ -329,7 +333,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<OpFacts>& facts, const 
     for (int n = 0; n < N; ++n)
       for (size_t i = 0; i < g.nodes[n].inputs.size(); ++i)
         if (gp.accumulate_in_grad[n][i]) {
-          m.intervals.push_back({Kind::scratch, static_cast<int>(k), p.buffer_bytes(g, g.nodes[n].inputs[i]), bwd(n), bwd(n)});
+          m.intervals.push_back(
+              {Kind::scratch, static_cast<int>(k), p.buffer_bytes(g, g.nodes[n].inputs[i]), bwd(n), bwd(n)});
           offsets.push_back(&m.scratch_offset[k]);
           ++k;
         }
@@ -391,7 +396,8 @@ void check_plan(const Graph& g, const std::vector<OpFacts>& facts, const Plan& p
     }
     if (gp.runs_backward[n])
       for (int v : node.outputs)
-        if (!gp.has_grad[v]) broken(fmt::format("node '{}' runs backward but '{}' has no gradient", node.name, g.values[v].name));
+        if (!gp.has_grad[v])
+          broken(fmt::format("node '{}' runs backward but '{}' has no gradient", node.name, g.values[v].name));
   }
   // Aliases: chains end, members share a layout, and the op allowed it.
   for (int v = 0; v < nv; ++v) {
@@ -414,13 +420,17 @@ void check_plan(const Graph& g, const std::vector<OpFacts>& facts, const Plan& p
   const auto& iv = p.memory.intervals;
   auto offset_of = [&](const MemoryPlan::Interval& it) {
     using Kind = MemoryPlan::Interval::Kind;
-    return it.kind == Kind::data ? p.memory.data_offset[it.index]
-           : it.kind == Kind::grad ? p.memory.grad_offset[it.index] : p.memory.scratch_offset[it.index];
+    return it.kind == Kind::data   ? p.memory.data_offset[it.index]
+           : it.kind == Kind::grad ? p.memory.grad_offset[it.index]
+                                   : p.memory.scratch_offset[it.index];
   };
   auto name = [&](const MemoryPlan::Interval& it) {
     using Kind = MemoryPlan::Interval::Kind;
     int v = it.kind == Kind::scratch ? p.memory.scratch_value.at(it.index) : it.index;
-    return fmt::format("{} of '{}'", it.kind == Kind::data ? "data" : it.kind == Kind::grad ? "gradient" : "summing scratch",
+    return fmt::format("{} of '{}'",
+                       it.kind == Kind::data   ? "data"
+                       : it.kind == Kind::grad ? "gradient"
+                                               : "summing scratch",
                        g.values.at(v).name);
   };
   for (size_t i = 0; i < iv.size(); ++i) {

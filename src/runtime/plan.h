@@ -22,10 +22,10 @@
 namespace bks {
 
 struct GradientPlan {
-  std::vector<float> loss_weight;                   // per value
-  std::vector<bool> has_grad;                       // per value: a gradient buffer exists
-  std::vector<bool> runs_backward;                  // per node
-  std::vector<std::vector<bool>> need_in_grad;      // per node, per input
+  std::vector<float> loss_weight;                     // per value
+  std::vector<bool> has_grad;                         // per value: a gradient buffer exists
+  std::vector<bool> runs_backward;                    // per node
+  std::vector<std::vector<bool>> need_in_grad;        // per node, per input
   std::vector<std::vector<bool>> accumulate_in_grad;  // written second or later: into scratch, then added
   // Per node: the parameter keys (see plan_gradients) whose gradient is complete once this
   // node's backward ran (the gradient-ready hook).
@@ -42,13 +42,13 @@ struct MemoryPlan {
   static constexpr size_t kDedicated = SIZE_MAX;
   struct Interval {
     enum class Kind : uint8_t { data, grad, scratch } kind;
-    int index;       // value (data, grad) or scratch slot
+    int index;  // value (data, grad) or scratch slot
     size_t bytes;
     int start, end;  // inclusive steps: node n's forward at n, its backward at 2N-1-n
   };
   std::vector<size_t> data_offset, grad_offset, scratch_offset;
-  std::vector<int> scratch_value;  // per scratch slot: the value whose gradient it sums
-  std::vector<Interval> intervals; // every arena placement, for checks and reports
+  std::vector<int> scratch_value;   // per scratch slot: the value whose gradient it sums
+  std::vector<Interval> intervals;  // every arena placement, for checks and reports
   size_t arena_bytes = 0;
 };
 
@@ -76,7 +76,8 @@ GradientPlan plan_gradients(const Graph& g, const std::vector<OpFacts>& facts, b
 // n's kernel), then demotion to plain wherever a reader needs it. `plain_only` (the
 // BKS_LAYOUTS=plain environment variable) turns propagation off. InputError when an int8
 // value would have to become plain.
-using PreferredLayout = std::function<dnnl::memory::desc(int node, int output, const std::vector<dnnl::memory::desc>& in)>;
+using PreferredLayout =
+    std::function<dnnl::memory::desc(int node, int output, const std::vector<dnnl::memory::desc>& in)>;
 std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
                                              const PreferredLayout& preferred, bool plain_only);
 

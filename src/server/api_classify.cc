@@ -58,8 +58,8 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
     if (!req.has_file("image")) throw ApiError(400, "image", "upload the image as multipart field 'image'");
     std::vector<uint8_t> chw;
     std::string why;
-    if (!decode_chw(req.get_file_value("image").content, static_cast<int>(in.shape.at(0)), static_cast<int>(in.shape.at(1)),
-                    static_cast<int>(in.shape.at(2)), chw, why))
+    if (!decode_chw(req.get_file_value("image").content, static_cast<int>(in.shape.at(0)),
+                    static_cast<int>(in.shape.at(1)), static_cast<int>(in.shape.at(2)), chw, why))
       throw ApiError(400, "image", fmt::format("not a PNG or JPEG image ({})", why));
     return chw;
   }
@@ -71,7 +71,8 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
   const auto label = static_cast<int64_t>(ds->field("label")->f32(index)[0]);
   out["index"] = index;
   out["label"] = label;
-  if (label >= 0 && label < static_cast<int64_t>(in.classes.size())) out["label_name"] = in.classes[static_cast<size_t>(label)];
+  if (label >= 0 && label < static_cast<int64_t>(in.classes.size()))
+    out["label_name"] = in.classes[static_cast<size_t>(label)];
   return std::vector<uint8_t>(px, px + ds->field("data")->sample_numel());
 }
 
@@ -79,7 +80,8 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
 
 void add_classify_routes(httplib::Server& s, Context& c) {
   // One image in, through the top-5 or through every layer.
-  for (auto [verb, look] : {std::pair{"classify", &Classifier::classify_pixels}, std::pair{"visualize", &Classifier::visualize}})
+  for (auto [verb, look] :
+       {std::pair{"classify", &Classifier::classify_pixels}, std::pair{"visualize", &Classifier::visualize}})
     s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb, [&c, look](const httplib::Request& req, httplib::Response& res) {
       handle(res, [&] {
         json out;

@@ -37,7 +37,9 @@ DatasetView dataset_view(Context& c, int64_t id, const std::string& field) {
   if (!d) throw ApiError(400, field, fmt::format("no dataset {}", id));
   json full = describe(c, *d);
   if (full["status"] != "done" || !full.contains("info"))
-    throw ApiError(409, field, fmt::format("dataset {} is {}; models need a packed dataset", id, full["status"].get<std::string>()));
+    throw ApiError(
+        409, field,
+        fmt::format("dataset {} is {}; models need a packed dataset", id, full["status"].get<std::string>()));
   const json& info = full["info"];
   DatasetView v;
   v.dir = dataset_dir(c, id).string();
@@ -73,23 +75,25 @@ void add_dataset_routes(httplib::Server& s, Context& c) {
   s.Get(R"(/api/datasets/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] { return describe(c, row(c, "datasets", req)); });
   });
-  s.Get(R"(/api/datasets/(\d+)/images/(mean\.png|[0-9]+_[0-9]+\.png))", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle_raw(res, [&] {
-      json d = row(c, "datasets", req);
-      std::string name = req.matches[2];
-      fs::path p = dataset_dir(c, d["id"]) / (name == "mean.png" ? fs::path(name) : fs::path("thumbs") / name);
-      std::ifstream in(p, std::ios::binary);
-      if (!in) throw ApiError(404, "", "no image " + name);
-      res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), "image/png");
-    });
-  });
+  s.Get(R"(/api/datasets/(\d+)/images/(mean\.png|[0-9]+_[0-9]+\.png))",
+        [&c](const httplib::Request& req, httplib::Response& res) {
+          handle_raw(res, [&] {
+            json d = row(c, "datasets", req);
+            std::string name = req.matches[2];
+            fs::path p = dataset_dir(c, d["id"]) / (name == "mean.png" ? fs::path(name) : fs::path("thumbs") / name);
+            std::ifstream in(p, std::ios::binary);
+            if (!in) throw ApiError(404, "", "no image " + name);
+            res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), "image/png");
+          });
+        });
   s.Delete(R"(/api/datasets/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       json d = row(c, "datasets", req);
       for (const json& m : c.store.list("models"))
         if (m.value("dataset_id", int64_t{-1}) == d["id"].get<int64_t>())
-          throw ApiError(409, "", fmt::format("model {} ('{}') uses this dataset; delete it first", m["id"].get<int64_t>(),
-                                              m.value("name", "")));
+          throw ApiError(409, "",
+                         fmt::format("model {} ('{}') uses this dataset; delete it first", m["id"].get<int64_t>(),
+                                     m.value("name", "")));
       if (auto job = c.store.get("jobs", d.value("job_id", int64_t{-1}))) {
         std::string st = job->value("state", "");
         if (st == "running" || st == "queued") c.scheduler.abort(d["job_id"]);

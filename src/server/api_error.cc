@@ -18,7 +18,8 @@ std::string string_field(const json& body, const std::string& name, bool require
   if (!body[name].is_string()) throw ApiError(400, name, fmt::format("'{}' must be a string", name));
   std::string s = body[name].get<std::string>();
   if (required && s.empty()) throw ApiError(400, name, fmt::format("'{}' must not be empty", name));
-  if (s.size() > max_length) throw ApiError(400, name, fmt::format("'{}' is longer than {} characters", name, max_length));
+  if (s.size() > max_length)
+    throw ApiError(400, name, fmt::format("'{}' is longer than {} characters", name, max_length));
   return s;
 }
 
@@ -59,7 +60,8 @@ std::vector<double> number_list_field(const json& body, const std::string& name,
   return out;
 }
 
-std::string path_field(const json& body, const std::string& name, const std::vector<std::string>& roots, bool directory) {
+std::string path_field(const json& body, const std::string& name, const std::vector<std::string>& roots,
+                       bool directory) {
   std::string raw = string_field(body, name, true, 4096);
   std::error_code ec;
   fs::path p = fs::canonical(raw, ec);  // resolves "..", links; fails when missing
@@ -71,10 +73,12 @@ std::string path_field(const json& body, const std::string& name, const std::vec
     if (!rel.empty() && *rel.begin() != "..") inside = true;
   }
   if (!inside)
-    throw ApiError(400, name, fmt::format("'{}': {} is outside the folders datasets may come from ({})", name, raw,
-                                          fmt::join(roots, ", ")));
+    throw ApiError(
+        400, name,
+        fmt::format("'{}': {} is outside the folders datasets may come from ({})", name, raw, fmt::join(roots, ", ")));
   if (directory != fs::is_directory(p))
-    throw ApiError(400, name, fmt::format("'{}': {} is {}", name, raw, directory ? "not a folder" : "a folder, not a file"));
+    throw ApiError(400, name,
+                   fmt::format("'{}': {} is {}", name, raw, directory ? "not a folder" : "a folder, not a file"));
   return p.string();
 }
 

@@ -80,7 +80,8 @@ void add_event_routes(httplib::Server& s, Context& c) {
           double cpu = 0, rss = 0;
           if (pid > 0 && process_usage(pid, cpu, rss)) {
             double percent = w->last_cpu >= 0 ? 100.0 * (cpu - w->last_cpu) / (now - w->last_usage) : 0.0;
-            if (!send(sink, "usage", dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}}))) return false;
+            if (!send(sink, "usage", dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}})))
+              return false;
             w->last_cpu = cpu;
           }
           w->last_usage = now;

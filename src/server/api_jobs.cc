@@ -91,16 +91,17 @@ void add_job_routes(httplib::Server& s, Context& c) {
   });
   // State changes the scheduler refuses (InputError: not in a state that allows it): 409.
   for (auto [verb, change] : {std::pair{"abort", &Scheduler::abort}, std::pair{"resume", &Scheduler::resume}})
-    s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb, [&c, change](const httplib::Request& req, httplib::Response& res) {
-      handle(res, [&] {
-        row(c, "jobs", req);
-        try {
-          return (c.scheduler.*change)(job_id(req));
-        } catch (const InputError& e) {
-          throw ApiError(409, "", e.what());
-        }
-      });
-    });
+    s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb,
+           [&c, change](const httplib::Request& req, httplib::Response& res) {
+             handle(res, [&] {
+               row(c, "jobs", req);
+               try {
+                 return (c.scheduler.*change)(job_id(req));
+               } catch (const InputError& e) {
+                 throw ApiError(409, "", e.what());
+               }
+             });
+           });
   s.Post(R"(/api/jobs/(\d+)/clone)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(
         res,
@@ -137,7 +138,8 @@ void add_job_routes(httplib::Server& s, Context& c) {
     handle_raw(res, [&] {
       json j = row(c, "jobs", req);
       std::string f = req.matches[2].str() + ".prototxt";
-      send_file(res, fs::path(c.scheduler.job_dir(job_id(req))) / f, "text/plain", fmt::format("job{}_{}", job_id(req), f));
+      send_file(res, fs::path(c.scheduler.job_dir(job_id(req))) / f, "text/plain",
+                fmt::format("job{}_{}", job_id(req), f));
     });
   });
   s.Get(R"(/api/jobs/(\d+)/snapshots/(\d+)\.safetensors)", [&c](const httplib::Request& req, httplib::Response& res) {

@@ -72,10 +72,15 @@ json lr_schedule(Context& c, const json& body) {
 void add_model_routes(httplib::Server& s, Context& c) {
   s.Get("/api/networks", [](const httplib::Request&, httplib::Response& res) {
     handle(res, [] {
-      return json::array({{{"name", "lenet"}, {"title", "LeNet"}, {"about", "Caffe's LeNet: two convolutions, two inner products"}},
-                          {{"name", "cifar10_quick"}, {"title", "CIFAR-10 quick"}, {"about", "Caffe's cifar10_quick: three 5x5 convolutions"}},
-                          {{"name", "resnet"}, {"title", "Small ResNet"}, {"about", "Three residual stages (16, 32, 64 channels) with BatchNorm"}},
-                          {{"name", "custom"}, {"title", "Custom"}, {"about", "Your own layers reading 'data' and 'label'"}}});
+      return json::array(
+          {{{"name", "lenet"}, {"title", "LeNet"}, {"about", "Caffe's LeNet: two convolutions, two inner products"}},
+           {{"name", "cifar10_quick"},
+            {"title", "CIFAR-10 quick"},
+            {"about", "Caffe's cifar10_quick: three 5x5 convolutions"}},
+           {{"name", "resnet"},
+            {"title", "Small ResNet"},
+            {"about", "Three residual stages (16, 32, 64 channels) with BatchNorm"}},
+           {{"name", "custom"}, {"title", "Custom"}, {"about", "Your own layers reading 'data' and 'label'"}}});
     });
   });
   s.Post("/api/models/validate", [&c](const httplib::Request& req, httplib::Response& res) {
@@ -83,7 +88,8 @@ void add_model_routes(httplib::Server& s, Context& c) {
       json body = body_object(req);
       std::string text = string_field(body, "prototxt", true, 1 << 20);
       std::vector<int64_t> shape{1, 28, 28};
-      if (body.contains("dataset_id")) shape = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id").shape;
+      if (body.contains("dataset_id"))
+        shape = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id").shape;
       Validation v = validate_prototxt(text, shape);
       json out{{"ok", v.ok}};
       if (!v.ok) {
@@ -110,9 +116,15 @@ void add_model_routes(httplib::Server& s, Context& c) {
           if (!solver_body.is_object()) throw ApiError(400, "solver", "'solver' must be an object");
           json solver = validate_solver(solver_body);
           std::string custom;
-          if (network == "custom") custom = string_field(body, "prototxt", true, 1 << 20);
-          else standard_network(network, d, 1);  // checks the name
-          json m{{"name", name}, {"network", network}, {"dataset_id", dataset_id}, {"solver", solver}, {"created", now_seconds()}};
+          if (network == "custom")
+            custom = string_field(body, "prototxt", true, 1 << 20);
+          else
+            standard_network(network, d, 1);  // checks the name
+          json m{{"name", name},
+                 {"network", network},
+                 {"dataset_id", dataset_id},
+                 {"solver", solver},
+                 {"created", now_seconds()}};
           if (!custom.empty()) m["prototxt"] = custom;
           // Every network text first: a custom one that fails to build fails the request
           // before anything is stored.
@@ -127,7 +139,8 @@ void add_model_routes(httplib::Server& s, Context& c) {
           for (double lr : lrs)
             for (double b : batches) {
               auto batch = static_cast<int64_t>(b);
-              plan.push_back({lr, batch, custom.empty() ? standard_network(network, d, batch) : custom_network(custom, d, batch),
+              plan.push_back({lr, batch,
+                              custom.empty() ? standard_network(network, d, batch) : custom_network(custom, d, batch),
                               solver_text(solver, lr, batch, d)});
             }
           if (custom.empty()) check_builds(plan.front().net, "network");  // e.g. images too small for it
@@ -141,7 +154,8 @@ void add_model_routes(httplib::Server& s, Context& c) {
                      {"group", name},
                      {"params", {{"base_lr", p.lr}, {"batch_size", p.batch}}},
                      {"iterations_per_epoch", iterations_per_epoch(p.batch, d)},
-                     {"max_iter", std::max<int64_t>(1, std::llround(solver["epochs"].get<double>() * iterations_per_epoch(p.batch, d)))},
+                     {"max_iter", std::max<int64_t>(1, std::llround(solver["epochs"].get<double>() *
+                                                                    iterations_per_epoch(p.batch, d)))},
                      {"files", {{"net.prototxt", p.net}, {"solver.prototxt", p.solver}}}};
             c.scheduler.submit(job);
           }

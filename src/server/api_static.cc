@@ -12,7 +12,9 @@ namespace {
 constexpr const char* kChartJs = "/usr/share/javascript/chart.js/chart.min.js";
 
 const char* mime(const std::string& name) {
-  auto ends = [&](const char* e) { return name.size() >= std::strlen(e) && name.compare(name.size() - std::strlen(e), std::string::npos, e) == 0; };
+  auto ends = [&](const char* e) {
+    return name.size() >= std::strlen(e) && name.compare(name.size() - std::strlen(e), std::string::npos, e) == 0;
+  };
   if (ends(".html")) return "text/html; charset=utf-8";
   if (ends(".js")) return "text/javascript; charset=utf-8";
   if (ends(".css")) return "text/css; charset=utf-8";
@@ -36,7 +38,8 @@ void add_static_routes(httplib::Server& s) {
   });
   s.Get("/vendor/chart.js", [](const httplib::Request&, httplib::Response& res) {
     std::ifstream in(kChartJs, std::ios::binary);
-    if (!in) return reply(res, 404, {{"error", std::string(kChartJs) + " is missing: install Debian's libjs-chart.js"}});
+    if (!in)
+      return reply(res, 404, {{"error", std::string(kChartJs) + " is missing: install Debian's libjs-chart.js"}});
     res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), "text/javascript; charset=utf-8");
   });
 }

@@ -18,7 +18,7 @@ struct Classifier::Entry {
   std::string key;
   std::unique_ptr<InferenceSession> session;  // optimised (classify, evaluate)
   std::unique_ptr<BundleNet> plain;           // unoptimised, every value kept (visualize)
-  std::mutex mu;  // one request at a time per session
+  std::mutex mu;                              // one request at a time per session
   Net& net() { return plain ? *plain->net : session->net(); }
 };
 
@@ -92,7 +92,8 @@ std::string base64(const std::string& in) {
   std::string out;
   size_t i = 0;
   for (; i + 2 < in.size(); i += 3) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) | static_cast<unsigned char>(in[i + 2]);
+    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
+                 static_cast<unsigned char>(in[i + 2]);
     out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], t[v & 63]};
   }
   if (i + 1 == in.size()) {
@@ -114,7 +115,8 @@ std::string tile_png(const float* maps, int64_t count, int64_t h, int64_t w, int
   const float glo = *std::min_element(maps, maps + count * h * w), ghi = *std::max_element(maps, maps + count * h * w);
   for (int64_t k = 0; k < count; ++k) {
     const float* m = maps + k * h * w;
-    float lo = shared_range ? glo : *std::min_element(m, m + h * w), hi = shared_range ? ghi : *std::max_element(m, m + h * w);
+    float lo = shared_range ? glo : *std::min_element(m, m + h * w),
+          hi = shared_range ? ghi : *std::max_element(m, m + h * w);
     float scale = hi > lo ? 255.f / (hi - lo) : 0.f;
     int64_t ox = (k % cols) * (w + 1), oy = (k / cols) * (h + 1);
     for (int64_t y = 0; y < h; ++y)
@@ -122,7 +124,9 @@ std::string tile_png(const float* maps, int64_t count, int64_t h, int64_t w, int
         img[static_cast<size_t>((oy + y) * W + ox + x)] = static_cast<uint8_t>((m[y * w + x] - lo) * scale);
   }
   std::string png;
-  auto append = [](void* ctx, void* data, int size) { static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size); };
+  auto append = [](void* ctx, void* data, int size) {
+    static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size);
+  };
   stbi_write_png_to_func(append, &png, static_cast<int>(W), static_cast<int>(H), 1, img.data(), static_cast<int>(W));
   return "data:image/png;base64," + base64(png);
 }
@@ -151,12 +155,14 @@ json Classifier::evaluate(const ClassifyInput& in, const uint8_t* images, const 
   InferenceSession& s = *e->session;
   Tensor& x = s.value(s.inputs()[0]);
   if (x.numel() != batch * per)
-    throw ApiError(409, "", fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
+    throw ApiError(409, "",
+                   fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
   int64_t classes = 0, correct = 0, counted = 0;
   std::vector<std::vector<int64_t>> confusion;
   for (int64_t start = 0; start < count; start += batch) {
     const int64_t n = std::min(batch, count - start);  // the last batch repeats its last image
-    for (int64_t i = 0; i < batch * per; ++i) x.f32()[i] = images[(start + std::min(i / per, n - 1)) * per + i % per] * kScale;
+    for (int64_t i = 0; i < batch * per; ++i)
+      x.f32()[i] = images[(start + std::min(i / per, n - 1)) * per + i % per] * kScale;
     s.run();
     const Tensor& prob = s.value(s.outputs()[0]);
     if (classes == 0) {
@@ -176,9 +182,13 @@ json Classifier::evaluate(const ClassifyInput& in, const uint8_t* images, const 
   for (int64_t c = 0; c < classes; ++c) {
     const auto& row = confusion[static_cast<size_t>(c)];
     int64_t total = std::accumulate(row.begin(), row.end(), int64_t{0});
-    std::string name = c < static_cast<int64_t>(in.classes.size()) ? in.classes[static_cast<size_t>(c)] : std::to_string(c);
-    per_class.push_back({{"class", c}, {"name", name}, {"count", total},
-                         {"accuracy", total ? static_cast<double>(row[static_cast<size_t>(c)]) / static_cast<double>(total) : 0.0}});
+    std::string name =
+        c < static_cast<int64_t>(in.classes.size()) ? in.classes[static_cast<size_t>(c)] : std::to_string(c);
+    per_class.push_back(
+        {{"class", c},
+         {"name", name},
+         {"count", total},
+         {"accuracy", total ? static_cast<double>(row[static_cast<size_t>(c)]) / static_cast<double>(total) : 0.0}});
   }
   return {{"count", counted},
           {"accuracy", counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0},
@@ -215,7 +225,8 @@ json Classifier::visualize(const ClassifyInput& in, const uint8_t* chw) {
         // The first input channel of up to 32 filters, on one scale.
         const int64_t oc = std::min<int64_t>(32, w.dim(0)), kh = w.dim(2), kw = w.dim(3);
         std::vector<float> first(static_cast<size_t>(oc * kh * kw));
-        for (int64_t o = 0; o < oc; ++o) std::copy_n(w.f32() + o * w.dim(1) * kh * kw, kh * kw, first.begin() + o * kh * kw);
+        for (int64_t o = 0; o < oc; ++o)
+          std::copy_n(w.f32() + o * w.dim(1) * kh * kw, kh * kw, first.begin() + o * kh * kw);
         l["weights_image"] = tile_png(first.data(), oc, kh, kw, 8, true);
       }
     }

@@ -64,12 +64,15 @@ int serve(ServeOptions o) {
   Store store((fs::path(o.data_dir) / "bakusoku.db").string());
   std::vector<std::string> roots{(fs::path(o.data_dir) / "imports").string()};
   for (const auto& r : o.import_roots) roots.push_back(r);
-  Scheduler scheduler(store, cfg, [&](const json& job, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
-    auto d = store.get("datasets", job.at("dataset_id").get<int64_t>());
-    if (!d) throw InputError("its dataset was deleted");
-    pack_dataset((*d)["spec"], (fs::path(o.data_dir) / "datasets" / std::to_string((*d)["id"].get<int64_t>())).string(), progress,
-                 cancelled);
-  });
+  Scheduler scheduler(
+      store, cfg,
+      [&](const json& job, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+        auto d = store.get("datasets", job.at("dataset_id").get<int64_t>());
+        if (!d) throw InputError("its dataset was deleted");
+        pack_dataset((*d)["spec"],
+                     (fs::path(o.data_dir) / "datasets" / std::to_string((*d)["id"].get<int64_t>())).string(), progress,
+                     cancelled);
+      });
   Classifier classifier;
   Context ctx{store, scheduler, classifier, roots, o.data_dir};
 
@@ -100,7 +103,10 @@ int serve(ServeOptions o) {
                                           : "bad request";
     json err{{"error", fmt::format("{} {}: {}", req.method, req.path, why)}};
     // An upload too large names what was uploaded.
-    if (res.status == 413) err["field"] = req.path.find("/classify") != std::string::npos || req.path.find("/visualize") != std::string::npos ? "image" : "body";
+    if (res.status == 413)
+      err["field"] = req.path.find("/classify") != std::string::npos || req.path.find("/visualize") != std::string::npos
+                         ? "image"
+                         : "body";
     reply(res, res.status, err);
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -121,8 +127,9 @@ int serve(ServeOptions o) {
   add_classify_routes(http, ctx);
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
-      return json{{"version", BKS_VERSION}, {"slots", cfg.slots}, {"threads_per_job", cfg.threads_per_job},
-                  {"data_dir", o.data_dir}, {"import_roots", roots}, {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}}};
+      return json{
+          {"version", BKS_VERSION}, {"slots", cfg.slots},    {"threads_per_job", cfg.threads_per_job},
+          {"data_dir", o.data_dir}, {"import_roots", roots}, {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}}};
     });
   });
 
@@ -133,7 +140,8 @@ int serve(ServeOptions o) {
   } else if (!http.bind_to_port(o.host, port)) {
     input_error("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, port);
   }
-  std::string url = fmt::format("http://{}:{}/", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, port);
+  std::string url =
+      fmt::format("http://{}:{}/", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, port);
   fmt::print("bakusoku serve: {}{}\n", url, o.token.empty() ? "" : "?token=" + o.token);
   fmt::print("  data: {}  ({} job slot(s), {} thread(s) each)\n", o.data_dir, cfg.slots, cfg.threads_per_job);
   if (!o.token.empty()) fmt::print("  every API call needs the token: {}\n", o.token);

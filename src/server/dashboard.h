@@ -9,13 +9,13 @@ namespace bks::server {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";
-  int port = 8765;                 // 0: any free port (printed)
+  int port = 8765;  // 0: any free port (printed)
   std::string data_dir = "bakusoku-data";
-  std::string token;               // required on every API call when set
-  int slots = 0;                   // jobs at once (0: one per 2 cores, at least 1)
-  int threads = 0;                 // threads per training job (0: cores / slots)
+  std::string token;                      // required on every API call when set
+  int slots = 0;                          // jobs at once (0: one per 2 cores, at least 1)
+  int threads = 0;                        // threads per training job (0: cores / slots)
   std::vector<std::string> import_roots;  // folders datasets may come from (besides <data>/imports)
-  std::string binary;              // bakusoku, for training children
+  std::string binary;                     // bakusoku, for training children
 };
 
 // Serves until SIGINT or SIGTERM, then stops the jobs it runs (they snapshot) and returns

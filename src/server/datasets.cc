@@ -106,20 +106,22 @@ void append_as(const uint8_t* chw, const Shape& from, const Shape& to, std::vect
         plane[static_cast<size_t>(i)] = static_cast<uint8_t>(sum / fc);
       }
     }
-    if (!stbir_resize_uint8(plane.data(), static_cast<int>(fw), static_cast<int>(fh), 0, resized.data(), static_cast<int>(tw),
-                            static_cast<int>(th), 0, 1))
+    if (!stbir_resize_uint8(plane.data(), static_cast<int>(fw), static_cast<int>(fh), 0, resized.data(),
+                            static_cast<int>(tw), static_cast<int>(th), 0, 1))
       throw RuntimeError("cannot resize an image");
     out.insert(out.end(), resized.begin(), resized.end());
   }
 }
 
-void from_idx(const json& spec, Packing& p, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+void from_idx(const json& spec, Packing& p, const std::function<void(double)>& progress,
+              const std::atomic<bool>& cancelled) {
   std::string images = spec["train_images"];
   auto train = read_idx_pair(images, idx_labels_path(images));
   const DatasetField& d = *train->field("data");
   const DatasetField& l = *train->field("label");
   const Shape& stored = d.sample_shape;
-  if (stored.size() != 3 || (stored[0] != 1 && stored[0] != 3)) throw InputError(images + ": images must have 1 or 3 channels");
+  if (stored.size() != 3 || (stored[0] != 1 && stored[0] != 3))
+    throw InputError(images + ": images must have 1 or 3 channels");
   // The packed shape: the files' own, or the width, height and colour asked for.
   p.shape = {spec.contains("color") ? (spec["color"] == "color" ? 3 : 1) : stored[0], spec.value("height", stored[1]),
              spec.value("width", stored[2])};
@@ -150,7 +152,8 @@ void from_idx(const json& spec, Packing& p, const std::function<void(double)>& p
   progress(0.6);
 }
 
-void from_folder(const json& spec, Packing& p, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+void from_folder(const json& spec, Packing& p, const std::function<void(double)>& progress,
+                 const std::atomic<bool>& cancelled) {
   const fs::path root = spec["root"].get<std::string>();
   const int w = spec["width"], h = spec["height"], c = spec["color"] == "color" ? 3 : 1;
   p.shape = {c, h, w};
@@ -168,7 +171,8 @@ void from_folder(const json& spec, Packing& p, const std::function<void(double)>
   }
   std::sort(classes.begin(), classes.end());
   if (classes.size() < 2)
-    throw ApiError(400, "root", fmt::format("{} needs at least two class folders holding .png or .jpg images", root.string()));
+    throw ApiError(400, "root",
+                   fmt::format("{} needs at least two class folders holding .png or .jpg images", root.string()));
   size_t total = 0, done = 0;
   for (auto& [name, files] : classes) total += files.size();
   const int pct = spec.value("val_percent", 10);
@@ -213,7 +217,8 @@ void write_png(const fs::path& file, const uint8_t* chw, const Shape& shape) {
   std::vector<uint8_t> hwc(static_cast<size_t>(c * h * w));
   for (int ch = 0; ch < c; ++ch)
     for (int i = 0; i < h * w; ++i) hwc[static_cast<size_t>(i * c + ch)] = chw[ch * h * w + i];
-  if (!stbi_write_png(file.c_str(), w, h, c, hwc.data(), w * c)) throw RuntimeError(file.string() + ": cannot write PNG");
+  if (!stbi_write_png(file.c_str(), w, h, c, hwc.data(), w * c))
+    throw RuntimeError(file.string() + ": cannot write PNG");
 }
 
 }  // namespace
@@ -223,8 +228,10 @@ void pack_dataset(const json& spec, const std::string& dir_name, const std::func
   const fs::path dir = dir_name;
   fs::create_directories(dir / "thumbs");
   Packing p;
-  if (spec.value("source", "") == "idx") from_idx(spec, p, progress, cancelled);
-  else from_folder(spec, p, progress, cancelled);
+  if (spec.value("source", "") == "idx")
+    from_idx(spec, p, progress, cancelled);
+  else
+    from_folder(spec, p, progress, cancelled);
   if (spec.contains("class_names")) {
     auto names = spec["class_names"].get<std::vector<std::string>>();
     for (size_t i = 0; i < names.size() && i < p.classes.size(); ++i) p.classes[i] = names[i];

@@ -55,8 +55,10 @@ std::string network_svg(const std::string& net_file) {
   auto x_of = [&](int i) { return kMargin + col[i] * kColW + (cols - width[depth[i]]) * kColW / 2; };
   auto y_of = [&](int i) { return kMargin + depth[i] * kRowH; };
   std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" font-family=\"sans-serif\">\n"
-      "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\">"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "font-family=\"sans-serif\">\n"
+      "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" "
+      "orient=\"auto\">"
       "<path d=\"M0,0 L10,5 L0,10 z\" fill=\"#667\"/></marker></defs>\n",
       W, H, W, H);
   for (int i = 0; i < n; ++i)
@@ -64,17 +66,22 @@ std::string network_svg(const std::string& net_file) {
       int p = g.values[v].producer;
       if (p < 0) continue;
       int x1 = x_of(p) + kBoxW / 2, y1 = y_of(p) + kBoxH, x2 = x_of(i) + kBoxW / 2, y2 = y_of(i);
-      svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#667\" marker-end=\"url(#arrow)\"/>\n", x1, y1, x2, y2);
-      svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#445\" text-anchor=\"middle\">{} {}</text>\n", (x1 + x2) / 2 + 4,
-                         (y1 + y2) / 2 + 3, xml(g.values[v].name), xml(shape_str(g.values[v].shape)));
+      svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#667\" marker-end=\"url(#arrow)\"/>\n",
+                         x1, y1, x2, y2);
+      svg +=
+          fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#445\" text-anchor=\"middle\">{} {}</text>\n",
+                      (x1 + x2) / 2 + 4, (y1 + y2) / 2 + 3, xml(g.values[v].name), xml(shape_str(g.values[v].shape)));
     }
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
     bool param = !node.params.empty();
-    svg += fmt::format("<g><title>{}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"5\" fill=\"{}\" stroke=\"#889\"/>\n",
-                       xml(node.name + " (" + node.type + ")"), x_of(i), y_of(i), kBoxW, kBoxH, param ? "#fde7d9" : "#eef0f4");
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
-                       x_of(i) + kBoxW / 2, y_of(i) + 18, xml(node.name));
+    svg += fmt::format(
+        "<g><title>{}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"5\" fill=\"{}\" "
+        "stroke=\"#889\"/>\n",
+        xml(node.name + " (" + node.type + ")"), x_of(i), y_of(i), kBoxW, kBoxH, param ? "#fde7d9" : "#eef0f4");
+    svg +=
+        fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
+                    x_of(i) + kBoxW / 2, y_of(i) + 18, xml(node.name));
     svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#556\" text-anchor=\"middle\">{}</text></g>\n",
                        x_of(i) + kBoxW / 2, y_of(i) + 34, xml(node.type));
   }
@@ -83,7 +90,8 @@ std::string network_svg(const std::string& net_file) {
     int p = g.values[v].producer;
     if (p < 0) continue;
     svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#445\" text-anchor=\"middle\">→ {} {}</text>\n",
-                       x_of(p) + kBoxW / 2, y_of(p) + kBoxH + 14, xml(g.values[v].name), xml(shape_str(g.values[v].shape)));
+                       x_of(p) + kBoxW / 2, y_of(p) + kBoxH + 14, xml(g.values[v].name),
+                       xml(shape_str(g.values[v].shape)));
   }
   return svg + "</svg>\n";
 }

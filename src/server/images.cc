@@ -7,8 +7,8 @@ namespace bks::server {
 
 bool decode_chw(const std::string& bytes, int c, int h, int w, std::vector<uint8_t>& chw, std::string& why) {
   int iw = 0, ih = 0, ic = 0;
-  stbi_uc* px = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &iw,
-                                      &ih, &ic, c);
+  stbi_uc* px = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()),
+                                      &iw, &ih, &ic, c);
   if (!px) {
     why = stbi_failure_reason();
     return false;

@@ -92,7 +92,9 @@ void Scheduler::stop_children() {
   running_.clear();
 }
 
-std::string Scheduler::job_dir(int64_t id) const { return (fs::path(config_.data_dir) / "jobs" / std::to_string(id)).string(); }
+std::string Scheduler::job_dir(int64_t id) const {
+  return (fs::path(config_.data_dir) / "jobs" / std::to_string(id)).string();
+}
 
 void Scheduler::touch() {
   ++version_;
@@ -101,7 +103,8 @@ void Scheduler::touch() {
 
 void Scheduler::wait_for_change(uint64_t seen, int timeout_ms) {
   std::unique_lock<std::mutex> lock(change_mu_);
-  change_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return version_.load() != seen || stop_.load(); });
+  change_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                      [&] { return version_.load() != seen || stop_.load(); });
 }
 
 int64_t Scheduler::submit(json job) {
@@ -124,8 +127,10 @@ void Scheduler::start_job(json& job) {
   auto r = std::make_unique<Running>();
   const fs::path dir = job_dir(id);
   if (job.value("kind", "") == "train") {
-    std::vector<std::string> argv{config_.binary, "train", "--solver", (dir / "solver.prototxt").string(),
-                                  "--out", (dir / "run").string(), "--threads", std::to_string(config_.threads_per_job)};
+    std::vector<std::string> argv{config_.binary, "train",
+                                  "--solver",     (dir / "solver.prototxt").string(),
+                                  "--out",        (dir / "run").string(),
+                                  "--threads",    std::to_string(config_.threads_per_job)};
     std::string from = job.value("resume_from", "");
     if (!from.empty()) {
       argv.push_back("--snapshot");
@@ -174,8 +179,10 @@ void Scheduler::finish(int64_t id, const std::string& state, const std::string& 
   (*job)["state"] = state;
   (*job)["finished"] = now_seconds();
   (*job)["exit_code"] = exit_code;
-  if (reason.empty()) job->erase("reason");
-  else (*job)["reason"] = reason;
+  if (reason.empty())
+    job->erase("reason");
+  else
+    (*job)["reason"] = reason;
   std::string tail = tail_file((fs::path(job_dir(id)) / "output.txt").string(), 8192);
   (*job)["log_tail"] = last_lines(tail, 20);
   job->erase("pid");
@@ -207,9 +214,12 @@ void Scheduler::reap() {
     } else if (r.finished) {
       ended = true;
       r.thread.join();
-      if (r.cancel) finish(id, "aborted", "aborted on request", 0);
-      else if (!r.error.empty()) finish(id, "failed", r.error, 1);
-      else finish(id, "done", "", 0);
+      if (r.cancel)
+        finish(id, "aborted", "aborted on request", 0);
+      else if (!r.error.empty())
+        finish(id, "failed", r.error, 1);
+      else
+        finish(id, "done", "", 0);
     }
     if (ended) {
       it = running_.erase(it);
@@ -271,7 +281,8 @@ json Scheduler::resume(int64_t id) {
   auto job = store_.get("jobs", id);
   if (!job) input_error("no job {}", id);
   std::string state = job->value("state", "");
-  if (state != "aborted" && state != "failed") input_error("job {} is {}; only aborted or failed jobs can be resumed", id, state);
+  if (state != "aborted" && state != "failed")
+    input_error("job {} is {}; only aborted or failed jobs can be resumed", id, state);
   std::string from;
   if (job->value("kind", "") == "train") {
     auto states = snapshot_files((fs::path(job_dir(id)) / "run").string(), "solverstate");
@@ -279,7 +290,8 @@ json Scheduler::resume(int64_t id) {
   }
   (*job)["resume_from"] = from;
   (*job)["state"] = "queued";
-  (*job)["reason"] = from.empty() ? "no snapshot yet: starts from the beginning" : "resumes from " + fs::path(from).filename().string();
+  (*job)["reason"] = from.empty() ? "no snapshot yet: starts from the beginning"
+                                  : "resumes from " + fs::path(from).filename().string();
   if (from.empty() && job->value("kind", "") == "train") fs::remove_all(fs::path(job_dir(id)) / "run");
   store_.put("jobs", *job);
   touch();

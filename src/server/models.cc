@@ -22,7 +22,8 @@ namespace bks::server {
 namespace {
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
@@ -40,11 +41,13 @@ std::string data_layers(const DatasetView& d, int64_t batch) {
   return s;
 }
 
-const char* kLossLayers = R"(layer { name: "accuracy" type: "Accuracy" bottom: "@TOP@" bottom: "label" top: "accuracy" include { phase: TEST } }
+const char* kLossLayers =
+    R"(layer { name: "accuracy" type: "Accuracy" bottom: "@TOP@" bottom: "label" top: "accuracy" include { phase: TEST } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "@TOP@" bottom: "label" top: "loss" }
 )";
 
-const char* kLeNet = R"(layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" param { lr_mult: 1 } param { lr_mult: 2 }
+const char* kLeNet =
+    R"(layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" param { lr_mult: 1 } param { lr_mult: 2 }
   convolution_param { num_output: 20 kernel_size: 5 stride: 1 weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
 layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
 layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2" param { lr_mult: 1 } param { lr_mult: 2 }
@@ -57,7 +60,8 @@ layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" param { lr_mul
   inner_product_param { num_output: @CLASSES@ weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
 )";
 
-const char* kCifarQuick = R"(layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" param { lr_mult: 1 } param { lr_mult: 2 }
+const char* kCifarQuick =
+    R"(layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" param { lr_mult: 1 } param { lr_mult: 2 }
   convolution_param { num_output: 32 pad: 2 kernel_size: 5 weight_filler { type: "gaussian" std: 0.0001 } bias_filler { type: "constant" } } }
 layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
 layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
@@ -110,10 +114,11 @@ layer {{ name: "{0}_relu" type: "ReLU" bottom: "{0}" top: "{0}" }}
     in = b;
     width = out;
   }
-  s += fmt::format(R"(layer {{ name: "pool" type: "Pooling" bottom: "{}" top: "pool" pooling_param {{ pool: AVE global_pooling: true }} }}
+  s += fmt::format(
+      R"(layer {{ name: "pool" type: "Pooling" bottom: "{}" top: "pool" pooling_param {{ pool: AVE global_pooling: true }} }}
 layer {{ name: "fc" type: "InnerProduct" bottom: "pool" top: "fc" inner_product_param {{ num_output: @CLASSES@ weight_filler {{ type: "msra" }} bias_filler {{ type: "constant" }} }} }}
 )",
-                   in);
+      in);
   return s;
 }
 
@@ -181,10 +186,14 @@ void check_builds(const std::string& text, const std::string& field) {
 
 std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch) {
   std::string body;
-  if (name == "lenet") body = kLeNet;
-  else if (name == "cifar10_quick") body = kCifarQuick;
-  else if (name == "resnet") body = small_resnet();
-  else throw ApiError(400, "network", "'network' must be lenet, cifar10_quick, resnet or custom");
+  if (name == "lenet")
+    body = kLeNet;
+  else if (name == "cifar10_quick")
+    body = kCifarQuick;
+  else if (name == "resnet")
+    body = small_resnet();
+  else
+    throw ApiError(400, "network", "'network' must be lenet, cifar10_quick, resnet or custom");
   std::string top = name == "resnet" ? "fc" : "ip2";
   return fmt::format("name: \"{}\"\n", name) + data_layers(d, batch) +
          replace_all(body + replace_all(kLossLayers, "@TOP@", top), "@CLASSES@", std::to_string(d.classes));
@@ -208,9 +217,11 @@ Validation validate_prototxt(const std::string& text, const std::vector<int64_t>
     std::string dims;
     for (int64_t x : shape) dims += fmt::format(" dim: {}", x);
     NetLoad nl = with_own_data(
-        text, fmt::format("layer {{ name: \"data\" type: \"Input\" top: \"data\" top: \"label\" input_param {{ shape {{ dim: 2{} }} "
-                          "shape {{ dim: 2 }} }} }}\n",
-                          dims));
+        text,
+        fmt::format(
+            "layer {{ name: \"data\" type: \"Input\" top: \"data\" top: \"label\" input_param {{ shape {{ dim: 2{} }} "
+            "shape {{ dim: 2 }} }} }}\n",
+            dims));
     build_both_phases(nl);
   } catch (const std::exception& e) {
     v.ok = false;
@@ -226,7 +237,8 @@ json validate_solver(const json& body) {
   static const std::set<std::string> policies{"fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid"};
   std::string type = string_field(body, "type", false, 20);
   if (type.empty()) type = "SGD";
-  if (!types.count(type)) throw ApiError(400, "type", "'type' must be one of SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam");
+  if (!types.count(type))
+    throw ApiError(400, "type", "'type' must be one of SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam");
   s["type"] = type;
   s["base_lr"] = number_list_field(body, "base_lr", 1e-8, 10, 0.01);
   s["batch_size"] = number_list_field(body, "batch_size", 1, 4096, 64);
@@ -242,7 +254,8 @@ json validate_solver(const json& body) {
   s["step_epochs"] = integer_field(body, "step_epochs", 1, 10000, 1);
   if (policy == "multistep") {  // Caffe's stepvalue, in epochs
     if (!body.contains("stepvalue_epochs") || body["stepvalue_epochs"].is_null())
-      throw ApiError(400, "stepvalue_epochs", "lr_policy 'multistep' needs 'stepvalue_epochs' (the epochs where the rate drops)");
+      throw ApiError(400, "stepvalue_epochs",
+                     "lr_policy 'multistep' needs 'stepvalue_epochs' (the epochs where the rate drops)");
     const auto steps = number_list_field(body, "stepvalue_epochs", 0.01, 1000, 1, 32);
     for (size_t i = 1; i < steps.size(); ++i)
       if (steps[i] <= steps[i - 1]) throw ApiError(400, "stepvalue_epochs", "'stepvalue_epochs' must increase");
@@ -265,8 +278,8 @@ namespace {
 std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t val_count) {
   const int64_t max_iter = std::max<int64_t>(1, static_cast<int64_t>(std::llround(s["epochs"].get<double>() * ipe)));
   const std::string policy = s["lr_policy"].get<std::string>();
-  std::string t = fmt::format("net: \"net.prototxt\"\ntype: \"{}\"\nbase_lr: {}\nlr_policy: \"{}\"\n", s["type"].get<std::string>(),
-                              base_lr, policy);
+  std::string t = fmt::format("net: \"net.prototxt\"\ntype: \"{}\"\nbase_lr: {}\nlr_policy: \"{}\"\n",
+                              s["type"].get<std::string>(), base_lr, policy);
   t += fmt::format("gamma: {}\npower: {}\nstepsize: {}\n", s["gamma"].get<double>(), s["power"].get<double>(),
                    s["step_epochs"].get<int64_t>() * ipe);
   if (policy == "multistep") {
@@ -274,20 +287,23 @@ std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t 
     for (double e : s["stepvalue_epochs"].get<std::vector<double>>()) {
       const int64_t at = std::max<int64_t>(1, std::llround(e * ipe));
       if (at <= last)
-        throw ApiError(400, "stepvalue_epochs",
-                       fmt::format("'stepvalue_epochs': two steps fall on iteration {} ({} iterations per epoch)", at, ipe));
+        throw ApiError(
+            400, "stepvalue_epochs",
+            fmt::format("'stepvalue_epochs': two steps fall on iteration {} ({} iterations per epoch)", at, ipe));
       t += fmt::format("stepvalue: {}\n", at);
       last = at;
     }
   }
   if (s["type"] != "AdaGrad") t += fmt::format("momentum: {}\n", s["momentum"].get<double>());
-  t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(), max_iter,
-                   std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
+  t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(),
+                   max_iter, std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
   const double snap = s["snapshot_epochs"].get<double>();
-  t += fmt::format("snapshot: {}\n", snap > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
+  t += fmt::format("snapshot: {}\n",
+                   snap > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
   if (val_count > 0) {
     int64_t test_batch = std::min<int64_t>(100, val_count);
-    t += fmt::format("test_iter: {}\ntest_interval: {}\n", (val_count + test_batch - 1) / test_batch, std::min(ipe, max_iter));
+    t += fmt::format("test_iter: {}\ntest_interval: {}\n", (val_count + test_batch - 1) / test_batch,
+                     std::min(ipe, max_iter));
   }
   return t;
 }

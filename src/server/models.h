@@ -13,7 +13,7 @@ namespace bks::server {
 
 // What a packed dataset offers a network (from its info.json).
 struct DatasetView {
-  std::string dir;  // holds train.h5, val.h5
+  std::string dir;             // holds train.h5, val.h5
   std::vector<int64_t> shape;  // C, H, W
   int64_t classes = 0, train_count = 0, val_count = 0;
 };

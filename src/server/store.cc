@@ -74,7 +74,8 @@ std::vector<json> Store::list(const std::string& table) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st(db_, std::string("SELECT doc FROM ") + checked_table(table) + " ORDER BY id", path_);
   std::vector<json> out;
-  while (sqlite3_step(st.s) == SQLITE_ROW) out.push_back(json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0))));
+  while (sqlite3_step(st.s) == SQLITE_ROW)
+    out.push_back(json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0))));
   return out;
 }
 

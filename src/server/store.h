@@ -27,7 +27,7 @@ class Store {
   // table: "datasets", "models" or "jobs". insert() sets doc["id"] and returns it.
   int64_t insert(const std::string& table, json& doc);
   std::optional<json> get(const std::string& table, int64_t id);
-  std::vector<json> list(const std::string& table);  // by id
+  std::vector<json> list(const std::string& table);     // by id
   void put(const std::string& table, const json& doc);  // replaces the document doc["id"]
   void remove(const std::string& table, int64_t id);
 

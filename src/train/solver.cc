@@ -23,14 +23,17 @@ class SgdSolver final : public Solver {
   void update(const Blob& b, float lr, float gs, float decay, bool l1, int64_t) override {
     float mom = p_.momentum();
     float* h = b.h[0];
-    parallel_ranges(b.n, [=](int64_t lo, int64_t hi) {
+    parallel_ranges(
+        b.n,
+        [=](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        float v = mom * h[i] + lr * regularized(b.g[i], b.w[i], gs, decay, l1);
-        h[i] = v;
-        b.w[i] -= v;
-      }
-    }, kParallelMin);
+          for (int64_t i = lo; i < hi; ++i) {
+            float v = mom * h[i] + lr * regularized(b.g[i], b.w[i], gs, decay, l1);
+            h[i] = v;
+            b.w[i] -= v;
+          }
+        },
+        kParallelMin);
   }
 };
 
@@ -42,15 +45,18 @@ class NesterovSolver final : public Solver {
   void update(const Blob& b, float lr, float gs, float decay, bool l1, int64_t) override {
     float mom = p_.momentum();
     float* h = b.h[0];
-    parallel_ranges(b.n, [=](int64_t lo, int64_t hi) {
+    parallel_ranges(
+        b.n,
+        [=](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        float prev = h[i];
-        float v = mom * prev + lr * regularized(b.g[i], b.w[i], gs, decay, l1);
-        h[i] = v;
-        b.w[i] -= (1.f + mom) * v - mom * prev;
-      }
-    }, kParallelMin);
+          for (int64_t i = lo; i < hi; ++i) {
+            float prev = h[i];
+            float v = mom * prev + lr * regularized(b.g[i], b.w[i], gs, decay, l1);
+            h[i] = v;
+            b.w[i] -= (1.f + mom) * v - mom * prev;
+          }
+        },
+        kParallelMin);
   }
 };
 
@@ -62,14 +68,17 @@ class AdaGradSolver final : public Solver {
   void update(const Blob& b, float lr, float gs, float decay, bool l1, int64_t) override {
     float delta = p_.delta();
     float* h = b.h[0];
-    parallel_ranges(b.n, [=](int64_t lo, int64_t hi) {
+    parallel_ranges(
+        b.n,
+        [=](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        float g = regularized(b.g[i], b.w[i], gs, decay, l1);
-        h[i] += g * g;
-        b.w[i] -= lr * g / (std::sqrt(h[i]) + delta);
-      }
-    }, kParallelMin);
+          for (int64_t i = lo; i < hi; ++i) {
+            float g = regularized(b.g[i], b.w[i], gs, decay, l1);
+            h[i] += g * g;
+            b.w[i] -= lr * g / (std::sqrt(h[i]) + delta);
+          }
+        },
+        kParallelMin);
   }
 };
 
@@ -81,14 +90,17 @@ class RMSPropSolver final : public Solver {
   void update(const Blob& b, float lr, float gs, float decay, bool l1, int64_t) override {
     float delta = p_.delta(), rd = p_.rms_decay();
     float* h = b.h[0];
-    parallel_ranges(b.n, [=](int64_t lo, int64_t hi) {
+    parallel_ranges(
+        b.n,
+        [=](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        float g = regularized(b.g[i], b.w[i], gs, decay, l1);
-        h[i] = rd * h[i] + (1.f - rd) * g * g;
-        b.w[i] -= lr * g / (std::sqrt(h[i]) + delta);
-      }
-    }, kParallelMin);
+          for (int64_t i = lo; i < hi; ++i) {
+            float g = regularized(b.g[i], b.w[i], gs, decay, l1);
+            h[i] = rd * h[i] + (1.f - rd) * g * g;
+            b.w[i] -= lr * g / (std::sqrt(h[i]) + delta);
+          }
+        },
+        kParallelMin);
   }
 };
 
@@ -100,16 +112,19 @@ class AdaDeltaSolver final : public Solver {
   void update(const Blob& b, float lr, float gs, float decay, bool l1, int64_t) override {
     float delta = p_.delta(), mom = p_.momentum();
     float *hg = b.h[0], *hu = b.h[1];
-    parallel_ranges(b.n, [=](int64_t lo, int64_t hi) {
+    parallel_ranges(
+        b.n,
+        [=](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        float g = regularized(b.g[i], b.w[i], gs, decay, l1);
-        hg[i] = mom * hg[i] + (1.f - mom) * g * g;
-        float u = g * std::sqrt((hu[i] + delta) / (hg[i] + delta));
-        hu[i] = mom * hu[i] + (1.f - mom) * u * u;
-        b.w[i] -= lr * u;
-      }
-    }, kParallelMin);
+          for (int64_t i = lo; i < hi; ++i) {
+            float g = regularized(b.g[i], b.w[i], gs, decay, l1);
+            hg[i] = mom * hg[i] + (1.f - mom) * g * g;
+            float u = g * std::sqrt((hu[i] + delta) / (hg[i] + delta));
+            hu[i] = mom * hu[i] + (1.f - mom) * u * u;
+            b.w[i] -= lr * u;
+          }
+        },
+        kParallelMin);
   }
 };
 
@@ -123,15 +138,18 @@ class AdamSolver final : public Solver {
     double t = static_cast<double>(iter + 1);
     float step = lr * static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
     float *m = b.h[0], *v = b.h[1];
-    parallel_ranges(b.n, [=](int64_t lo, int64_t hi) {
+    parallel_ranges(
+        b.n,
+        [=](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        float g = regularized(b.g[i], b.w[i], gs, decay, l1);
-        m[i] = b1 * m[i] + (1.f - b1) * g;
-        v[i] = b2 * v[i] + (1.f - b2) * g * g;
-        b.w[i] -= step * m[i] / (std::sqrt(v[i]) + eps);
-      }
-    }, kParallelMin);
+          for (int64_t i = lo; i < hi; ++i) {
+            float g = regularized(b.g[i], b.w[i], gs, decay, l1);
+            m[i] = b1 * m[i] + (1.f - b1) * g;
+            v[i] = b2 * v[i] + (1.f - b2) * g * g;
+            b.w[i] -= step * m[i] / (std::sqrt(v[i]) + eps);
+          }
+        },
+        kParallelMin);
   }
 };
 

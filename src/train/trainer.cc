@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <random>
 
+#include "backend/backend.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/signals.h"
-#include "backend/backend.h"
 #include "core/sysinfo.h"
 #include "formats/caffe_net.h"
-#include "core/file_io.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -44,7 +44,8 @@ NetSources load_nets(const proto::SolverParameter& sp, const std::string& solver
   std::string dir = fs::path(solver_path).parent_path().string();
   int train_sources = sp.has_net() + sp.has_net_param() + sp.has_train_net() + sp.has_train_net_param();
   if (train_sources != 1)
-    input_error("{}: give exactly one of net, net_param, train_net, train_net_param (got {})", solver_path, train_sources);
+    input_error("{}: give exactly one of net, net_param, train_net, train_net_param (got {})", solver_path,
+                train_sources);
   NetSources ns;
   if (sp.has_net()) ns.train = load_net_file(resolve_path(sp.net(), dir));
   if (sp.has_train_net()) ns.train = load_net_file(resolve_path(sp.train_net(), dir));
@@ -121,8 +122,12 @@ class TrainerImpl {
 
 nlohmann::json TrainerImpl::hardware_json() const {
   SysInfo si = query_sysinfo();
-  return {{"cpu", si.cpu_model}, {"logical_cpus", si.logical_cpus}, {"physical_cores", si.physical_cores},
-          {"isa", si.isa},       {"onednn", onednn_version()},     {"onednn_isa", onednn_isa()},
+  return {{"cpu", si.cpu_model},
+          {"logical_cpus", si.logical_cpus},
+          {"physical_cores", si.physical_cores},
+          {"isa", si.isa},
+          {"onednn", onednn_version()},
+          {"onednn_isa", onednn_isa()},
           {"memory_gb", si.memory_gb}};
 }
 
@@ -147,7 +152,8 @@ void TrainerImpl::setup() {
     seed_ = std::random_device{}();
   }
   run_dir_ = opt_.out_dir;
-  if (run_dir_.empty() && !opt_.snapshot.empty()) run_dir_ = fs::path(opt_.snapshot).parent_path().parent_path().string();
+  if (run_dir_.empty() && !opt_.snapshot.empty())
+    run_dir_ = fs::path(opt_.snapshot).parent_path().parent_path().string();
   if (run_dir_.empty()) {
     std::string name = ns.train.param.name().empty() ? "net" : ns.train.param.name();
     run_dir_ = (fs::path("runs") / (name + "-" + utc_timestamp())).string();
@@ -155,7 +161,8 @@ void TrainerImpl::setup() {
   // A fresh run never writes into another run's directory (its metrics would mix);
   // resuming continues the directory it came from.
   if (opt_.snapshot.empty() && fs::exists(fs::path(run_dir_) / "metrics.jsonl"))
-    input_error("{}: already holds a run (metrics.jsonl); choose another --out, or resume it with --snapshot", run_dir_);
+    input_error("{}: already holds a run (metrics.jsonl); choose another --out, or resume it with --snapshot",
+                run_dir_);
   make_run_dir(run_dir_);
   log::set_file((fs::path(run_dir_) / "log.txt").string());
   log::info("Run directory: {}", run_dir_);
@@ -172,8 +179,8 @@ void TrainerImpl::setup() {
   NetOptions net_opt;
   net_opt.arena = std::make_shared<Arena>();
   net_opt.force_backward = ns.train.param.force_backward();
-  train_net_ = std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_,
-                                     net_opt);
+  train_net_ =
+      std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
   net_opt.force_backward = false;
   for (size_t i = 0; i < ns.test.size(); ++i) {
     test_nets_.push_back(std::make_unique<Net>(build_caffe_graph(ns.test[i], ns.test_states[i]), proto::TEST, store_,
@@ -231,7 +238,7 @@ void TrainerImpl::test_all() {
     const auto& outs = net.outputs();
     int64_t pass = sp_.test_interval() > 0 ? iter_ / sp_.test_interval() : 0;
     Evaluation ev = evaluate(net, test_iters_[t], pass * test_iters_[t]);
-    nlohmann::json rec = {{"time", since_start()}, {"iter", iter_}, {"epoch", epoch()}, {"phase", "test"},
+    nlohmann::json rec = {{"time", since_start()},           {"iter", iter_},  {"epoch", epoch()}, {"phase", "test"},
                           {"lr", learning_rate(sp_, iter_)}, {"loss", ev.loss}};
     if (test_nets_.size() > 1) rec["test_net"] = t;
     std::string text = fmt::format("Test net #{} @ iter {}:", t, iter_);
@@ -320,8 +327,9 @@ TrainResult TrainerImpl::run() {
     if (window_us > 0) ips = window_iters * images_per_iter / (window_us / 1e6);
     double eta = (iter_ - start_iter) > 0 ? train_us / 1e6 / (iter_ - start_iter) * (max_iter - iter_) : -1;
     if (iter_ % display == 0 || iter_ == max_iter) {
-      nlohmann::json rec = {{"time", since_start()}, {"iter", iter_},     {"epoch", epoch()},      {"phase", "train"},
-                            {"lr", rate},           {"loss", smoothed}, {"images_per_s", ips}};
+      nlohmann::json rec = {{"time", since_start()}, {"iter", iter_}, {"epoch", epoch()},
+                            {"phase", "train"},      {"lr", rate},    {"loss", smoothed},
+                            {"images_per_s", ips}};
       for (int v : train_net_->outputs())
         if (train_net_->loss_weight(v) == 0.f && train_net_->value(v).numel() == 1)
           rec[json_number_key(train_net_->graph().values[v].name)] = train_net_->value(v).f32()[0];

@@ -9,23 +9,23 @@
 namespace bks {
 
 struct TrainOptions {
-  std::string solver;     // solver prototxt
-  std::string weights;    // initial weights (fine-tuning), optional
-  std::string snapshot;   // .solverstate to resume from, optional
-  std::string out_dir;    // run directory; default runs/<net>-<UTC time> (or the snapshot's run)
-  int threads = 0;        // 0: all cores
-  int gpu = -1;           // -1: CPU
+  std::string solver;    // solver prototxt
+  std::string weights;   // initial weights (fine-tuning), optional
+  std::string snapshot;  // .solverstate to resume from, optional
+  std::string out_dir;   // run directory; default runs/<net>-<UTC time> (or the snapshot's run)
+  int threads = 0;       // 0: all cores
+  int gpu = -1;          // -1: CPU
   std::string command_line;
-  bool progress = true;   // print progress and test results to stdout
+  bool progress = true;  // print progress and test results to stdout
 };
 
 struct TrainResult {
   std::string run_dir;
-  int64_t iterations = 0;       // last iteration reached
+  int64_t iterations = 0;          // last iteration reached
   int64_t trained_iterations = 0;  // iterations run in this process
-  double wall_s = 0;            // whole run
-  double train_s = 0;           // forward/backward/update only
-  double images_per_s = 0;      // training images per second of train_s
+  double wall_s = 0;               // whole run
+  double train_s = 0;              // forward/backward/update only
+  double images_per_s = 0;         // training images per second of train_s
   bool interrupted = false;
   std::string last_snapshot;
   std::map<std::string, double> last_test;  // net output name -> value (test net 0)
