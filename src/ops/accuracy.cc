@@ -36,16 +36,8 @@ class AccuracyDef final : public OpDef {
     out[0] = {};
     if (out.size() > 1) out[1] = {g.ch};
   }
-  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
-    OpFacts f;
-    f.has_backward = false;
-    return f;
-  }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.training_only = true;
-    return t;
-  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::training_only}); }
 };
 
 class AccuracyKernel final : public Kernel {

@@ -44,11 +44,7 @@ class BatchNormDef final : public OpDef {
     f.backward_reads_input = false;
     return f;
   }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.per_channel_affine = true;
-    return t;
-  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::per_channel_affine}); }
   // With stored statistics: y = (x - mean * f) / sqrt(var * f + eps), f = 1 / factor
   // (Caffe's moving-average normaliser).
   bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,

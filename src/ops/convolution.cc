@@ -58,10 +58,7 @@ class ConvolutionDef final : public OpDef {
   }
 
   OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.weighted_linear = true;
-    t.convolution = true;
-    return t;
+    return traits_with({&OpTraits::weighted_linear, &OpTraits::convolution});
   }
   int64_t output_channels(const Node& n) const override { return n.param.convolution_param().num_output(); }
   bool has_bias(const Node& n) const override { return n.param.convolution_param().bias_term(); }

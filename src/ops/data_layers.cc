@@ -47,11 +47,7 @@ class InputDef final : public OpDef {
     f.external_input = true;
     return f;
   }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.external_input = true;
-    return t;
-  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::external_input}); }
 };
 
 }  // namespace
@@ -129,16 +125,8 @@ class DataDef final : public OpDef {
     out[0] = batch_of(batch, data_transform(c, *ds).output_shape());
     if (out.size() > 1) out[1] = batch_of(batch, ds->fields[1].sample_shape);
   }
-  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
-    OpFacts f;
-    f.has_backward = false;
-    return f;
-  }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.data_layer = true;
-    return t;
-  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::data_layer}); }
 };
 
 // ---- HDF5Data ----
@@ -168,16 +156,8 @@ class HDF5DataDef final : public OpDef {
     int64_t batch = c.node.param.hdf5_data_param().batch_size();
     for (size_t j = 0; j < out.size(); ++j) out[j] = batch_of(batch, ds->fields[j].sample_shape);
   }
-  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
-    OpFacts f;
-    f.has_backward = false;
-    return f;
-  }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.data_layer = true;
-    return t;
-  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::data_layer}); }
 };
 
 // ---- Kernels ----

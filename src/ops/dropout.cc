@@ -26,11 +26,7 @@ class DropoutDef final : public OpDef {
     f.backward_reads_input = false;
     return f;
   }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.training_only = true;
-    return t;
-  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::training_only}); }
 };
 
 class DropoutKernel final : public Kernel {

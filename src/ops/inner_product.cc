@@ -54,11 +54,7 @@ class InnerProductDef final : public OpDef {
     return d;
   }
 
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.weighted_linear = true;
-    return t;
-  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::weighted_linear}); }
   int64_t output_channels(const Node& n) const override { return n.param.inner_product_param().num_output(); }
   bool weights_output_last(const Node& n) const override { return n.param.inner_product_param().transpose(); }
   bool has_bias(const Node& n) const override { return n.param.inner_product_param().bias_term(); }

@@ -6,6 +6,34 @@ namespace bks {
 
 OpDef::~OpDef() = default;
 
+OpFacts no_backward_facts() {
+  OpFacts f;
+  f.has_backward = false;
+  return f;
+}
+
+OpFacts loss_facts(size_t inputs) {
+  OpFacts f;
+  f.default_loss_weight = 1.f;
+  f.can_propagate_to.assign(inputs, false);
+  if (inputs > 0) f.can_propagate_to[0] = true;
+  return f;
+}
+
+OpTraits traits_with(std::initializer_list<bool OpTraits::*> flags) {
+  OpTraits t;
+  for (auto flag : flags) t.*flag = true;
+  return t;
+}
+
+void become(Node& n, const std::string& type) {
+  proto::LayerParameter p;
+  p.set_name(n.name);
+  p.set_type(type);
+  n.param = p;
+  n.type = type;
+}
+
 void OpContext::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
   int n = static_cast<int>(s.size());
   if (n < lo || n > hi) {

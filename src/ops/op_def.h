@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,15 @@ struct OpTraits {
   bool residual_sum = false;        // an Eltwise SUM of two branches with unit coefficients
   bool max_pooling = false;         // keeps its input's scale (int8 stays int8 through it)
 };
+
+// Facts of an op nothing flows back through (data layers, metrics, Silence).
+OpFacts no_backward_facts();
+// Facts of a loss over (prediction, target, ...): weight 1, a gradient for the prediction only.
+OpFacts loss_facts(size_t inputs);
+// Traits with the given flags set, e.g. traits_with({&OpTraits::training_only}).
+OpTraits traits_with(std::initializer_list<bool OpTraits::*> flags);
+// `n` becomes a parameterless op of `type` with the same name (a loss's inference form).
+void become(Node& n, const std::string& type);
 
 // The node an OpDef is asked about, and how to name it in errors.
 struct OpContext {

@@ -71,11 +71,7 @@ class ArgMaxDef final : public OpDef {
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     out[0] = argmax_geometry(c, in[0]).out;
   }
-  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
-    OpFacts f;
-    f.has_backward = false;
-    return f;
-  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
 };
 
 // ---- Kernels ----

@@ -25,11 +25,7 @@ class EuclideanLossDef final : public OpDef {
     f.default_loss_weight = 1.f;
     return f;
   }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.loss = true;
-    return t;
-  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::loss}); }
 };
 
 class SigmoidCrossEntropyLossDef final : public OpDef {
@@ -40,26 +36,15 @@ class SigmoidCrossEntropyLossDef final : public OpDef {
       c.fail("prediction and target counts differ: {} vs {}", shape_str(in[0]), shape_str(in[1]));
     out[0] = {};
   }
-  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
-    OpFacts f;
-    f.default_loss_weight = 1.f;
-    f.can_propagate_to.assign(in.size(), false);
-    f.can_propagate_to[0] = true;  // not to the targets
-    return f;
-  }
+  // A gradient for the prediction, not the targets.
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override { return loss_facts(in.size()); }
   OpTraits traits(const Node&) const override {
     OpTraits t;
     t.loss = true;
     t.inference_form = "Sigmoid";
     return t;
   }
-  void to_inference_form(Node& n) const override {
-    proto::LayerParameter p;
-    p.set_name(n.name);
-    p.set_type("Sigmoid");
-    n.param = p;
-    n.type = p.type();
-  }
+  void to_inference_form(Node& n) const override { become(n, "Sigmoid"); }
 };
 
 // ---- Kernels ----

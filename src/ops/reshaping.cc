@@ -215,16 +215,8 @@ class SilenceDef final : public OpDef {
   int max_inputs(const OpContext&) const override { return -1; }
   int min_outputs(const OpContext&) const override { return 0; }
   void infer(const OpContext&, const std::vector<Shape>&, std::vector<Shape>&) const override {}
-  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
-    OpFacts f;
-    f.has_backward = false;
-    return f;
-  }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.training_only = true;
-    return t;
-  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::training_only}); }
 };
 
 class ConcatDef final : public OpDef {

@@ -115,11 +115,7 @@ class ScaleDef final : public OpDef {
     for (size_t i = 0; i < in.size(); ++i) f.reads_input_in_backward.push_back(i == 1);
     return f;
   }
-  OpTraits traits(const Node&) const override {
-    OpTraits t;
-    t.per_channel_affine = true;
-    return t;
-  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::per_channel_affine}); }
   // One learned factor (and bias) per channel of axis 1.
   bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,
                       std::vector<double>& b) const override {

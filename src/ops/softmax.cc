@@ -76,13 +76,8 @@ class SoftmaxWithLossDef final : public OpDef {
     out[0] = {};
     if (out.size() > 1) out[1] = in[0];
   }
-  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override {
-    OpFacts f;
-    f.default_loss_weight = 1.f;
-    f.can_propagate_to.assign(in.size(), false);
-    f.can_propagate_to[0] = true;  // not to the labels
-    return f;
-  }
+  // A gradient for the prediction, not the labels.
+  OpFacts facts(const OpContext&, const std::vector<Shape>& in) const override { return loss_facts(in.size()); }
   OpTraits traits(const Node&) const override {
     OpTraits t;
     t.loss = true;
@@ -90,12 +85,10 @@ class SoftmaxWithLossDef final : public OpDef {
     return t;
   }
   void to_inference_form(Node& n) const override {
-    proto::LayerParameter p;
-    p.set_name(n.name);
-    p.set_type("Softmax");
-    if (n.param.has_softmax_param()) *p.mutable_softmax_param() = n.param.softmax_param();
-    n.param = p;
-    n.type = p.type();
+    proto::SoftmaxParameter axis = n.param.softmax_param();
+    bool had = n.param.has_softmax_param();
+    become(n, "Softmax");
+    if (had) *n.param.mutable_softmax_param() = axis;
   }
 };
 
