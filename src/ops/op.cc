@@ -30,10 +30,6 @@ dnnl::memory::desc Kernel::out_md(int j, const Shape& s) const {
   return plain_md(s);
 }
 
-void Kernel::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
-  context().expect_ndim(s, lo, hi, what);
-}
-
 Kernel::ChannelSplit Kernel::split_channels(const Shape& s) const { return context().split_channels(s); }
 
 KernelRegistry& KernelRegistry::get() {
@@ -54,14 +50,6 @@ std::vector<const KernelRegistry::Entry*> KernelRegistry::entries(const std::str
 }
 
 bool KernelRegistry::has(const std::string& type) const { return !entries(type).empty(); }
-
-std::vector<std::string> KernelRegistry::types() const {
-  std::vector<std::string> t;
-  for (auto& e : entries_) t.push_back(e.type);
-  std::sort(t.begin(), t.end());
-  t.erase(std::unique(t.begin(), t.end()), t.end());
-  return t;
-}
 
 std::unique_ptr<Kernel> KernelRegistry::create(const OpInit& init) const {
   DeviceKind dev = init.backend.device().kind;

@@ -93,7 +93,6 @@ class Kernel {
   [[noreturn]] void fail(fmt::format_string<A...> f, A&&... a) const {
     throw InputError(where_ + ": " + fmt::format(f, std::forward<A>(a)...));
   }
-  void expect_ndim(const Shape& s, int lo, int hi, const char* what) const;
   using ChannelSplit = OpContext::ChannelSplit;
   ChannelSplit split_channels(const Shape& s) const;
 
@@ -138,7 +137,6 @@ class KernelRegistry {
   // The entries for a type, in order of preference.
   std::vector<const Entry*> entries(const std::string& type) const;
   bool has(const std::string& type) const;
-  std::vector<std::string> types() const;
 
  private:
   std::vector<Entry> entries_;

@@ -103,12 +103,10 @@ void Net::apply_plan() {
     for (int v : graph_.nodes[n].outputs) out.push_back(plan_.layout[v]);
     kernels_[n]->set_layouts(in, out);
   }
-  if (static_cast<int>(data_.size()) != nv) {
-    data_.assign(nv, Tensor());
-    grad_.assign(nv, Tensor());
-    for (int v = 0; v < nv; ++v)
-      if (plan_.grad.has_grad[v]) grad_[v] = Tensor(Shape{0});
-  }
+  data_.assign(nv, Tensor());
+  grad_.assign(nv, Tensor());
+  for (int v = 0; v < nv; ++v)
+    if (plan_.grad.has_grad[v]) grad_[v] = Tensor(Shape{0});
   options_.arena->add_user(this, [this] { bind_to_arena(); });
   options_.arena->reserve(plan_.memory.arena_bytes);  // rebinds every user of the arena, this net too
   bind_to_arena();
@@ -187,13 +185,6 @@ void Net::bind_to_arena() {
         bind(scratch_[k], plan_.memory.scratch_offset[k], graph_.values[v].shape, plan_.blocked_bytes(v), DType::f32);
         ++k;
       }
-}
-
-void Net::reshape() {
-  infer_shapes();
-  facts_ = op_facts();
-  replan_for_shapes(graph_, facts_, plan_, preferred_layout(), options_.reuse_buffers);
-  apply_plan();
 }
 
 float Net::forward(int64_t step) {

@@ -44,8 +44,6 @@ class Net {
   float forward(int64_t step = 0);
   // Gradients of the loss with respect to every learnable parameter (summed into the store).
   void backward();
-  // Re-infers shapes after an input was resized (Input layer tensors) and rebuilds kernels.
-  void reshape();
 
   const Graph& graph() const { return graph_; }
   Phase phase() const { return phase_; }

@@ -355,13 +355,6 @@ Plan make_plan(const Graph& g, const std::vector<OpFacts>& facts, bool training,
   return p;
 }
 
-void replan_for_shapes(const Graph& g, const std::vector<OpFacts>& facts, Plan& p, const PreferredLayout& preferred,
-                       bool reuse_buffers) {
-  p.layout = plan_layouts(g, facts, p.grad, preferred, false);
-  p.memory = plan_memory(g, facts, p, reuse_buffers);
-  check_plan(g, facts, p);
-}
-
 void check_plan(const Graph& g, const std::vector<OpFacts>& facts, const Plan& p) {
   const int N = num_nodes(g), nv = num_values(g);
   auto broken = [&](const std::string& what) { runtime_error("{}: execution plan broken: {}", g.source, what); };

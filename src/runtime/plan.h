@@ -92,9 +92,6 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<OpFacts>& facts, const 
 // All of the above.
 Plan make_plan(const Graph& g, const std::vector<OpFacts>& facts, bool training, bool force_backward,
                const std::vector<std::vector<int>>& node_params, const PreferredLayout& preferred, bool reuse_buffers);
-// Re-plans layouts and memory after shapes changed (gradients and aliases stay).
-void replan_for_shapes(const Graph& g, const std::vector<OpFacts>& facts, Plan& p, const PreferredLayout& preferred,
-                       bool reuse_buffers);
 
 // Throws RuntimeError naming the broken invariant: sizes match the graph; a gradient is
 // written only by nodes that run backward, into values that have a gradient buffer, and
