@@ -19,6 +19,7 @@
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "formats/weights.h"
+#include "graph/graph_edit.h"
 
 namespace bks::test {
 namespace {
@@ -81,7 +82,7 @@ double max_relative_difference(const DeployOptions& o, const DeployModel& optimi
   Net ref(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
   load_weights(o.weights, store);
   Bundle b;
-  b.net = to_net_parameter(optimised);
+  b.graph = bundle_graph(optimised);
   b.weights = weights_by_layer(optimised);
   InferenceSession s(b, "test bundle", 2);
   Rng rng(9);
@@ -113,7 +114,7 @@ double logits_difference(const DeployOptions& o, const DeployModel& optimised, c
   strip_training(plain);
   auto session = [](const DeployModel& d) {
     Bundle b;
-    b.net = to_net_parameter(d);
+    b.graph = bundle_graph(d);
     b.weights = weights_by_layer(d);
     return std::make_unique<InferenceSession>(b, "logits", 2);
   };
@@ -147,8 +148,8 @@ TEST(DeployPasses, FoldBatchNormAndScaleThenFuseRelu) {
   run_deploy_passes(m);
   EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution"}));
   EXPECT_TRUE(node(m, "conv1").param.convolution_param().bias_term());
-  EXPECT_TRUE(node(m, "conv1").param.fusion_param().relu());
-  EXPECT_FALSE(node(m, "conv2").param.has_fusion_param());
+  EXPECT_TRUE(node(m, "conv1").deploy.fusion.relu);
+  EXPECT_FALSE(node(m, "conv2").deploy.fusion.any());
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
@@ -162,9 +163,9 @@ layer { name: 'sum' type: 'Eltwise' bottom: 'r1' bottom: 'conv2' top: 'out' eltw
   DeployModel m = load_deploy_model(o);
   run_deploy_passes(m);
   EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "ReLU", "Convolution", "Eltwise"}));
-  EXPECT_FALSE(node(m, "conv1").param.has_fusion_param());
+  EXPECT_FALSE(node(m, "conv1").deploy.fusion.any());
   // coeff 2: not a plain residual sum, so the Eltwise stays.
-  EXPECT_FALSE(node(m, "conv2").param.has_fusion_param());
+  EXPECT_FALSE(node(m, "conv2").deploy.fusion.any());
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
@@ -180,10 +181,10 @@ layer { name: 'sum_relu' type: 'ReLU' bottom: 'sum' top: 'sum' }
   DeployModel m = load_deploy_model(o);
   run_deploy_passes(m);
   EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution"}));
-  const auto& f = node(m, "b").param.fusion_param();
-  EXPECT_TRUE(f.residual_sum());
-  EXPECT_TRUE(f.relu());
-  EXPECT_TRUE(node(m, "a").param.fusion_param().relu());
+  const FusedPostOps& f = node(m, "b").deploy.fusion;
+  EXPECT_TRUE(f.residual_sum);
+  EXPECT_TRUE(f.relu);
+  EXPECT_TRUE(node(m, "a").deploy.fusion.relu);
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
@@ -312,9 +313,9 @@ TEST(DeployEmbed, ExampleRunsFromTwoThreads) {
   };
   Bundle b = deploy(o).bundle;
   run_example(b, temp_path("embed.bks"));
-  for (auto& l : *b.net.mutable_layer())
-    if (l.type() == "Convolution") {
-      l.set_kernel_choice("winograd");
+  for (Node& n : b.graph.nodes)
+    if (op_traits(n).convolution) {
+      n.deploy.kernel = "winograd";
       break;
     }
   run_example(b, temp_path("embed_winograd.bks"));
@@ -338,7 +339,7 @@ TEST(DeployBundle, CorruptTruncatedAndNewerBundlesAreClearErrors) {
   std::string future = temp_path("future.bks");
   save_bundle(future, newer);
   std::string fb = read_file(future, "bundle");
-  auto at = fb.find("\"bakusoku_bundle_version\":\"1\"");
+  auto at = fb.find("\"bakusoku_bundle_version\":\"2\"");
   ASSERT_NE(at, std::string::npos);
   fb.replace(at, 29, "\"bakusoku_bundle_version\":\"9\"");
   std::ofstream(future, std::ios::binary) << fb;
@@ -347,6 +348,16 @@ TEST(DeployBundle, CorruptTruncatedAndNewerBundlesAreClearErrors) {
     FAIL() << "newer bundle accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+  // Version 1 (Caffe text with proto extensions) is refused by name, with what to do.
+  fb.replace(at, 29, "\"bakusoku_bundle_version\":\"1\"");
+  std::ofstream(future, std::ios::binary) << fb;
+  try {
+    load_bundle(future);
+    FAIL() << "version 1 bundle accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("version 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("deploy"), std::string::npos) << e.what();
   }
 
   Bundle wrong = r.bundle;
@@ -378,14 +389,13 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   // Autotuning's choice for each convolution is saved in the bundle.
   Bundle saved = load_bundle(out);
   int convs = 0;
-  for (const auto& l : saved.net.layer())
-    if (l.type() == "Convolution") {
+  for (const Node& n : saved.graph.nodes)
+    if (op_traits(n).convolution) {
       ++convs;
-      EXPECT_TRUE(l.kernel_choice() == "direct" || l.kernel_choice() == "winograd")
-          << l.name() << ": " << l.kernel_choice();
+      EXPECT_TRUE(n.deploy.kernel == "direct" || n.deploy.kernel == "winograd") << n.name << ": " << n.deploy.kernel;
     }
   EXPECT_EQ(convs, 2);
-  saved.net.mutable_layer(1)->set_kernel_choice("fastest");
+  saved.graph.nodes[1].deploy.kernel = "fastest";
   EXPECT_THROW(InferenceSession(saved, "bad choice", 1), InputError);
   // --batch auto: timed candidates up to the memory cap, the choice written into the bundle.
   CmdResult a = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + out + " --batch auto");
@@ -405,7 +415,7 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
 TEST(DeployPasses, FusedLayersRefuseTraining) {
   std::string net = input_layer("data", {1, 1, 4, 4}) +
                     "layer { name: 'c' type: 'Convolution' bottom: 'data' top: 'c' convolution_param { num_output: 1 "
-                    "kernel_size: 3 } fusion_param { relu: true } }\n";
+                    "kernel_size: 3 } }\n";
   std::string path = temp_path("fused_train.prototxt");
   std::ofstream(path) << net;
   NetLoad nl = load_net_file(path);
@@ -413,7 +423,22 @@ TEST(DeployPasses, FusedLayersRefuseTraining) {
   st.set_phase(proto::TRAIN);
   CpuBackend be(1);
   ParamStore store;
-  EXPECT_THROW(Net(build_caffe_graph(nl, st), proto::TRAIN, store, be, 1), InputError);
+  Graph g = build_caffe_graph(nl, st);
+  EXPECT_NO_THROW(Net(g, proto::TRAIN, store, be, 1));
+  g.nodes[1].deploy.fusion.relu = true;
+  ParamStore store2;
+  EXPECT_THROW(Net(g, proto::TRAIN, store2, be, 1), InputError);
+}
+
+TEST(DeployPasses, DeploymentFieldsAreNotCaffeFields) {
+  // Fused post-ops, the chosen kernel and the INT8 thresholds are IR fields, never read
+  // from a prototxt (so no Caffe file sets them by accident).
+  std::string net = input_layer("data", {1, 1, 4, 4}) +
+                    "layer { name: 'c' type: 'Convolution' bottom: 'data' top: 'c' convolution_param { num_output: 1 "
+                    "kernel_size: 3 } fusion_param { relu: true } }\n";
+  std::string path = temp_path("fusion_field.prototxt");
+  std::ofstream(path) << net;
+  EXPECT_THROW(load_net_file(path), InputError);
 }
 
 }  // namespace
@@ -487,8 +512,8 @@ TEST(DeployResNet, EveryBatchNormFoldsAndEveryShortcutFuses) {
                        {"Input", 1}, {"Convolution", 20}, {"Pooling", 1}, {"InnerProduct", 1}, {"Softmax", 1}}));
   int sums = 0, relus = 0;
   for (const Node& n : m.graph.nodes) {
-    sums += n.param.fusion_param().residual_sum();
-    relus += n.param.fusion_param().relu();
+    sums += n.deploy.fusion.residual_sum;
+    relus += n.deploy.fusion.relu;
   }
   EXPECT_EQ(sums, 8);
   EXPECT_EQ(relus, 17);
@@ -500,7 +525,7 @@ TEST(DeployCifar, QuickNetMatchesTrainingGraph) {
   DeployModel m = load_deploy_model(o);
   run_deploy_passes(m);
   int relus = 0;
-  for (const Node& n : m.graph.nodes) relus += n.param.fusion_param().relu();
+  for (const Node& n : m.graph.nodes) relus += n.deploy.fusion.relu;
   EXPECT_EQ(relus, 2);  // conv2, conv3 (relu1 follows a pooling)
   EXPECT_LE(logits_difference(o, m, "ip2"), 1e-4);
 }
@@ -601,11 +626,11 @@ TEST(Calibration, DeploySavesTheTableInTheBundle) {
                         " --precision int8 --calib-from " + out);
   ASSERT_EQ(r.code, 0) << r.output;
   Bundle q = load_bundle(reused);
-  for (const auto& l : q.net.layer()) {
-    if (l.type() != "Convolution" && l.type() != "InnerProduct") continue;
+  for (const Node& n : q.graph.nodes) {
+    if (!op_traits(n).weighted_linear) continue;
     // conv1 reads one channel: it stays FP32 (faster there).
-    float want = l.name() == "conv1" ? 0.f : table["threshold"][l.bottom(0)].get<float>();
-    EXPECT_FLOAT_EQ(l.int8_input_threshold(), want) << l.name();
+    float want = n.name == "conv1" ? 0.f : table["threshold"][q.graph.values[n.inputs[0]].name].get<float>();
+    EXPECT_FLOAT_EQ(n.deploy.int8_input_threshold, want) << n.name;
   }
   CmdResult none = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + reused +
                            " --precision int8 --calib-from " + reused.substr(0, reused.size() - 4) + "_missing.bks");
@@ -694,7 +719,7 @@ TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
   EXPECT_EQ(r.int8.quantized, 4);
   EXPECT_EQ(r.int8.int8_outputs, 3);
   int with_threshold = 0;
-  for (const auto& l : r.bundle.net.layer()) with_threshold += l.int8_input_threshold() > 0.f;
+  for (const Node& n : r.bundle.graph.nodes) with_threshold += n.deploy.int8_input_threshold > 0.f;
   EXPECT_EQ(with_threshold, 4);
   std::vector<std::string> passes;
   for (const auto& rep : r.reports) passes.push_back(rep.pass);
@@ -706,8 +731,10 @@ TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
   o.calibration = {};
   Bundle by_hand = deploy(o).bundle;
   quantize_int8(by_hand, *r.calibration, r.shapes);
-  for (int i = 0; i < by_hand.net.layer_size(); ++i)
-    EXPECT_FLOAT_EQ(by_hand.net.layer(i).int8_output_threshold(), r.bundle.net.layer(i).int8_output_threshold());
+  ASSERT_EQ(by_hand.graph.nodes.size(), r.bundle.graph.nodes.size());
+  for (size_t i = 0; i < by_hand.graph.nodes.size(); ++i)
+    EXPECT_FLOAT_EQ(by_hand.graph.nodes[i].deploy.int8_output_threshold,
+                    r.bundle.graph.nodes[i].deploy.int8_output_threshold);
 }
 
 TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
@@ -719,7 +746,7 @@ TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
   EXPECT_EQ(plan.quantized, 4);
   EXPECT_EQ(plan.int8_outputs, 3);  // conv1 (u8), conv2 (s8), conv3 (u8); ip writes f32
   std::map<std::string, float> out;
-  for (const auto& l : int8.net.layer()) out[l.name()] = l.int8_output_threshold();
+  for (const Node& n : int8.graph.nodes) out[n.name] = n.deploy.int8_output_threshold;
   EXPECT_FLOAT_EQ(out["conv1"], table.threshold["pool1"]);  // through the pooling, conv2's threshold
   EXPECT_FLOAT_EQ(out["conv2"], table.threshold["conv2"]);
   EXPECT_FLOAT_EQ(out["ip"], 0.f);
@@ -744,42 +771,57 @@ TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
 // Where int8 must not be kept: a reader that takes f32 only, an AVE pooling, readers with
 // different thresholds, a net output, and a fused residual sum.
 TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
-  auto net = [](const std::string& text) {
-    proto::NetParameter p;
-    parse_prototxt_string(text, "int8 test", p);
-    return p;
+  // Convolutions named by their input threshold ("a=1" reads with threshold 1).
+  auto net = [](const std::string& text, const std::map<std::string, float>& thresholds) {
+    std::string path = temp_path("int8_keep.prototxt");
+    std::ofstream(path) << input_layer("data", {1, 4, 2, 2}) + text;
+    proto::NetState st;
+    st.set_phase(proto::TEST);
+    Graph g = build_caffe_graph(load_net_file(path), st);
+    for (Node& n : g.nodes)
+      if (thresholds.count(n.name)) n.deploy.int8_input_threshold = thresholds.at(n.name);
+    return g;
   };
-  auto conv = [](const std::string& name, const std::string& bottom, float t, const std::string& extra = "") {
+  auto conv = [](const std::string& name, const std::string& bottom) {
     return "layer { name: '" + name + "' type: 'Convolution' bottom: '" + bottom + "' top: '" + name +
-           "' int8_input_threshold: " + std::to_string(t) + " convolution_param { num_output: 4 kernel_size: 1 } " +
-           extra + "}\n";
+           "' convolution_param { num_output: 4 kernel_size: 1 } }\n";
   };
-  auto outputs = [](const proto::NetParameter& p) {
+  auto outputs = [](const Graph& g) {
     std::vector<std::string> v;
-    for (const auto& l : p.layer())
-      if (l.int8_output_threshold() > 0.f) v.push_back(l.name());
+    for (const Node& n : g.nodes)
+      if (n.deploy.int8_output_threshold > 0.f) v.push_back(n.name);
     return v;
   };
   using V = std::vector<std::string>;
-  proto::NetParameter p = net(conv("a", "data", 1) + conv("b", "a", 2) + conv("c", "b", 3));
-  EXPECT_EQ(keep_int8_between_layers(p), 2);
-  EXPECT_EQ(outputs(p), (V{"a", "b"}));  // c is the net's output
-  p = net(conv("a", "data", 1) + "layer { name: 'r' type: 'ReLU' bottom: 'a' top: 'r' }\n" + conv("b", "r", 2));
-  EXPECT_EQ(keep_int8_between_layers(p), 0);
-  p = net(conv("a", "data", 1) +
-          "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: AVE kernel_size: 2 } }\n" +
-          conv("b", "p", 2));
-  EXPECT_EQ(keep_int8_between_layers(p), 0);
-  p = net(conv("a", "data", 1) + conv("b", "a", 2) +
-          "layer { name: 'b2' type: 'Convolution' bottom: 'a' top: 'b2' "
-          "int8_input_threshold: 3 convolution_param { num_output: 4 kernel_size: 1 } }\n" +
-          conv("c", "b", 1) + conv("c2", "b2", 1));
-  keep_int8_between_layers(p);
-  EXPECT_EQ(outputs(p), (V{"b", "b2"}));  // a's readers disagree (2 vs 3)
-  p = net(conv("a", "data", 1) + conv("b", "a", 2, "fusion_param { residual_sum: true } ") + conv("c", "b", 1));
-  p.mutable_layer(1)->add_bottom("data");
-  keep_int8_between_layers(p);
-  EXPECT_EQ(outputs(p), (V{"a"}));  // b adds a residual in f32
+  Graph g = net(conv("a", "data") + conv("b", "a") + conv("c", "b"), {{"a", 1}, {"b", 2}, {"c", 3}});
+  EXPECT_EQ(keep_int8_between_layers(g), 2);
+  EXPECT_EQ(outputs(g), (V{"a", "b"}));  // c is the net's output
+  g = net(conv("a", "data") + "layer { name: 'r' type: 'ReLU' bottom: 'a' top: 'r' }\n" + conv("b", "r"),
+          {{"a", 1}, {"b", 2}});
+  EXPECT_EQ(keep_int8_between_layers(g), 0);
+  g = net(conv("a", "data") +
+              "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: AVE kernel_size: 2 } }\n" +
+              conv("b", "p"),
+          {{"a", 1}, {"b", 2}});
+  EXPECT_EQ(keep_int8_between_layers(g), 0);
+  g = net(conv("a", "data") +
+              "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: MAX kernel_size: 2 } }\n" +
+              conv("b", "p"),
+          {{"a", 1}, {"b", 2}});
+  EXPECT_EQ(outputs(g), V{});
+  keep_int8_between_layers(g);
+  EXPECT_EQ(outputs(g), (V{"a"}));  // through the MAX pooling, with b's threshold
+  EXPECT_FLOAT_EQ(g.nodes[1].deploy.int8_output_threshold, 2.f);
+  g = net(conv("a", "data") + conv("b", "a") + conv("b2", "a") + conv("c", "b") + conv("c2", "b2"),
+          {{"a", 1}, {"b", 2}, {"b2", 3}, {"c", 1}, {"c2", 1}});
+  keep_int8_between_layers(g);
+  EXPECT_EQ(outputs(g), (V{"b", "b2"}));  // a's readers disagree (2 vs 3)
+  g = net(conv("a", "data") + conv("b", "a") + conv("c", "b"), {{"a", 1}, {"b", 2}, {"c", 1}});
+  g.nodes[2].deploy.fusion.residual_sum = true;
+  g.nodes[2].inputs.push_back(g.find_value("data"));
+  relink(g);
+  keep_int8_between_layers(g);
+  EXPECT_EQ(outputs(g), (V{"a"}));  // b adds a residual in f32
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/transform.h"
+#include "formats/graph_json.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 
@@ -46,6 +47,94 @@ TEST(Safetensors, CorruptFilesAreInputErrors) {
   std::ofstream(tmp("tiny.safetensors"), std::ios::binary) << "abc";
   EXPECT_THROW(load_safetensors(tmp("tiny.safetensors")), InputError);
   EXPECT_THROW(load_safetensors(tmp("missing.safetensors")), InputError);
+}
+
+// A small graph with every IR field set: an in-place value, deploy decisions, loss weights.
+Graph sample_graph() {
+  Graph g;
+  g.name = "sample";
+  int x = g.add_value("x"), y = g.add_value("y"), y2 = g.add_value("y");
+  Node in;
+  in.name = "in";
+  in.type = "Input";
+  in.param.mutable_input_param()->add_shape()->add_dim(2);
+  in.outputs = {x};
+  Node conv;
+  conv.name = "conv";
+  conv.type = "Convolution";
+  conv.param.mutable_convolution_param()->set_num_output(3);
+  conv.inputs = {x};
+  conv.outputs = {y};
+  conv.deploy.fusion.relu = true;
+  conv.deploy.fusion.relu_slope = 0.25f;
+  conv.deploy.kernel = "winograd";
+  conv.deploy.int8_input_threshold = 1.5f;
+  conv.deploy.int8_output_threshold = 2.5f;
+  Node relu;
+  relu.name = "relu";
+  relu.type = "ReLU";
+  relu.inputs = {y};
+  relu.outputs = {y2};
+  relu.loss_weight = {0.5f};
+  g.nodes = {in, conv, relu};
+  g.values[x].producer = 0;
+  g.values[y].producer = 1;
+  g.values[y2].producer = 2;
+  return g;
+}
+
+TEST(GraphJson, RoundTripKeepsStructureAttributesAndDeployFields) {
+  Graph g = graph_from_json(graph_to_json(sample_graph()), "sample.bks");
+  ASSERT_EQ(g.values.size(), 3u);
+  ASSERT_EQ(g.nodes.size(), 3u);
+  EXPECT_EQ(g.name, "sample");
+  EXPECT_EQ(g.values[2].name, "y");
+  EXPECT_EQ(g.values[2].producer, 2);
+  EXPECT_EQ(g.values[1].consumers, std::vector<int>{2});
+  const Node& conv = g.nodes[1];
+  EXPECT_EQ(conv.type, "Convolution");
+  EXPECT_EQ(conv.param.convolution_param().num_output(), 3u);
+  EXPECT_TRUE(conv.deploy.fusion.relu);
+  EXPECT_FALSE(conv.deploy.fusion.residual_sum);
+  EXPECT_FLOAT_EQ(conv.deploy.fusion.relu_slope, 0.25f);
+  EXPECT_EQ(conv.deploy.kernel, "winograd");
+  EXPECT_FLOAT_EQ(conv.deploy.int8_input_threshold, 1.5f);
+  EXPECT_FLOAT_EQ(conv.deploy.int8_output_threshold, 2.5f);
+  EXPECT_TRUE(g.nodes[2].deploy.empty());
+  EXPECT_EQ(g.nodes[2].loss_weight, std::vector<float>{0.5f});
+  EXPECT_EQ(g.nodes[0].param.input_param().shape(0).dim(0), 2);
+}
+
+TEST(GraphJson, MalformedGraphsAreInputErrorsNamingTheSource) {
+  std::string good = graph_to_json(sample_graph());
+  auto expect_error = [](const std::string& text, const std::string& says) {
+    try {
+      graph_from_json(text, "crafted.bks");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("crafted.bks"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    return t;
+  };
+  expect_error("{", "not JSON");
+  expect_error("[]", "not an object");
+  expect_error(R"({"name":"g","values":[],"nodes":[]})", "no nodes");
+  expect_error(with("\"values\":", "\"valuez\":"), "'values'");
+  expect_error(with("\"inputs\":[0]", "\"inputs\":[7]"), "value index 7");
+  expect_error(with("\"inputs\":[0]", "\"inputs\":[-1]"), "value index -1");
+  expect_error(with("\"inputs\":[0]", "\"inputs\":[\"x\"]"), "value index");
+  expect_error(with("\"inputs\":[0]", "\"inputs\":[2]"), "before any node writes it");
+  expect_error(with("\"outputs\":[2]", "\"outputs\":[1]"), "written twice");
+  expect_error(with("\"type\":\"ReLU\"", "\"type\":7"), "'type'");
+  expect_error(with("\"kernel\":\"winograd\"", "\"kernel\":1"), "'kernel'");
+  expect_error(with("num_output: 3", "num_output: x"), "crafted.bks");
 }
 
 TEST(Weights, MismatchedShapeNamesTensor) {

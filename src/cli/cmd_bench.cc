@@ -147,7 +147,7 @@ Runner add_bench(CLI::App& app) {
       d.threads = o->threads;
       DeployModel m = load_deploy_model(d);
       strip_training(m);  // data layers become inputs; nothing is folded or fused
-      plain.net = to_net_parameter(m);
+      plain.graph = bundle_graph(m);
       plain.weights = weights_by_layer(m);
     }
     for (int64_t batch : batches) {

@@ -1,11 +1,9 @@
 #include "engine/bundle.h"
 
-#include <google/protobuf/text_format.h>
-
 #include <fstream>
 
 #include "core/error.h"
-#include "formats/prototxt.h"
+#include "formats/graph_json.h"
 #include "formats/safetensors.h"
 #include "ops/op_def.h"
 
@@ -15,19 +13,17 @@ namespace {
 constexpr const char* kFormatKey = "bakusoku_bundle_version";
 }
 
-void set_input_batch(proto::NetParameter& net, int64_t batch) {
-  for (auto& l : *net.mutable_layer())
-    if (op_traits(l).external_input)
-      for (auto& s : *l.mutable_input_param()->mutable_shape())
+void set_input_batch(Graph& g, int64_t batch) {
+  for (Node& n : g.nodes)
+    if (op_traits(n).external_input)
+      for (auto& s : *n.param.mutable_input_param()->mutable_shape())
         if (s.dim_size() > 0) s.set_dim(0, batch);
 }
 
 void save_bundle(const std::string& path, const Bundle& b) {
   std::map<std::string, std::string> meta = b.info;
   meta[kFormatKey] = std::to_string(kBundleVersion);
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(b.net, &text);
-  meta["net"] = text;
+  meta["graph"] = graph_to_json(b.graph);
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   for (auto& [name, t] : b.weights) tensors.emplace_back(name, &t);
   save_safetensors(path, tensors, meta);
@@ -53,13 +49,18 @@ Bundle load_bundle(const std::string& path) {
   if (version > kBundleVersion)
     input_error("{}: bundle format version {} is newer than this bakusoku reads ({}); deploy it again or upgrade", path,
                 version, kBundleVersion);
+  if (version == 1)
+    input_error(
+        "{}: bundle format version 1 (an earlier bakusoku's) is no longer read (this one reads {}); run "
+        "`bakusoku deploy` on the model again",
+        path, kBundleVersion);
   if (version < 1) input_error("{}: corrupt bundle: format version {}", path, version);
   Bundle b;
-  auto net = tf.metadata.find("net");
-  if (net == tf.metadata.end()) input_error("{}: corrupt bundle: no graph ('net') in its header", path);
-  parse_prototxt_string(net->second, path + " (bundle graph)", b.net);
+  auto graph = tf.metadata.find("graph");
+  if (graph == tf.metadata.end()) input_error("{}: corrupt bundle: no graph in its header", path);
+  b.graph = graph_from_json(graph->second, path);
   for (auto& [k, v] : tf.metadata)
-    if (k != "net" && k != kFormatKey) b.info[k] = v;
+    if (k != "graph" && k != kFormatKey) b.info[k] = v;
   for (auto& [name, t] : tf.tensors) b.weights[name] = t;
   return b;
 }

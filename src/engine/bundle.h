@@ -1,28 +1,30 @@
 // The deployment bundle (.bks): one safetensors file holding the optimised inference graph
-// (Caffe prototxt text in the metadata), its blobs ("<layer>.<index>", as weights files
-// name them) and what deploy decided (precision, passes, source). A bundle from a newer
-// format version, a truncated or corrupt file, or a graph that does not parse is an
-// InputError naming the file.
+// (the IR as JSON, formats/graph_json.h, in the metadata), its blobs ("<layer>.<index>",
+// as weights files name them) and what deploy decided (precision, passes, source). A
+// bundle of another format version, a truncated or corrupt file, or a graph that does not
+// parse is an InputError naming the file (and the version).
 #pragma once
 
 #include <map>
 #include <string>
 
-#include "caffe.pb.h"
 #include "core/tensor.h"
+#include "graph/graph.h"
 
 namespace bks {
 
-constexpr int kBundleVersion = 1;
+// 1: the graph as Caffe prototxt text with bakusoku's proto extensions (no longer read).
+// 2: the graph IR as JSON.
+constexpr int kBundleVersion = 2;
 
 struct Bundle {
-  proto::NetParameter net;
+  Graph graph;
   std::map<std::string, Tensor> weights;
   std::map<std::string, std::string> info;  // "precision", "source", "passes", ...
 };
 
-// Sets the batch (first) dimension of every Input layer's shapes.
-void set_input_batch(proto::NetParameter& net, int64_t batch);
+// Sets the batch (first) dimension of every external input's shapes.
+void set_input_batch(Graph& g, int64_t batch);
 
 void save_bundle(const std::string& path, const Bundle& b);
 Bundle load_bundle(const std::string& path);

@@ -125,7 +125,7 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   const bool random = dataset == "random";
   NetOptions opt;
   opt.reuse_buffers = false;  // every value readable after the pass
-  auto calib = build_bundle_net(b, random ? b.net : scoring_net(b, source, dataset), source, threads, opt);
+  auto calib = build_bundle_net(b, random ? b.graph : scoring_net(b, source, dataset), source, threads, opt);
   Net& net = *calib->net;
   // The tensors an int8 kernel would quantize: inputs of convolutions and inner products.
   std::set<int> watched;

@@ -100,8 +100,8 @@ DeployResult deploy(const DeployOptions& o,
   if (after_each) after_each(PassReport{"input", {}}, m);
   DeployResult r;
   r.reports = run_deploy_passes(m, after_each);
-  r.bundle.net = to_net_parameter(m);
-  if (o.batch > 0) set_input_batch(r.bundle.net, o.batch);
+  r.bundle.graph = bundle_graph(m);
+  if (o.batch > 0) set_input_batch(r.bundle.graph, o.batch);
   r.bundle.weights = weights_by_layer(m);
   for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;
   r.bundle.info["precision"] = precision_name(o.precision);
@@ -130,7 +130,7 @@ DeployResult deploy(const DeployOptions& o,
     BatchChoice c = choose_batch(r.bundle, name, o.threads, o.memory_cap_bytes);
     r.batch_table = c.table;
     r.bundle.info["batch_tuning"] = c.table;
-    set_input_batch(r.bundle.net, c.batch);
+    set_input_batch(r.bundle.graph, c.batch);
     r.reports.push_back({"tune-batch", {fmt::format("batch {}", c.batch)}});
   }
   // Build the bundle's net once: it checks the graph runs and autotunes the kernels. What
@@ -149,10 +149,10 @@ void autotune(DeployResult& r, const std::string& name, int threads) {
   InferenceSession s(r.bundle, name, threads);
   Net& net = s.net();
   PassReport tune{"autotune", {}};
-  for (int n = 0; n < net.num_nodes() && n < r.bundle.net.layer_size(); ++n) {
+  for (int n = 0; n < net.num_nodes() && n < static_cast<int>(r.bundle.graph.nodes.size()); ++n) {
     std::string choice = net.op(n).tuning_decision();
     if (choice.empty()) continue;
-    r.bundle.net.mutable_layer(n)->set_kernel_choice(choice);
+    r.bundle.graph.nodes[n].deploy.kernel = choice;
     if (choice != "direct") {
       ++r.tuned;
       tune.changes.push_back(fmt::format("{}: {}", net.graph().nodes[n].name, choice));

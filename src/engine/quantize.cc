@@ -1,5 +1,6 @@
 #include "engine/quantize.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,30 +15,24 @@ namespace {
 
 constexpr int64_t kFewChannelsForInt8 = 4;
 
-bool is_int8_layer(const proto::LayerParameter& l) {
-  return op_traits(l).weighted_linear && l.int8_input_threshold() > 0.f;
-}
+bool is_int8_node(const Node& n) { return op_traits(n).weighted_linear && n.deploy.int8_input_threshold > 0.f; }
 
-struct Readers {
-  std::map<std::string, int> producers;                             // by blob name
-  std::map<std::string, std::vector<std::pair<int, int>>> readers;  // (layer, bottom index)
-};
-
-// The threshold every reader of `blob` quantizes it with, when all of them are int8
-// layers (or MAX poolings whose outputs qualify in turn) and agree; none otherwise.
-std::optional<float> int8_readers_threshold(const proto::NetParameter& net, const Readers& r, const std::string& blob) {
-  auto p = r.producers.find(blob);
-  auto rd = r.readers.find(blob);
-  // Rewritten in place, or an output of the net: stays f32.
-  if (p == r.producers.end() || p->second < 0 || rd == r.readers.end()) return std::nullopt;
+// The threshold every reader of value v quantizes it with, when all of them are int8 nodes
+// (or MAX poolings whose outputs qualify in turn) and agree; none otherwise.
+std::optional<float> int8_readers_threshold(const Graph& g, int v) {
+  const Value& val = g.values[v];
+  // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
+  if (val.consumers.empty() || val.producer < 0) return std::nullopt;
+  for (size_t u = 0; u < g.values.size(); ++u)
+    if (static_cast<int>(u) != v && g.values[u].name == val.name) return std::nullopt;
   std::optional<float> t;
-  for (auto [li, bi] : rd->second) {
-    const proto::LayerParameter& l = net.layer(li);
+  for (int c : val.consumers) {
+    const Node& n = g.nodes[c];
     std::optional<float> mine;
-    if (is_int8_layer(l) && bi == 0) {
-      mine = l.int8_input_threshold();
-    } else if (op_traits(l).max_pooling && l.top_size() == 1 && l.top(0) != blob) {
-      mine = int8_readers_threshold(net, r, l.top(0));
+    if (is_int8_node(n) && n.inputs[0] == v && std::count(n.inputs.begin(), n.inputs.end(), v) == 1) {
+      mine = n.deploy.int8_input_threshold;
+    } else if (op_traits(n).max_pooling && n.outputs.size() == 1) {
+      mine = int8_readers_threshold(g, n.outputs[0]);
     }
     if (!mine || (t && *t != *mine)) return std::nullopt;
     t = mine;
@@ -47,44 +42,37 @@ std::optional<float> int8_readers_threshold(const proto::NetParameter& net, cons
 
 }  // namespace
 
-int keep_int8_between_layers(proto::NetParameter& net) {
-  Readers r;
-  for (int i = 0; i < net.layer_size(); ++i) {
-    const auto& l = net.layer(i);
-    for (int b = 0; b < l.bottom_size(); ++b) r.readers[l.bottom(b)].push_back({i, b});
-    for (const auto& top : l.top()) {
-      auto [it, fresh] = r.producers.emplace(top, i);
-      if (!fresh) it->second = -1;  // written twice (in place)
+int keep_int8_between_layers(Graph& g) {
+  int count = 0;
+  for (Node& n : g.nodes) {
+    n.deploy.int8_output_threshold = 0.f;
+    // A fused residual sum adds f32 values; such a node writes f32.
+    if (!is_int8_node(n) || n.outputs.size() != 1 || n.deploy.fusion.residual_sum) continue;
+    if (auto t = int8_readers_threshold(g, n.outputs[0])) {
+      n.deploy.int8_output_threshold = *t;
+      ++count;
     }
   }
-  int n = 0;
-  for (auto& l : *net.mutable_layer()) {
-    l.clear_int8_output_threshold();
-    // A fused residual sum adds f32 values; such a layer writes f32.
-    if (!is_int8_layer(l) || l.top_size() != 1 || l.fusion_param().residual_sum()) continue;
-    if (auto t = int8_readers_threshold(net, r, l.top(0))) {
-      l.set_int8_output_threshold(*t);
-      ++n;
-    }
-  }
-  return n;
+  return count;
 }
 
 Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std::string, Shape>& shapes) {
   Int8Plan plan;
-  for (auto& l : *b.net.mutable_layer()) {
-    const OpTraits tr = op_traits(l);
-    if (!tr.weighted_linear || l.bottom_size() == 0) continue;
+  Graph& g = b.graph;
+  for (Node& n : g.nodes) {
+    const OpTraits tr = op_traits(n);
+    if (!tr.weighted_linear || n.inputs.empty()) continue;
+    const std::string& in = g.values[n.inputs[0]].name;
     // First layers (a grey or RGB image): oneDNN 2.6's int8 kernels there are slower than
     // its f32 one (LeNet conv1, batch 256: 1.1-1.8 ms vs 0.77 ms on AVX-512 VNNI).
-    auto s = shapes.find(l.bottom(0));
+    auto s = shapes.find(in);
     if (tr.convolution && s != shapes.end() && s->second.size() == 4 && s->second[1] < kFewChannelsForInt8) continue;
-    auto it = t.threshold.find(l.bottom(0));
+    auto it = t.threshold.find(in);
     if (it == t.threshold.end() || it->second <= 0) continue;
-    l.set_int8_input_threshold(static_cast<float>(it->second));
+    n.deploy.int8_input_threshold = static_cast<float>(it->second);
     ++plan.quantized;
   }
-  plan.int8_outputs = keep_int8_between_layers(b.net);
+  plan.int8_outputs = keep_int8_between_layers(g);
   b.info["precision"] = precision_name(Precision::int8);
   return plan;
 }

@@ -4,7 +4,6 @@
 #include <map>
 #include <string>
 
-#include "caffe.pb.h"
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
 
@@ -16,7 +15,7 @@ struct Int8Plan {
 };
 
 // Gives every Convolution and InnerProduct whose input the table measured its input
-// threshold (int8_input_threshold), so it runs oneDNN's int8 kernel, then keeps int8
+// threshold (deploy.int8_input_threshold), so it runs oneDNN's int8 kernel, then keeps int8
 // between layers (keep_int8_between_layers). Other layers stay FP32, and so do
 // convolutions over fewer than 4 input channels (`shapes`: the blobs' shapes), where
 // oneDNN's int8 kernels are slower than its f32 ones.
@@ -24,8 +23,8 @@ Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std:
 
 // An int8 layer whose output is read only by int8 layers (directly or through MAX
 // poolings, which keep the scale) writes it as int8 with their threshold
-// (int8_output_threshold), so nothing converts to f32 and back between them. Returns how
+// (deploy.int8_output_threshold), so nothing converts to f32 and back between them. Returns how
 // many layers do.
-int keep_int8_between_layers(proto::NetParameter& net);
+int keep_int8_between_layers(Graph& g);
 
 }  // namespace bks

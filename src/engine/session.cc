@@ -5,11 +5,13 @@
 #include "core/error.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
+#include "graph/graph_edit.h"
+#include "ops/shape_inference.h"
 
 namespace bks {
 
 InferenceSession::InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch) {
-  proto::NetParameter graph = b.net;
+  Graph graph = b.graph;
   if (batch > 0) set_input_batch(graph, batch);
   bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
   net_ = bundle_net_->net.get();
@@ -32,28 +34,26 @@ Precision bundle_precision(const Bundle& b) {
   return it == b.info.end() ? Precision::fp32 : parse_precision(it->second, "the bundle's precision");
 }
 
-std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph,
-                                            const std::string& source, int threads, NetOptions options) {
-  NetLoad nl;
-  nl.param = graph;
-  nl.source = source;
-  proto::NetState st;
-  st.set_phase(proto::TEST);
+std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, Graph graph, const std::string& source, int threads,
+                                            NetOptions options) {
+  graph.source = source;
   auto r = std::make_unique<BundleNet>();
   r->backend = std::make_unique<CpuBackend>(threads);
-  r->net = std::make_unique<Net>(build_caffe_graph(nl, st), proto::TEST, r->store, *r->backend, 1, options);
+  r->net = std::make_unique<Net>(std::move(graph), proto::TEST, r->store, *r->backend, 1, options);
   // Data fed in another way (a dataset to score on) must have the items the bundle takes;
   // otherwise the first mismatch would surface as a weight of the wrong shape.
-  for (const auto& l : b.net.layer()) {
-    if (!op_traits(l).external_input) continue;
-    for (int t = 0; t < l.top_size() && t < l.input_param().shape_size(); ++t) {
-      int v = r->net->graph().find_value(l.top(t));
-      if (v < 0) continue;
-      const Shape& got = r->net->graph().values[v].shape;
-      Shape want(l.input_param().shape(t).dim().begin(), l.input_param().shape(t).dim().end());
-      if (got.size() != want.size() || !std::equal(got.begin() + 1, got.end(), want.begin() + 1))
-        input_error("{}: the data gives '{}' items of shape {} but the bundle takes {} (batch first)", source, l.top(t),
-                    shape_str(got), shape_str(want));
+  Graph inputs = b.graph;
+  infer_shapes(inputs, proto::TEST);
+  for (const Node& n : inputs.nodes) {
+    if (!op_traits(n).external_input) continue;
+    for (int v : n.outputs) {
+      const Value& want = inputs.values[v];
+      int u = r->net->graph().find_value(want.name);
+      if (u < 0) continue;
+      const Shape& got = r->net->graph().values[u].shape;
+      if (got.size() != want.shape.size() || !std::equal(got.begin() + 1, got.end(), want.shape.begin() + 1))
+        input_error("{}: the data gives '{}' items of shape {} but the bundle takes {} (batch first)", source,
+                    want.name, shape_str(got), shape_str(want.shape));
     }
   }
   copy_bundle_weights(b, source, r->store);
@@ -71,19 +71,18 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
   }
 }
 
-proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source) {
+Graph scoring_net(const Bundle& b, const std::string& source, const std::string& data_source) {
   auto it = b.info.find("data_layers");
   if (it == b.info.end())
     input_error(
         "{}: the bundle records no data layer (it was deployed from a deploy prototxt); "
         "score it from a train/test prototxt's bundle",
         source);
-  proto::NetParameter data;
-  parse_prototxt_string(it->second, source + " (recorded data layers)", data);
-  if (data.layer_size() == 0) input_error("{}: corrupt bundle: empty data_layers", source);
-  proto::NetParameter net;
-  net.set_name(b.net.name());
-  proto::LayerParameter d = data.layer(0);
+  NetLoad data;
+  data.source = source + " (recorded data layers)";
+  parse_prototxt_string(it->second, data.source, data.param);
+  if (data.param.layer_size() == 0) input_error("{}: corrupt bundle: empty data_layers", source);
+  proto::LayerParameter& d = *data.param.mutable_layer(0);
   if (!data_source.empty()) {
     if (d.has_hdf5_data_param())
       d.mutable_hdf5_data_param()->set_source(data_source);
@@ -93,23 +92,31 @@ proto::NetParameter scoring_net(const Bundle& b, const std::string& source, cons
   d.clear_include();
   d.clear_exclude();
   if (d.top_size() < 2) input_error("{}: the recorded data layer has no label top", source);
-  *net.add_layer() = d;
-  std::string prob;
-  for (const auto& l : b.net.layer()) {
-    if (op_traits(l).external_input) continue;  // the data layer produces these blobs now
-    *net.add_layer() = l;
-    if (l.top_size() > 0) prob = l.top(0);
-  }
+  const std::string label = d.top(1);
+  while (data.param.layer_size() > 1) data.param.mutable_layer()->RemoveLast();
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  Graph g = build_caffe_graph(data, st);
+  g.name = b.graph.name;
+  // The data layer produces what the bundle's inputs gave.
+  std::vector<bool> skip(b.graph.nodes.size());
+  for (size_t n = 0; n < skip.size(); ++n) skip[n] = op_traits(b.graph.nodes[n]).external_input;
+  append_graph(g, b.graph, skip, source);
+  const std::string prob = g.values[g.nodes.back().outputs.at(0)].name;
+  // Top-1 and top-5 accuracy against the label, as Caffe layers through the front end.
   for (int k : {1, 5}) {
-    auto* acc = net.add_layer();
-    acc->set_name(k == 1 ? "accuracy" : "accuracy_top5");
-    acc->set_type("Accuracy");
-    acc->add_bottom(prob);
-    acc->add_bottom(d.top(1));
-    acc->add_top(acc->name());
-    acc->mutable_accuracy_param()->set_top_k(k);
+    proto::LayerParameter acc;
+    acc.set_name(k == 1 ? "accuracy" : "accuracy_top5");
+    acc.set_type("Accuracy");
+    acc.mutable_accuracy_param()->set_top_k(k);
+    Node n = caffe_layer_node(acc, "scoring metrics");
+    n.inputs = {g.find_value(prob), g.find_value(label)};
+    n.propagate_down.assign(2, false);
+    n.outputs = {g.add_value(acc.name())};
+    g.nodes.push_back(std::move(n));
   }
-  return net;
+  relink(g);
+  return g;
 }
 
 }  // namespace bks

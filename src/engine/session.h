@@ -21,7 +21,7 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
 // A net that scores the bundle on its recorded TEST data layers (`data_source`, when not
 // empty, replaces their source): data layer -> bundle graph -> Accuracy (top-1 and top-5)
 // against the label. InputError when the bundle records no data layer.
-proto::NetParameter scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
+Graph scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
 
 // Options of a net that runs a bundle: constant weights, bf16 when the bundle is.
 NetOptions inference_options(const Bundle& b);
@@ -32,8 +32,8 @@ struct BundleNet {
   ParamStore store;
   std::unique_ptr<Net> net;
 };
-std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, const proto::NetParameter& graph,
-                                            const std::string& source, int threads, NetOptions options);
+std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, Graph graph, const std::string& source, int threads,
+                                            NetOptions options);
 
 class InferenceSession {
  public:

@@ -107,6 +107,16 @@ void resolve_data_paths(proto::NetParameter& net, const std::string& dir) {
   }
 }
 
+Node caffe_layer_node(const proto::LayerParameter& lp, const std::string& where) {
+  Node n;
+  n.name = lp.name();
+  n.type = lp.type();
+  n.where = where;
+  n.param = lp;
+  n.loss_weight.assign(lp.loss_weight().begin(), lp.loss_weight().end());
+  return n;
+}
+
 Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
   Graph g;
   g.name = net.param.name();
@@ -121,12 +131,9 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
         fmt::format("{}:{}", net.source, li < static_cast<int>(net.layer_lines.size()) ? net.layer_lines[li] : 0);
     if (!layer_included(lp, state)) continue;
     if (lp.type().empty()) input_error("{}: layer '{}' has no 'type'", where, lp.name());
-    Node n;
-    n.name = lp.name().empty() ? fmt::format("{}_{}", lp.type(), li) : lp.name();
+    Node n = caffe_layer_node(lp, where);
+    if (lp.name().empty()) n.name = fmt::format("{}_{}", lp.type(), li);
     if (!layer_names.insert(n.name).second) input_error("{}: layer name '{}' is used twice", where, n.name);
-    n.type = lp.type();
-    n.where = where;
-    n.param = lp;
     int id = static_cast<int>(g.nodes.size());
     for (auto& b : lp.bottom()) {
       auto it = latest.find(b);
@@ -153,7 +160,6 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
     if (lp.loss_weight_size() > 0 && lp.loss_weight_size() != lp.top_size())
       input_error("{}: layer '{}': loss_weight has {} entries for {} tops", where, n.name, lp.loss_weight_size(),
                   lp.top_size());
-    n.loss_weight.assign(lp.loss_weight().begin(), lp.loss_weight().end());
     g.nodes.push_back(std::move(n));
   }
   if (g.nodes.empty()) input_error("{}: no layers in phase {}", net.source, proto::Phase_Name(state.phase()));

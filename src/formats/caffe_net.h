@@ -18,6 +18,9 @@ struct NetLoad {
 
 NetLoad load_net_file(const std::string& path);
 
+// One layer as a node (name, type, attributes, loss weights), not yet wired to values.
+Node caffe_layer_node(const proto::LayerParameter& layer, const std::string& where);
+
 // Builds the graph of the layers that Caffe would instantiate in `state`.
 Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state);
 

@@ -32,6 +32,30 @@ struct ParamRef {
   float decay_mult = 1.f;
 };
 
+// Operations deploy folded into a node as oneDNN post-ops (inference graphs only).
+struct FusedPostOps {
+  bool residual_sum = false;  // adds the node's second input (an Eltwise SUM folded in)
+  bool relu = false;          // then a ReLU with this negative slope
+  float relu_slope = 0.f;
+  bool any() const { return residual_sum || relu; }
+};
+
+// What deploy decided for a node: fields of the IR (Caffe has no words for them), saved in
+// bundles, never read from a prototxt.
+struct NodeDeploy {
+  FusedPostOps fusion;
+  std::string kernel;  // the algorithm autotuning chose ("direct", "winograd"); "" to choose at load
+  // INT8 inference: the calibrated |x| range of the input, quantized to s8 with scale
+  // 127 / threshold (0: the node computes in f32) ...
+  float int8_input_threshold = 0.f;
+  // ... and of the output when the node writes int8 for int8 readers (u8, 255 / threshold
+  // after a fused ReLU; s8, 127 / threshold otherwise; 0: writes f32).
+  float int8_output_threshold = 0.f;
+  bool empty() const {
+    return !fusion.any() && kernel.empty() && int8_input_threshold == 0.f && int8_output_threshold == 0.f;
+  }
+};
+
 struct Node {
   std::string name;
   std::string type;
@@ -43,6 +67,7 @@ struct Node {
   std::vector<float> loss_weight;
   std::vector<bool> propagate_down;  // one per input
   std::vector<ParamRef> params;      // filled when the op declares its blobs
+  NodeDeploy deploy;
 };
 
 struct Graph {

@@ -74,3 +74,31 @@ void verify_graph(const Graph& g, const std::string& stage) {
 }
 
 }  // namespace bks
+
+namespace bks {
+
+void append_graph(Graph& dst, const Graph& src, const std::vector<bool>& skip, const std::string& what) {
+  std::vector<int> map(src.values.size(), -1);
+  auto bind = [&](int v) {
+    if (map[v] >= 0) return map[v];
+    int d = dst.find_value(src.values[v].name);
+    if (d < 0)
+      input_error("{}: nothing gives '{}', which layer '{}' reads", what, src.values[v].name,
+                  src.nodes[src.values[v].consumers.empty() ? 0 : src.values[v].consumers[0]].name);
+    return map[v] = d;
+  };
+  for (size_t n = 0; n < src.nodes.size(); ++n) {
+    if (n < skip.size() && skip[n]) continue;
+    Node node = src.nodes[n];
+    for (int& v : node.inputs) v = bind(v);
+    for (int& v : node.outputs) {
+      int d = dst.add_value(src.values[v].name);
+      map[v] = d;
+      v = d;
+    }
+    dst.nodes.push_back(std::move(node));
+  }
+  relink(dst);
+}
+
+}  // namespace bks

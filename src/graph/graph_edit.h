@@ -15,6 +15,10 @@ void replace_uses(Graph& g, int from, int to);
 // Removes the nodes with dead[n] set and every value no remaining node reads or writes;
 // renumbers nodes and values, keeping their order.
 void erase_nodes(Graph& g, const std::vector<bool>& dead);
+// Appends src's nodes, except those with skip[n], to dst. A value src reads but does not
+// produce itself (a graph input, or an output of a skipped node) is dst's latest value of
+// the same name; InputError (naming `what`) when dst has none.
+void append_graph(Graph& dst, const Graph& src, const std::vector<bool>& skip, const std::string& what);
 // Throws RuntimeError, naming `stage`, unless: indices are in range, every value has at
 // most one producer, and every node reads only values produced by earlier nodes.
 void verify_graph(const Graph& g, const std::string& stage);

@@ -14,7 +14,7 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 Int8Thresholds int8_thresholds(const OpContext& c) {
-  Int8Thresholds t{c.node.param.int8_input_threshold(), c.node.param.int8_output_threshold()};
+  Int8Thresholds t{c.node.deploy.int8_input_threshold, c.node.deploy.int8_output_threshold};
   if (t.in < 0.f) c.fail("int8_input_threshold must be positive");
   if (t.in > 0.f && c.phase == proto::TRAIN) c.fail("int8_input_threshold is for inference graphs, not TRAIN");
   if (t.out < 0.f) c.fail("int8_output_threshold must be positive");
@@ -43,9 +43,8 @@ dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>&
   dnnl::primitive_attr attr;
   attr.set_output_scales(1 << 1, oscale);
   dnnl::post_ops po;
-  if (sp.fusion && sp.fusion->residual_sum()) po.append_binary(dnnl::algorithm::binary_add, residual);
-  if (sp.fusion && sp.fusion->relu())
-    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, sp.fusion->relu_negative_slope(), 0.f);
+  if (sp.fusion && sp.fusion->residual_sum) po.append_binary(dnnl::algorithm::binary_add, residual);
+  if (sp.fusion && sp.fusion->relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, sp.fusion->relu_slope, 0.f);
   attr.set_post_ops(po);
   return attr;
 }
@@ -59,7 +58,7 @@ Int8Conv::Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memo
   spec_.fusion = &fusion_;
   src_scale_ = int8_levels(src_user.data_type()) / std::max(spec.in_threshold, 1e-12f);
   if (is_int8(dst_user)) {
-    if (fusion_.residual_sum()) throw InputError("an int8 convolution output cannot take a fused residual sum");
+    if (fusion_.residual_sum) throw InputError("an int8 convolution output cannot take a fused residual sum");
     if (!(spec.out_threshold > 0.f))
       throw InputError("an int8 convolution output needs a positive int8_output_threshold");
     dst_scale_ = int8_levels(dst_user.data_type()) / spec.out_threshold;
@@ -70,9 +69,9 @@ memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec
                                      memory::data_type dst_type) {
   const memory::desc src_any(spec.src, dt::s8, tag::any), dst_any(spec.dst, dst_type, tag::any);
   Int8ConvSpec sp = spec;
-  proto::FusionParameter relu_only;
+  FusedPostOps relu_only;
   if (spec.fusion) relu_only = *spec.fusion;
-  relu_only.set_residual_sum(false);  // the residual is read in whatever layout is chosen
+  relu_only.residual_sum = false;  // the residual is read in whatever layout is chosen
   sp.fusion = &relu_only;
   const std::vector<float> ones(static_cast<size_t>(spec.wei[0]), 1.f);
   for (const memory::desc& src : {is_int8(src_md) ? src_md : src_any, src_any}) {
@@ -117,7 +116,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   conv_ = DnnlPrimitive(dnnl::convolution_forward(pd), pd);
   src_.init(eng_, src_user_, pd.src_desc(), int8_in ? 1.f : src_scale_);
   dst_.init(eng_, dst_user_, pd.dst_desc());
-  if (fusion_.residual_sum())
+  if (fusion_.residual_sum)
     res_.init(eng_, residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw),
               pd.dst_desc());
   // Weights, once.
@@ -139,7 +138,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   name_ =
       fmt::format("{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
                   type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
-                  fusion_.relu() ? ", fused +relu" : "");
+                  fusion_.relu ? ", fused +relu" : "");
   built_ = true;
 }
 
@@ -149,7 +148,7 @@ void Int8Conv::run(dnnl::stream& s, const void* src, const float* wei, const flo
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, src_.read(s, src)}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, dst_.write(dst)}};
   if (spec_.bias) args[DNNL_ARG_BIAS] = bias_q_;
-  if (fusion_.residual_sum()) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_.read(s, residual);
+  if (fusion_.residual_sum) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_.read(s, residual);
   conv_.execute(s, args);
   dst_.commit(s);
   s.wait();

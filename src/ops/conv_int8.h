@@ -15,13 +15,14 @@
 
 #include "backend/dnnl_util.h"
 #include "caffe.pb.h"
+#include "graph/graph.h"
 
 namespace bks {
 
 struct OpContext;
 
-// The INT8 thresholds deploy gave a Convolution or InnerProduct (int8_input_threshold,
-// int8_output_threshold; 0 when absent), checked: positive, inference only, an output one
+// The INT8 thresholds deploy gave a Convolution or InnerProduct (deploy.int8_input_threshold,
+// deploy.int8_output_threshold; 0 when absent), checked: positive, inference only, an output one
 // only with an input one.
 struct Int8Thresholds {
   float in = 0.f, out = 0.f;
@@ -31,9 +32,9 @@ Int8Thresholds int8_thresholds(const OpContext& c);
 struct Int8ConvSpec {
   memory::dims src, dst, wei, strides, dil, pl, pr;
   bool bias = false;
-  float in_threshold = 0.f;                        // |x| the input's largest level stands for
-  float out_threshold = 0.f;                       // the same for an int8 output (unused when it is f32)
-  const proto::FusionParameter* fusion = nullptr;  // may be null
+  float in_threshold = 0.f;              // |x| the input's largest level stands for
+  float out_threshold = 0.f;             // the same for an int8 output (unused when it is f32)
+  const FusedPostOps* fusion = nullptr;  // may be null
 };
 
 class Int8Conv {
@@ -54,7 +55,7 @@ class Int8Conv {
 
   dnnl::engine eng_;
   Int8ConvSpec spec_;
-  proto::FusionParameter fusion_;
+  FusedPostOps fusion_;
   memory::desc src_user_, dst_user_, residual_md_;
   float src_scale_, dst_scale_ = 1.f;
   bool built_ = false;

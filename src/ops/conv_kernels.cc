@@ -99,12 +99,12 @@ dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const Co
 }
 
 // oneDNN post-ops for a fused residual sum (read in the destination's layout) and ReLU.
-dnnl::primitive_attr fusion_attr(const proto::FusionParameter* f, const memory::desc& dst) {
+dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst) {
   dnnl::primitive_attr attr;
   if (!f) return attr;
   dnnl::post_ops po;
-  if (f->residual_sum()) po.append_binary(dnnl::algorithm::binary_add, dst);
-  if (f->relu()) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, f->relu_negative_slope(), 0.f);
+  if (f->residual_sum) po.append_binary(dnnl::algorithm::binary_add, dst);
+  if (f->relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, f->relu_slope, 0.f);
   attr.set_post_ops(po);
   return attr;
 }
@@ -150,7 +150,7 @@ double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitiv
 }
 
 Int8ConvSpec int8_spec(const ConvGeometry& g, bool bias, float in_threshold, float out_threshold,
-                       const proto::FusionParameter* fusion) {
+                       const FusedPostOps* fusion) {
   ConvDescs d = conv_descs(g);
   return {d.src, d.dst, d.wei, d.strides, d.dil, d.pl, d.pr, bias, in_threshold, out_threshold, fusion};
 }
@@ -174,14 +174,14 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
 }
 
 memory::desc ConvKernels::preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
-                                             const memory::desc& src_md, const proto::FusionParameter* fusion,
+                                             const memory::desc& src_md, const FusedPostOps* fusion,
                                              memory::data_type dst_type) {
   return Int8Conv::preferred_dst(eng, int8_spec(g, bias, 1.f, 1.f, fusion), src_md, dst_type);
 }
 
 void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
                           const memory::desc& src_md, const memory::desc& dst_md, bool need_bwd_data,
-                          const proto::FusionParameter* fusion, const memory::desc& residual_md) {
+                          const FusedPostOps* fusion, const memory::desc& residual_md) {
   bias_ = bias;
   ConvDescs d = conv_descs(g);
   const auto &src = d.src, &dst = d.dst, &wei = d.wei, &strides = d.strides, &dil = d.dil, &pl = d.pl, &pr = d.pr;
@@ -222,7 +222,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     // Post-ops see the layouts just chosen; the residual is read in the destination's.
     fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc()),
                      dnnl::algorithm::convolution_direct, bf16_ && !training);
-    residual_ = fusion->residual_sum();
+    residual_ = fusion->residual_sum;
     if (residual_)
       f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw),
                        fpd.dst_desc());
@@ -267,8 +267,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   f_dst_.init(eng, dst_user, fpd.dst_desc());
   if (bias) f_bias_.init(eng, bias_md, fpd.bias_desc());
   name_ = fpd.impl_info_str() + tuning_;
-  if (fusion && (fusion->residual_sum() || fusion->relu()))
-    name_ += fmt::format(" (fused{}{})", fusion->residual_sum() ? " +sum" : "", fusion->relu() ? " +relu" : "");
+  if (fusion && (fusion->residual_sum || fusion->relu))
+    name_ += fmt::format(" (fused{}{})", fusion->residual_sum ? " +sum" : "", fusion->relu ? " +relu" : "");
   if (!training) return;
 
   // Backward kernels see the same layouts as the forward one.

@@ -10,6 +10,7 @@
 
 #include "backend/dnnl_util.h"
 #include "caffe.pb.h"
+#include "graph/graph.h"
 #include "ops/conv_int8.h"
 
 namespace bks {
@@ -42,13 +43,13 @@ class ConvKernels {
   // `fusion` (inference only): post-ops on the forward output; with residual_sum, the
   // residual (layout residual_md, plain when empty) is added before the ReLU.
   void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training, const memory::desc& src_md = {},
-               const memory::desc& dst_md = {}, bool need_bwd_data = true,
-               const proto::FusionParameter* fusion = nullptr, const memory::desc& residual_md = {});
+               const memory::desc& dst_md = {}, bool need_bwd_data = true, const FusedPostOps* fusion = nullptr,
+               const memory::desc& residual_md = {});
   // The destination layout oneDNN's kernel writes fastest for this geometry.
   static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
   // The same for the int8 kernel reading src_md (empty: f32), writing `dst_type`.
   static memory::desc preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
-                                         const memory::desc& src_md, const proto::FusionParameter* fusion,
+                                         const memory::desc& src_md, const FusedPostOps* fusion,
                                          memory::data_type dst_type);
   // src and dst are f32, except around int8 kernels (see set_int8_thresholds).
   void forward(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,

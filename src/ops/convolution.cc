@@ -5,17 +5,17 @@
 namespace bks {
 namespace {
 
-// Checks the layer's attributes: convolution_param, INT8 thresholds, kernel_choice, and
-// fusion_param (set by bakusoku deploy, inference only).
+// Checks the layer's attributes: convolution_param, INT8 thresholds, the chosen kernel and
+// fused post-ops (set by bakusoku deploy, inference only).
 void check_convolution(const OpContext& c) {
   parse_conv_layer(c);
   int8_thresholds(c);
-  const std::string& choice = c.node.param.kernel_choice();
+  const std::string& choice = c.node.deploy.kernel;
   if (!choice.empty() && choice != "direct" && choice != "winograd")
-    c.fail("kernel_choice must be \"direct\" or \"winograd\", got \"{}\"", choice);
-  const proto::FusionParameter& f = c.node.param.fusion_param();
-  if ((f.residual_sum() || f.relu()) && c.phase == proto::TRAIN)
-    c.fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
+    c.fail("the chosen kernel must be \"direct\" or \"winograd\", got \"{}\"", choice);
+  const FusedPostOps& f = c.node.deploy.fusion;
+  if (f.any() && c.phase == proto::TRAIN)
+    c.fail("fused post-ops are for inference graphs (bakusoku deploy), not TRAIN");
 }
 
 // The convolution from an input of shape `in` (N, C, H, W), with Caffe's output size rule.
@@ -39,13 +39,13 @@ ConvGeometry conv_geometry(const OpContext& c, const Shape& in) {
 class ConvolutionDef final : public OpDef {
  public:
   // A fused residual sum (bakusoku deploy) reads a second bottom.
-  int min_inputs(const OpContext& c) const override { return c.node.param.fusion_param().residual_sum() ? 2 : 1; }
+  int min_inputs(const OpContext& c) const override { return c.node.deploy.fusion.residual_sum ? 2 : 1; }
   void check(const OpContext& c) const override { check_convolution(c); }
 
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     ConvGeometry g = conv_geometry(c, in[0]);
     out[0] = {g.n, g.oc, g.oh, g.ow};
-    if (c.node.param.fusion_param().residual_sum() && in[1] != out[0])
+    if (c.node.deploy.fusion.residual_sum && in[1] != out[0])
       c.fail("fused residual has shape {} but the output is {}", shape_str(in[1]), shape_str(out[0]));
   }
 
@@ -74,12 +74,12 @@ class ConvolutionKernel final : public Kernel {
   explicit ConvolutionKernel(const OpInit& init)
       : Kernel(init),
         p_(init.node.param.convolution_param()),
-        fusion_(init.node.param.fusion_param()),
-        choice_(init.node.param.kernel_choice()) {
+        fusion_(init.node.deploy.fusion),
+        choice_(init.node.deploy.kernel) {
     Int8Thresholds t = int8_thresholds(context());
     int8_threshold_ = t.in;
     int8_out_threshold_ = t.out;
-    fused_ = fusion_.residual_sum() || fusion_.relu();
+    fused_ = fusion_.any();
   }
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
@@ -92,7 +92,7 @@ class ConvolutionKernel final : public Kernel {
     if (int8_threshold_ > 0.f)
       return ConvKernels::preferred_int8_dst(
           eng, g_, p_.bias_term(), in.empty() ? memory::desc() : in[0], &fusion_,
-          int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
+          int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_out_threshold_));
     return ConvKernels::preferred_dst(eng, g_, p_.bias_term(), phase_ == proto::TRAIN);
   }
 
@@ -110,7 +110,7 @@ class ConvolutionKernel final : public Kernel {
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     k_.forward(s, c.in[0]->raw(), c.params[0]->f32(), p_.bias_term() ? c.params[1]->f32() : nullptr, c.out[0]->raw(),
-               fusion_.residual_sum() ? c.in[1]->f32() : nullptr);
+               fusion_.residual_sum ? c.in[1]->f32() : nullptr);
   }
 
   void backward(OpCall& c) override {
@@ -136,7 +136,7 @@ class ConvolutionKernel final : public Kernel {
   ConvGeometry g_;
   ConvKernels k_;
   Tensor wscratch_;
-  proto::FusionParameter fusion_;
+  FusedPostOps fusion_;
   bool fused_ = false;
   std::string choice_;
   float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;

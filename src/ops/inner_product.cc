@@ -8,13 +8,13 @@
 namespace bks {
 namespace {
 
-// Checks the layer's attributes: inner_product_param, fusion_param (set by bakusoku deploy,
-// inference only) and INT8 thresholds.
+// Checks the layer's attributes: inner_product_param, fused post-ops (set by bakusoku
+// deploy, inference only) and INT8 thresholds.
 void check_inner_product(const OpContext& c) {
   if (c.node.param.inner_product_param().num_output() == 0) c.fail("inner_product_param.num_output must be positive");
-  const proto::FusionParameter& f = c.node.param.fusion_param();
-  if (f.residual_sum()) c.fail("fusion_param.residual_sum is supported on Convolution only");
-  if (f.relu() && c.phase == proto::TRAIN) c.fail("fusion_param is for inference graphs (bakusoku deploy), not TRAIN");
+  const FusedPostOps& f = c.node.deploy.fusion;
+  if (f.residual_sum) c.fail("a fused residual sum is supported on Convolution only");
+  if (f.relu && c.phase == proto::TRAIN) c.fail("fused post-ops are for inference graphs (bakusoku deploy), not TRAIN");
   int8_thresholds(c);
 }
 
@@ -64,7 +64,7 @@ class InnerProductDef final : public OpDef {
 class InnerProductKernel final : public Kernel {
  public:
   explicit InnerProductKernel(const OpInit& init)
-      : Kernel(init), p_(init.node.param.inner_product_param()), fusion_(init.node.param.fusion_param()) {
+      : Kernel(init), p_(init.node.param.inner_product_param()), fusion_(init.node.deploy.fusion) {
     Int8Thresholds t = int8_thresholds(context());
     int8_threshold_ = t.in;
     int8_out_threshold_ = t.out;
@@ -86,7 +86,7 @@ class InnerProductKernel final : public Kernel {
     return int8_threshold_ > 0.f ? LayoutRule::any_in_any_out : LayoutRule::plain_only;
   }
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>&) override {
-    auto t = int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_);
+    auto t = int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_out_threshold_);
     return t == memory::data_type::f32 ? memory::desc() : plain_md(out_shape_, t);
   }
 
@@ -95,22 +95,14 @@ class InnerProductKernel final : public Kernel {
     const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
     int8_.reset();
     if (int8_threshold_ > 0.f) {
-      Int8MatMulSpec spec{m_,
-                          n_,
-                          k_,
-                          t,
-                          p_.bias_term(),
-                          fusion_.relu(),
-                          fusion_.relu_negative_slope(),
-                          int8_threshold_,
-                          int8_out_threshold_};
+      Int8MatMulSpec spec{
+          m_, n_, k_, t, p_.bias_term(), fusion_.relu, fusion_.relu_slope, int8_threshold_, int8_out_threshold_};
       memory::desc src = in_layout_.empty() || in_layout_[0].data.ndims == 0 ? plain_md(in[0]) : in_layout_[0];
       int8_ = std::make_unique<Int8MatMul>(
-          eng, spec, src,
-          int8_output_type(fusion_.relu() && fusion_.relu_negative_slope() == 0.f, int8_out_threshold_));
+          eng, spec, src, int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_out_threshold_));
       return;
     }
-    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu(), fusion_.relu_negative_slope(),
+    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu, fusion_.relu_slope,
                  constant_params_ && phase_ != proto::TRAIN, bf16_ && phase_ != proto::TRAIN);
     if (phase_ != proto::TRAIN) return;
     if (t)
@@ -159,7 +151,7 @@ class InnerProductKernel final : public Kernel {
 
   proto::InnerProductParameter p_;
   MatMul fwd_, dw_, dx_;
-  proto::FusionParameter fusion_;
+  FusedPostOps fusion_;
   float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
   std::unique_ptr<Int8MatMul> int8_;
   int64_t m_ = 0, n_ = 0, k_ = 0;

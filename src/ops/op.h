@@ -81,7 +81,7 @@ class Kernel {
   virtual int64_t dataset_size() const { return 0; }
   // Which implementation runs (logged with --verbose; never a silent slow path).
   virtual std::string kernel_name() const { return "reference"; }
-  // What autotuning chose, to be saved as the layer's kernel_choice ("" when nothing was).
+  // What autotuning chose, saved as the node's deploy.kernel ("" when nothing was).
   virtual std::string tuning_decision() const { return ""; }
 
   const std::string& name() const { return name_; }

@@ -56,28 +56,20 @@ std::vector<PassReport> run_deploy_passes(
   return reports;
 }
 
-proto::NetParameter to_net_parameter(const DeployModel& m) {
-  proto::NetParameter net;
-  net.set_name(m.graph.name);
-  for (const Node& node : m.graph.nodes) {
-    proto::LayerParameter* l = net.add_layer();
-    *l = node.param;
-    l->set_name(node.name);
-    l->set_type(node.type);
-    l->clear_bottom();
-    l->clear_top();
-    for (int v : node.inputs) l->add_bottom(m.graph.values[v].name);
-    for (int v : node.outputs) l->add_top(m.graph.values[v].name);
-    // Training-only fields; blobs travel separately, unshared.
-    l->clear_include();
-    l->clear_exclude();
-    l->clear_param();
-    l->clear_blobs();
-    l->clear_loss_weight();
-    l->clear_propagate_down();
-    l->clear_phase();
+Graph bundle_graph(const DeployModel& m) {
+  Graph g = m.graph;
+  for (Node& node : g.nodes) {
+    // Blobs travel by layer name, unshared; the rest is training's.
+    node.params.clear();
+    node.param.clear_param();
+    node.param.clear_blobs();
+    node.param.clear_include();
+    node.param.clear_exclude();
+    node.param.clear_phase();
+    node.loss_weight.clear();
+    node.propagate_down.assign(node.inputs.size(), true);
   }
-  return net;
+  return g;
 }
 
 std::map<std::string, Tensor> weights_by_layer(const DeployModel& m) {
@@ -96,11 +88,8 @@ std::string describe_graph(const DeployModel& m) {
     for (int v : node.outputs)
       out += (out.empty() ? "" : ", ") + m.graph.values[v].name + " " + shape_str(m.graph.values[v].shape);
     std::string fused;
-    if (node.param.has_fusion_param()) {
-      const auto& f = node.param.fusion_param();
-      if (f.residual_sum()) fused += " +sum";
-      if (f.relu()) fused += " +relu";
-    }
+    if (node.deploy.fusion.residual_sum) fused += " +sum";
+    if (node.deploy.fusion.relu) fused += " +relu";
     s += fmt::format("  {:<18} {:<20} {} -> {}{}\n", node.type, node.name, in.empty() ? "()" : in, out, fused);
   }
   return s;

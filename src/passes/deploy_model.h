@@ -61,9 +61,10 @@ PassReport fuse_relu(DeployModel& m);
 std::vector<PassReport> run_deploy_passes(
     DeployModel& m, const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
 
-// The model as a Caffe NetParameter (blobs not included; layer names and tops as in the
-// graph) and its blobs named "<layer>.<index>", as weights files name them.
-proto::NetParameter to_net_parameter(const DeployModel& m);
+// The model's graph as a bundle keeps it (no parameter sharing or training fields: its
+// blobs are named "<layer>.<index>", as weights_by_layer gives them, and weights files
+// name them).
+Graph bundle_graph(const DeployModel& m);
 std::map<std::string, Tensor> weights_by_layer(const DeployModel& m);
 // One line per node: type, name, bottoms -> tops with shapes, fused post-ops.
 std::string describe_graph(const DeployModel& m);

@@ -15,7 +15,7 @@ namespace {
 bool foldable_producer(const DeployModel& m, int p) {
   const Node& n = m.graph.nodes[p];
   const OpTraits t = op_traits(n);
-  if (!t.weighted_linear || n.param.has_fusion_param()) return false;
+  if (!t.weighted_linear || n.deploy.fusion.any()) return false;
   // An inner product's channels are its last axis; folding needs them on axis 1 of a 2-d output.
   return t.convolution || m.graph.values[n.outputs[0]].shape.size() == 2;
 }

@@ -34,7 +34,7 @@ bool scalar_affine(const Graph& g, int n, float& scale, float& shift) {
 bool can_absorb(DeployModel& m, int r, int y, float shift) {
   const Node& n = m.graph.nodes[r];
   if (n.inputs.empty() || n.inputs[0] != y || std::count(n.inputs.begin(), n.inputs.end(), y) != 1) return false;
-  if (!op_traits(n).weighted_linear || n.param.has_fusion_param()) return false;
+  if (!op_traits(n).weighted_linear || n.deploy.fusion.any()) return false;
   return !weights_shared(m, r) && (shift == 0.f || !op_def(m.graph, r).pads_input(n));
 }
 

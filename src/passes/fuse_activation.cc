@@ -1,5 +1,5 @@
 // Passes: fold a residual Eltwise SUM and a ReLU into the Convolution / InnerProduct
-// before them, as oneDNN post-ops (FusionParameter in the layer's parameters).
+// before them, as oneDNN post-ops (the node's deploy.fusion).
 #include <fmt/format.h>
 
 #include "graph/graph_edit.h"
@@ -32,12 +32,12 @@ PassReport fuse_residual(DeployModel& m) {
     // Prefer the branch computed last: the other one is then ready when it runs.
     for (int side : {1, 0}) {
       int p = fusable_producer(m, n, side, true);
-      if (p < 0 || g.nodes[p].param.has_fusion_param()) continue;
+      if (p < 0 || g.nodes[p].deploy.fusion.any()) continue;
       int other = node.inputs[1 - side];
       if (g.values[other].producer >= p) continue;  // not computed before the convolution
       if (g.values[other].shape != g.values[node.outputs[0]].shape) continue;
       g.nodes[p].inputs.push_back(other);
-      g.nodes[p].param.mutable_fusion_param()->set_residual_sum(true);
+      g.nodes[p].deploy.fusion.residual_sum = true;
       r.changes.push_back(fmt::format("{} SUM '{}' into {} '{}' (+ '{}')", node.type, node.name, g.nodes[p].type,
                                       g.nodes[p].name, g.values[other].name));
       absorb_into(g, p, n, dead);
@@ -56,10 +56,10 @@ PassReport fuse_relu(DeployModel& m) {
     Node& node = g.nodes[n];
     if (!op_traits(node).fusable_activation) continue;
     int p = fusable_producer(m, n, 0, false);
-    if (p < 0 || g.nodes[p].param.fusion_param().relu()) continue;
-    auto* f = g.nodes[p].param.mutable_fusion_param();
-    f->set_relu(true);
-    f->set_relu_negative_slope(op_def(g, n).activation_slope(node));
+    if (p < 0 || g.nodes[p].deploy.fusion.relu) continue;
+    FusedPostOps& f = g.nodes[p].deploy.fusion;
+    f.relu = true;
+    f.relu_slope = op_def(g, n).activation_slope(node);
     r.changes.push_back(fmt::format("{} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
     absorb_into(g, p, n, dead);
   }

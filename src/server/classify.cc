@@ -45,12 +45,12 @@ std::shared_ptr<Classifier::Entry> Classifier::session(const ClassifyInput& in, 
     DeployModel m = load_deploy_model(o);
     strip_training(m);
     Bundle b;
-    b.net = to_net_parameter(m);
-    set_input_batch(b.net, batch);
+    b.graph = bundle_graph(m);
+    set_input_batch(b.graph, batch);
     b.weights = weights_by_layer(m);
     NetOptions opt;
     opt.reuse_buffers = false;
-    e->plain = build_bundle_net(b, b.net, in.weights_file, 1, opt);
+    e->plain = build_bundle_net(b, b.graph, in.weights_file, 1, opt);
   } else {
     e->session = std::make_unique<InferenceSession>(deploy(o).bundle, in.weights_file, 1);
   }

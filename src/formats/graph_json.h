@@ -1,0 +1,21 @@
+// The graph IR as JSON: how bundles store an optimised inference graph. Values are listed
+// by name and nodes refer to them by index; each node carries its type, attributes and
+// what deploy decided for it (fused post-ops, chosen kernel, INT8 thresholds). Shapes and
+// parameter bindings are not stored: loading infers them again.
+//
+// Attributes are still Caffe's sub-messages (the layer in text format) until every op has
+// typed attributes; the key says so ("caffe_attrs"), so a later form can sit beside it.
+#pragma once
+
+#include <string>
+
+#include "graph/graph.h"
+
+namespace bks {
+
+std::string graph_to_json(const Graph& g);
+// InputError naming `source` when the text is not such a graph (bad JSON, missing or
+// mistyped fields, indices out of range, a value read before it is written).
+Graph graph_from_json(const std::string& text, const std::string& source);
+
+}  // namespace bks
