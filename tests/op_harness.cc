@@ -4,21 +4,44 @@
 
 #include <cmath>
 
+#include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "runtime/filler.h"
 
 namespace bks::test {
 
+namespace {
+
+// The CPU kernel registered for init.node's type under `name`, built for it.
+std::unique_ptr<Kernel> create_named(const OpInit& init, const std::string& name) {
+  std::string names;
+  for (const KernelRegistry::Entry* e : KernelRegistry::get().entries(init.node.type)) {
+    if (e->device != DeviceKind::cpu) continue;
+    if (e->name != name) {
+      names += (names.empty() ? "" : ", ") + e->name;
+      continue;
+    }
+    if (e->supports && !e->supports(init))
+      throw InputError("test: the '" + name + "' kernel of " + init.node.type + " does not support this layer");
+    return e->make(init);
+  }
+  throw InputError("test: op type '" + init.node.type + "' has no CPU kernel named '" + name +
+                   "' (it has: " + (names.empty() ? "none" : names) + ")");
+}
+
+}  // namespace
+
 OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase, int num_outputs,
-                     const std::function<void(Kernel&)>& before_prepare) {
-  node_ = std::make_unique<Node>();
-  parse_prototxt_string(layer, "test layer", node_->param);
-  node_->name = node_->param.name().empty() ? "op" : node_->param.name();
-  node_->type = node_->param.type();
+                     const std::function<void(Kernel&)>& before_prepare, const std::string& kernel) {
+  proto::LayerParameter lp;
+  parse_prototxt_string(layer, "test layer", lp);
+  // Through the Caffe front end, as a net's layers are.
+  node_ = std::make_unique<Node>(caffe_layer_node(lp, "test layer"));
+  if (node_->name.empty()) node_->name = "op";
   for (size_t i = 0; i < in_shapes.size(); ++i) node_->inputs.push_back(static_cast<int>(i));
   for (int j = 0; j < num_outputs; ++j) node_->outputs.push_back(static_cast<int>(in_shapes.size()) + j);
   backend_ = std::make_unique<CpuBackend>(2);
-  OpInit init{*node_, "test:" + node_->name, phase, 42, *backend_};
+  OpInit init{*node_, "test:" + node_->name, phase, kHarnessSeed, *backend_};
   OpContext ctx{*node_, init.where, phase};
   std::vector<Shape> out_shapes(num_outputs);
   const OpDef* def = OpDefRegistry::get().find(node_->type);
@@ -27,14 +50,14 @@ OpHarness::OpHarness(const std::string& layer, const std::vector<Shape>& in_shap
   def->infer(ctx, in_shapes, out_shapes);
   std::vector<ParamDecl> decls = def->params(ctx, in_shapes);
   facts_ = def->facts(ctx, in_shapes);
-  op_ = KernelRegistry::get().create(init);
+  op_ = kernel.empty() ? KernelRegistry::get().create(init) : create_named(init, kernel);
   op_->reshape(in_shapes, out_shapes);
   Rng rng(3);
   for (auto& d : decls) {
     Tensor p(d.shape);
-    proto::FillerParameter f;
-    f.set_type("gaussian");
-    f.set_std(0.5f);
+    FillerSpec f;
+    f.type = "gaussian";
+    f.std = 0.5f;
     fill_tensor(p, f, rng, "test");
     params.push_back(p);
     param_grad.emplace_back(d.learnable ? Tensor(d.shape) : Tensor());
@@ -91,13 +114,14 @@ void OpHarness::check_gradients(float step, float tol, std::vector<int> inputs) 
   for (auto& g : param_grad) analytic_p.push_back(g.defined() ? g.clone() : Tensor());
   auto check = [&](Tensor& x, const Tensor& analytic, const std::string& what) {
     for (int64_t i = 0; i < x.numel(); ++i) {
-      float orig = x.f32()[i];
-      x.f32()[i] = orig + step;
+      float orig = x.f32()[i], up = orig + step, down = orig - step;
+      x.f32()[i] = up;
       double lp = objective();
-      x.f32()[i] = orig - step;
+      x.f32()[i] = down;
       double lm = objective();
       x.f32()[i] = orig;
-      double numeric = (lp - lm) / (2.0 * step);
+      // Divided by the float step actually taken (orig +- step rounds).
+      double numeric = (lp - lm) / (static_cast<double>(up) - down);
       double a = analytic.f32()[i];
       double scale = std::max({std::fabs(a), std::fabs(numeric), 1.0});
       ASSERT_NEAR(a, numeric, tol * scale) << what << " element " << i << " of " << shape_str(x.shape());
@@ -112,8 +136,8 @@ void OpHarness::check_gradients(float step, float tol, std::vector<int> inputs) 
 void expect_close(const Tensor& a, const Tensor& b, float tol, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
   for (int64_t i = 0; i < a.numel(); ++i) {
-    float x = a.f32()[i], y = b.f32()[i];
-    ASSERT_NEAR(x, y, tol * std::max({1.f, std::fabs(x), std::fabs(y)})) << what << " element " << i;
+    double x = a.f32()[i], y = b.f32()[i];
+    ASSERT_NEAR(x, y, tol * std::max({1.0, std::fabs(x), std::fabs(y)})) << what << " element " << i;
   }
 }
 

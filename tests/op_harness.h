@@ -11,12 +11,21 @@
 
 namespace bks::test {
 
+// The run seed kernels see (OpInit::seed): ops that draw random numbers (Dropout) derive
+// their streams from it.
+constexpr uint64_t kHarnessSeed = 42;
+
 class OpHarness {
  public:
   // `layer` is a LayerParameter in text format (without the enclosing "layer { }").
   // `before_prepare` may set layouts (Op::set_layouts) before kernels are built.
+  // `kernel` names a CPU kernel registry entry ("reference", "oneDNN", "loops") to run
+  // instead of the preferred one; InputError when the type has none by that name or it
+  // does not support the layer. Parameters, inputs and output gradients do not depend on
+  // the kernel: harnesses built from the same arguments start from the same values.
   OpHarness(const std::string& layer, const std::vector<Shape>& in_shapes, Phase phase = proto::TRAIN,
-            int num_outputs = 1, const std::function<void(Kernel&)>& before_prepare = {});
+            int num_outputs = 1, const std::function<void(Kernel&)>& before_prepare = {},
+            const std::string& kernel = "");
   ~OpHarness();
 
   void forward();
@@ -26,6 +35,7 @@ class OpHarness {
   void randomize_inputs(float lo = -1.f, float hi = 1.f, uint64_t seed = 7);
   // Compares analytic and numeric gradients of L = sum(out_grad .* out) w.r.t. the inputs in
   // `inputs` (all that can propagate when empty; {-1} for none) and all learnable params.
+  // L, the central differences and the comparison are computed in double.
   void check_gradients(float step = 1e-3f, float tol = 1e-2f, std::vector<int> inputs = {});
 
   Kernel& op() { return *op_; }

@@ -20,6 +20,7 @@
 #include "formats/prototxt.h"
 #include "formats/weights.h"
 #include "graph/graph_edit.h"
+#include "ops/conv_attrs.h"
 
 namespace bks::test {
 namespace {
@@ -147,7 +148,7 @@ TEST(DeployPasses, FoldBatchNormAndScaleThenFuseRelu) {
   DeployModel m = load_deploy_model(o);
   run_deploy_passes(m);
   EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution"}));
-  EXPECT_TRUE(node(m, "conv1").param.convolution_param().bias_term());
+  EXPECT_TRUE(node(m, "conv1").attrs.as<ConvAttrs>().bias_term);
   EXPECT_TRUE(node(m, "conv1").deploy.fusion.relu);
   EXPECT_FALSE(node(m, "conv2").deploy.fusion.any());
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
@@ -211,7 +212,7 @@ layer { name: 'd' type: 'InnerProduct' bottom: 'c2' top: 'd' inner_product_param
   EXPECT_EQ(types(m),
             (std::vector<std::string>{"Input", "Power", "Convolution", "Convolution", "Convolution", "InnerProduct"}));
   EXPECT_EQ(m.graph.nodes[1].name, "norm");
-  EXPECT_TRUE(node(m, "c").param.convolution_param().bias_term());
+  EXPECT_TRUE(node(m, "c").attrs.as<ConvAttrs>().bias_term);
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 

@@ -50,10 +50,10 @@ int64_t shape_count(const Shape& s, int begin, int end) {
 
 std::string shape_str(const Shape& s) { return fmt::format("({})", fmt::join(s, ",")); }
 
-int canonical_axis(int axis, int ndim, const char* what) {
-  int a = axis < 0 ? axis + ndim : axis;
+int canonical_axis(int64_t axis, int ndim, const char* what) {
+  int64_t a = axis < 0 ? axis + ndim : axis;
   if (a < 0 || a >= ndim) input_error("{} {} is out of range for a {}-d blob", what, axis, ndim);
-  return a;
+  return static_cast<int>(a);
 }
 
 Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {

@@ -34,7 +34,7 @@ std::string shape_str(const Shape& s);
 // Product of dims [begin, end).
 int64_t shape_count(const Shape& s, int begin, int end);
 // Caffe's axis convention: negative counts from the end. Throws InputError when out of range.
-int canonical_axis(int axis, int ndim, const char* what);
+int canonical_axis(int64_t axis, int ndim, const char* what);
 
 class Storage {
  public:

@@ -1,37 +1,38 @@
 #include "data/transform.h"
 
+#include "caffe.pb.h"
 #include "core/file_io.h"
 
 namespace bks {
 
-Transform::Transform(const proto::TransformationParameter& p, const Shape& s, bool train, const std::string& where)
-    : train_(train) {
+Transform::Transform(const TransformOptions& o, const Shape& s, bool train, const std::string& where) : train_(train) {
   if (s.size() != 3) input_error("{}: transform_param needs (C,H,W) samples, got {}", where, shape_str(s));
   c_ = s[0];
   h_ = s[1];
   w_ = s[2];
-  scale_ = p.scale();
-  mirror_ = p.mirror();
-  int64_t crop = p.crop_size();
+  scale_ = o.scale;
+  mirror_ = o.mirror;
+  int64_t crop = o.crop_size;
   if (crop > 0 && (crop > h_ || crop > w_))
     input_error("{}: transform_param.crop_size {} exceeds the {}x{} samples", where, crop, h_, w_);
   oh_ = crop > 0 ? crop : h_;
   ow_ = crop > 0 ? crop : w_;
-  if (p.has_mean_file() && p.mean_value_size() > 0)
+  if (!o.mean_file.empty() && !o.mean_value.empty())
     input_error("{}: transform_param takes mean_file or mean_value, not both", where);
-  if (p.has_mean_file()) {
+  int64_t means = static_cast<int64_t>(o.mean_value.size());
+  if (!o.mean_file.empty()) {
     proto::BlobProto blob;
-    read_binary_proto(p.mean_file(), blob);
+    read_binary_proto(o.mean_file, blob);
     int64_t n = blob.data_size();
     if (n != c_ * h_ * w_)
-      input_error("{}: mean_file {} holds {} values but samples have {} ({}x{}x{})", where, p.mean_file(), n,
+      input_error("{}: mean_file {} holds {} values but samples have {} ({}x{}x{})", where, o.mean_file, n,
                   c_ * h_ * w_, c_, h_, w_);
     mean_.assign(blob.data().begin(), blob.data().end());
     mean_per_pixel_ = true;
-  } else if (p.mean_value_size() > 0) {
-    if (p.mean_value_size() != 1 && p.mean_value_size() != c_)
-      input_error("{}: {} mean_value entries for {} channels (give 1 or {})", where, p.mean_value_size(), c_, c_);
-    for (int64_t k = 0; k < c_; ++k) mean_.push_back(p.mean_value(p.mean_value_size() == 1 ? 0 : static_cast<int>(k)));
+  } else if (means > 0) {
+    if (means != 1 && means != c_)
+      input_error("{}: {} mean_value entries for {} channels (give 1 or {})", where, means, c_, c_);
+    for (int64_t k = 0; k < c_; ++k) mean_.push_back(o.mean_value[means == 1 ? 0 : k]);
   }
 }
 

@@ -5,16 +5,24 @@
 #include <string>
 #include <vector>
 
-#include "caffe.pb.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
 namespace bks {
 
+// What a transform does (the fields of Caffe's TransformationParameter, with its defaults).
+struct TransformOptions {
+  float scale = 1.f;
+  bool mirror = false;
+  int64_t crop_size = 0;          // 0: no crop
+  std::string mean_file;          // a BlobProto of (C, H, W) means; empty: none
+  std::vector<float> mean_value;  // one per channel, or one for all
+};
+
 class Transform {
  public:
   // `sample_shape` is (C, H, W) of the stored samples. Reads mean_file now.
-  Transform(const proto::TransformationParameter& p, const Shape& sample_shape, bool train, const std::string& where);
+  Transform(const TransformOptions& o, const Shape& sample_shape, bool train, const std::string& where);
   // Shape of one transformed sample.
   Shape output_shape() const { return {c_, oh_, ow_}; }
   // Transforms one sample (uint8 or float source) into `dst`. `rng` decides crop and mirror.

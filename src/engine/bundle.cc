@@ -15,9 +15,7 @@ constexpr const char* kFormatKey = "bakusoku_bundle_version";
 
 void set_input_batch(Graph& g, int64_t batch) {
   for (Node& n : g.nodes)
-    if (op_traits(n).external_input)
-      for (auto& s : *n.param.mutable_input_param()->mutable_shape())
-        if (s.dim_size() > 0) s.set_dim(0, batch);
+    if (op_traits(n).external_input) set_external_input_batch(n, batch);
 }
 
 void save_bundle(const std::string& path, const Bundle& b) {

@@ -32,13 +32,10 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
       input_error("{}: input_shape/input_dim given without 'input' names", net.source);
     return;
   }
-  Node n;
-  n.name = "input";
-  n.type = "Input";
-  n.where = net.source;
-  n.param.set_name(n.name);
-  n.param.set_type(n.type);
-  auto* ip = n.param.mutable_input_param();
+  proto::LayerParameter lp;
+  lp.set_name("input");
+  lp.set_type("Input");
+  auto* ip = lp.mutable_input_param();
   if (p.input_shape_size() > 0) {
     if (p.input_shape_size() != p.input_size())
       input_error("{}: {} 'input' names but {} 'input_shape' entries", net.source, p.input_size(),
@@ -53,9 +50,10 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
       for (int k = 0; k < 4; ++k) s->add_dim(p.input_dim(4 * i + k));
     }
   }
+  for (auto& name : p.input()) lp.add_top(name);
+  Node n = caffe_layer_node(lp, net.source);
   int id = static_cast<int>(g.nodes.size());
   for (auto& name : p.input()) {
-    n.param.add_top(name);
     int v = g.add_value(name);
     g.values[v].producer = id;
     n.outputs.push_back(v);
@@ -112,9 +110,28 @@ Node caffe_layer_node(const proto::LayerParameter& lp, const std::string& where)
   n.name = lp.name();
   n.type = lp.type();
   n.where = where;
-  n.param = lp;
   n.loss_weight.assign(lp.loss_weight().begin(), lp.loss_weight().end());
+  for (const auto& s : lp.param()) n.param_specs.push_back(ParamSpec{s.name(), s.lr_mult(), s.decay_mult()});
+  n.attrs = attrs_from_caffe(lp, fmt::format("{}: layer '{}' ({})", where, n.name, n.type));
   return n;
+}
+
+proto::LayerParameter caffe_layer(const Graph& g, int node) {
+  const Node& n = g.nodes.at(node);
+  proto::LayerParameter l;
+  if (const AttrsKind* kind = find_attrs(n.type); kind && n.attrs) kind->to_caffe(*n.attrs.get(), l);
+  l.set_name(n.name);
+  l.set_type(n.type);
+  for (int v : n.inputs) l.add_bottom(g.values[v].name);
+  for (int v : n.outputs) l.add_top(g.values[v].name);
+  for (float w : n.loss_weight) l.add_loss_weight(w);
+  for (const ParamSpec& s : n.param_specs) {
+    proto::ParamSpec* p = l.add_param();
+    if (!s.share_name.empty()) p->set_name(s.share_name);
+    if (s.lr_mult != 1.f) p->set_lr_mult(s.lr_mult);
+    if (s.decay_mult != 1.f) p->set_decay_mult(s.decay_mult);
+  }
+  return l;
 }
 
 Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {

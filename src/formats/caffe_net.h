@@ -21,6 +21,10 @@ NetLoad load_net_file(const std::string& path);
 // One layer as a node (name, type, attributes, loss weights), not yet wired to values.
 Node caffe_layer_node(const proto::LayerParameter& layer, const std::string& where);
 
+// The Caffe writer: node `node` of g as a layer (its attributes, bottoms, tops, loss weights
+// and param specs), so a graph can be shown or saved as users know it.
+proto::LayerParameter caffe_layer(const Graph& g, int node);
+
 // Builds the graph of the layers that Caffe would instantiate in `state`.
 Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state);
 

@@ -1,11 +1,10 @@
 #include "formats/graph_json.h"
 
-#include <google/protobuf/text_format.h>
-
 #include <nlohmann/json.hpp>
 
+#include <functional>
+
 #include "core/error.h"
-#include "formats/prototxt.h"
 
 namespace bks {
 
@@ -23,22 +22,101 @@ json deploy_to_json(const NodeDeploy& d) {
   return j;
 }
 
-// The layer's own fields, without what the IR holds itself.
-std::string caffe_attrs(const Node& n) {
-  proto::LayerParameter l = n.param;
-  l.clear_name();
-  l.clear_type();
-  l.clear_bottom();
-  l.clear_top();
-  l.clear_loss_weight();
-  l.clear_propagate_down();
-  l.clear_include();
-  l.clear_exclude();
-  l.clear_blobs();
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(l, &text);
-  return text;
-}
+// Attributes as a JSON object, field by field.
+class JsonWriter final : public AttrVisitor {
+ public:
+  json out = json::object();
+  void field(const char* n, bool& v) override { out[n] = v; }
+  void field(const char* n, int64_t& v) override { out[n] = v; }
+  void field(const char* n, float& v) override { out[n] = v; }
+  void field(const char* n, std::string& v) override { out[n] = v; }
+  void field(const char* n, std::vector<int64_t>& v) override { out[n] = v; }
+  void field(const char* n, std::vector<float>& v) override { out[n] = v; }
+  void field(const char* n, std::vector<std::string>& v) override { out[n] = v; }
+  void field(const char* n, AttrStruct& v) override {
+    JsonWriter w;
+    visit_const(v, w);
+    out[n] = std::move(w.out);
+  }
+  void field(const char* n, int& v, std::span<const char* const> names) override {
+    out[n] = v >= 0 && v < static_cast<int>(names.size()) ? json(names[v]) : json(v);
+  }
+};
+
+// Reads the fields a JSON object has (others keep their defaults); a field of the wrong
+// type or an unknown enumeration name is an error naming it.
+class JsonReader final : public AttrVisitor {
+ public:
+  JsonReader(const json& in, std::function<void(const std::string&)> fail) : in_(in), fail_(std::move(fail)) {}
+  void field(const char* n, bool& v) override {
+    if (const json* j = find(n, json::value_t::boolean, "true or false")) v = j->get<bool>();
+  }
+  void field(const char* n, int64_t& v) override {
+    if (const json* j = find(n, json::value_t::number_integer, "an integer")) v = j->get<int64_t>();
+  }
+  void field(const char* n, float& v) override {
+    if (const json* j = find(n, json::value_t::number_float, "a number")) v = j->get<float>();
+  }
+  void field(const char* n, std::string& v) override {
+    if (const json* j = find(n, json::value_t::string, "a string")) v = j->get<std::string>();
+  }
+  void field(const char* n, std::vector<int64_t>& v) override {
+    if (const json* j = find(n, json::value_t::array, "a list")) {
+      v.clear();
+      for (const json& e : *j) {
+        if (!e.is_number_integer()) fail_(fmt::format("attribute '{}' holds a non-integer", n));
+        v.push_back(e.get<int64_t>());
+      }
+    }
+  }
+  void field(const char* n, std::vector<float>& v) override {
+    if (const json* j = find(n, json::value_t::array, "a list")) {
+      v.clear();
+      for (const json& e : *j) {
+        if (!e.is_number()) fail_(fmt::format("attribute '{}' holds a non-number", n));
+        v.push_back(e.get<float>());
+      }
+    }
+  }
+  void field(const char* n, std::vector<std::string>& v) override {
+    if (const json* j = find(n, json::value_t::array, "a list")) {
+      v.clear();
+      for (const json& e : *j) {
+        if (!e.is_string()) fail_(fmt::format("attribute '{}' holds a non-string", n));
+        v.push_back(e.get<std::string>());
+      }
+    }
+  }
+  void field(const char* n, AttrStruct& v) override {
+    if (const json* j = find(n, json::value_t::object, "an object")) {
+      JsonReader r(*j, fail_);
+      v.visit(r);
+    }
+  }
+  void field(const char* n, int& v, std::span<const char* const> names) override {
+    if (const json* j = find(n, json::value_t::string, "a name")) {
+      std::string s = j->get<std::string>();
+      for (size_t i = 0; i < names.size(); ++i)
+        if (s == names[i]) {
+          v = static_cast<int>(i);
+          return;
+        }
+      fail_(fmt::format("attribute '{}': '{}' is not one of its values", n, s));
+    }
+  }
+
+ private:
+  const json* find(const char* n, json::value_t type, const char* what) {
+    auto it = in_.find(n);
+    if (it == in_.end()) return nullptr;
+    bool ok = it->type() == type || (type == json::value_t::number_float && it->is_number()) ||
+              (type == json::value_t::number_integer && it->is_number_integer());
+    if (!ok) fail_(fmt::format("attribute '{}' is not {}", n, what));
+    return &*it;
+  }
+  const json& in_;
+  std::function<void(const std::string&)> fail_;
+};
 
 // Reading with every structural error named.
 struct Reader {
@@ -105,7 +183,17 @@ std::string graph_to_json(const Graph& g) {
     if (!n.loss_weight.empty()) o["loss_weight"] = n.loss_weight;
     json d = deploy_to_json(n.deploy);
     if (!d.empty()) o["deploy"] = d;
-    o["caffe_attrs"] = caffe_attrs(n);
+    if (n.attrs) {
+      JsonWriter w;
+      visit_const(*n.attrs.get(), w);
+      o["attrs"] = std::move(w.out);
+    }
+    if (!n.param_specs.empty()) {
+      json specs = json::array();
+      for (const ParamSpec& s : n.param_specs)
+        specs.push_back({{"share_name", s.share_name}, {"lr_mult", s.lr_mult}, {"decay_mult", s.decay_mult}});
+      o["param_specs"] = specs;
+    }
     nodes.push_back(std::move(o));
   }
   return json{{"name", g.name}, {"values", values}, {"nodes", nodes}}.dump();
@@ -144,10 +232,26 @@ Graph graph_from_json(const std::string& text, const std::string& source) {
       }
     }
     if (o.contains("deploy")) n.deploy = deploy_from_json(r, o["deploy"], what);
-    parse_prototxt_string(r.member(o, "caffe_attrs", json::value_t::string, what).get<std::string>(),
-                          source + " (" + what + ")", n.param);
-    n.param.set_name(n.name);
-    n.param.set_type(n.type);
+    if (o.contains("attrs")) {
+      const AttrsKind* kind = find_attrs(n.type);
+      if (!kind) r.fail("{}: op type '{}' has no attributes here", what, n.type);
+      n.attrs = Attrs(kind->make());
+      JsonReader reader(r.member(o, "attrs", json::value_t::object, what),
+                        [&](const std::string& m) { r.fail("{}: {}", what, m); });
+      n.attrs.get()->visit(reader);
+    } else {
+      n.attrs = default_attrs(n.type);
+    }
+    if (o.contains("param_specs")) {
+      for (const json& s : r.member(o, "param_specs", json::value_t::array, what)) {
+        if (!s.is_object()) r.fail("{}: a param spec is not an object", what);
+        ParamSpec p;
+        if (s.contains("share_name") && s["share_name"].is_string()) p.share_name = s["share_name"].get<std::string>();
+        p.lr_mult = r.number(s, "lr_mult", what);
+        p.decay_mult = r.number(s, "decay_mult", what);
+        n.param_specs.push_back(p);
+      }
+    }
     n.propagate_down.assign(n.inputs.size(), true);
     g.nodes.push_back(std::move(n));
   }

@@ -1,10 +1,8 @@
 // The graph IR as JSON: how bundles store an optimised inference graph. Values are listed
 // by name and nodes refer to them by index; each node carries its type, attributes and
-// what deploy decided for it (fused post-ops, chosen kernel, INT8 thresholds). Shapes and
-// parameter bindings are not stored: loading infers them again.
-//
-// Attributes are still Caffe's sub-messages (the layer in text format) until every op has
-// typed attributes; the key says so ("caffe_attrs"), so a later form can sit beside it.
+// what deploy decided for it (fused post-ops, chosen kernel, INT8 thresholds). Attributes
+// are written field by field through their visitor (graph/attrs.h); a field left out reads
+// as its default. Shapes and parameter bindings are not stored: loading infers them again.
 #pragma once
 
 #include <string>

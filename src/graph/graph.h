@@ -12,6 +12,7 @@
 
 #include "caffe.pb.h"
 #include "core/tensor.h"
+#include "graph/attrs.h"
 
 namespace bks {
 
@@ -24,7 +25,15 @@ struct Value {
   std::vector<int> consumers;
 };
 
-// One learnable blob of a node, as Caffe's ParamSpec describes it.
+// How a node's parameter blob i learns, as given (Caffe's ParamSpec): nodes naming the same
+// share_name share one blob.
+struct ParamSpec {
+  std::string share_name;
+  float lr_mult = 1.f;
+  float decay_mult = 1.f;
+};
+
+// One learnable blob of a node, bound to the parameter store.
 struct ParamRef {
   std::string key;         // name in the parameter store and in weight files: "<layer>.<index>"
   std::string share_name;  // ParamSpec.name: nodes naming the same share one blob
@@ -60,13 +69,14 @@ struct Node {
   std::string name;
   std::string type;
   std::string where;  // "file:line" of the layer's definition, for error messages
-  proto::LayerParameter param;
+  Attrs attrs;        // the op's typed attributes (graph/attrs.h); empty for ops without any
   std::vector<int> inputs;
   std::vector<int> outputs;
   // One per output when given (empty: the op's default for output 0, 0 for the others).
   std::vector<float> loss_weight;
-  std::vector<bool> propagate_down;  // one per input
-  std::vector<ParamRef> params;      // filled when the op declares its blobs
+  std::vector<bool> propagate_down;    // one per input
+  std::vector<ParamSpec> param_specs;  // per parameter blob, as given (may be fewer)
+  std::vector<ParamRef> params;        // filled when the op declares its blobs
   NodeDeploy deploy;
 };
 

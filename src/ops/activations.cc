@@ -1,4 +1,5 @@
 // Elementwise activations and transforms of Caffe's common set (see ops/elementwise.h).
+// Sigmoid, TanH, AbsVal and BNLL take no attributes.
 #include <algorithm>
 #include <cmath>
 
@@ -9,15 +10,27 @@ namespace {
 
 void no_traits(const Node&, OpTraits&) {}
 
+struct ReLUAttrs final : AttrsOf<ReLUAttrs> {
+  float negative_slope = 0.f;
+  void visit(AttrVisitor& v) override { v.field("negative_slope", negative_slope); }
+};
+void relu_from_caffe(const proto::LayerParameter& l, ReLUAttrs& a, const std::string&) {
+  a.negative_slope = l.relu_param().negative_slope();
+}
+void relu_to_caffe(const ReLUAttrs& a, proto::LayerParameter& l) {
+  l.mutable_relu_param()->set_negative_slope(a.negative_slope);
+}
+BKS_REGISTER_ATTRS("ReLU", ReLUAttrs, relu_from_caffe, relu_to_caffe);
+
 struct ReLUFn {
   float slope;
   float ux;  // 1: the sign comes from x, 0: from y (arithmetic, so no load is conditional)
   static ReLUFn from(const OpContext& c) {
-    float s = c.node.param.relu_param().negative_slope();
+    float s = slope_of(c.node);
     return {s, s < 0.f ? 1.f : 0.f};
   }
   static void add_traits(const Node&, OpTraits& t) { t.fusable_activation = true; }
-  static float slope_of(const Node& n) { return n.param.relu_param().negative_slope(); }
+  static float slope_of(const Node& n) { return n.attrs.as<ReLUAttrs>().negative_slope; }
   // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
   ElementwiseFlow flow() const { return {slope < 0.f, !(slope < 0.f), true}; }
   float f(float x) const { return std::max(x, 0.f) + slope * std::min(x, 0.f); }
@@ -40,11 +53,21 @@ struct TanHFn {
   float grad(float, float y) const { return 1.f - y * y; }
 };
 
+struct ELUAttrs final : AttrsOf<ELUAttrs> {
+  float alpha = 1.f;
+  void visit(AttrVisitor& v) override { v.field("alpha", alpha); }
+};
+void elu_from_caffe(const proto::LayerParameter& l, ELUAttrs& a, const std::string&) {
+  a.alpha = l.elu_param().alpha();
+}
+void elu_to_caffe(const ELUAttrs& a, proto::LayerParameter& l) { l.mutable_elu_param()->set_alpha(a.alpha); }
+BKS_REGISTER_ATTRS("ELU", ELUAttrs, elu_from_caffe, elu_to_caffe);
+
 struct ELUFn {
   float alpha;
   bool use_x;
   static ELUFn from(const OpContext& c) {
-    float a = c.node.param.elu_param().alpha();
+    float a = c.node.attrs.as<ELUAttrs>().alpha;
     return {a, a <= 0.f};
   }
   static constexpr auto add_traits = no_traits;
@@ -61,19 +84,42 @@ struct AbsValFn {
   float grad(float x, float) const { return static_cast<float>((x > 0.f) - (x < 0.f)); }
 };
 
+// y = (shift + scale * x) ^ power.
+struct PowerAttrs final : AttrsOf<PowerAttrs> {
+  float power = 1.f, scale = 1.f, shift = 0.f;
+  void visit(AttrVisitor& v) override {
+    v.field("power", power);
+    v.field("scale", scale);
+    v.field("shift", shift);
+  }
+};
+void power_from_caffe(const proto::LayerParameter& l, PowerAttrs& a, const std::string&) {
+  const proto::PowerParameter& p = l.power_param();
+  a.power = p.power();
+  a.scale = p.scale();
+  a.shift = p.shift();
+}
+void power_to_caffe(const PowerAttrs& a, proto::LayerParameter& l) {
+  proto::PowerParameter* p = l.mutable_power_param();
+  p->set_power(a.power);
+  p->set_scale(a.scale);
+  p->set_shift(a.shift);
+}
+BKS_REGISTER_ATTRS("Power", PowerAttrs, power_from_caffe, power_to_caffe);
+
 struct PowerFn {
   float power, scale, shift;
   static PowerFn from(const OpContext& c) {
-    auto& p = c.node.param.power_param();
-    return {p.power(), p.scale(), p.shift()};
+    const PowerAttrs& a = c.node.attrs.as<PowerAttrs>();
+    return {a.power, a.scale, a.shift};
   }
   // power 1 is affine: y = scale * x + shift (fold-constants folds it into neighbours).
-  static void add_traits(const Node& n, OpTraits& t) { t.per_channel_affine = n.param.power_param().power() == 1.f; }
+  static void add_traits(const Node& n, OpTraits& t) { t.per_channel_affine = n.attrs.as<PowerAttrs>().power == 1.f; }
   static bool affine(const Node& n, double& a, double& b) {
-    const auto& p = n.param.power_param();
-    a = p.scale();
-    b = p.shift();
-    return p.power() == 1.f;
+    const PowerAttrs& p = n.attrs.as<PowerAttrs>();
+    a = p.scale;
+    b = p.shift;
+    return p.power == 1.f;
   }
   ElementwiseFlow flow() const { return {}; }
   float f(float x) const { return power == 1.f ? shift + scale * x : std::pow(shift + scale * x, power); }
@@ -82,7 +128,45 @@ struct PowerFn {
   }
 };
 
-// Shared by Exp and Log: Caffe's base -1 means e.
+// Exp (y = base ^ (shift + scale * x)) and Log (y = log_base(shift + scale * x)): the same
+// fields, one struct.
+struct ExpLogAttrs final : AttrsOf<ExpLogAttrs> {
+  float base = -1.f;  // -1: e
+  float scale = 1.f, shift = 0.f;
+  void visit(AttrVisitor& v) override {
+    v.field("base", base);
+    v.field("scale", scale);
+    v.field("shift", shift);
+  }
+};
+void exp_from_caffe(const proto::LayerParameter& l, ExpLogAttrs& a, const std::string&) {
+  const proto::ExpParameter& p = l.exp_param();
+  a.base = p.base();
+  a.scale = p.scale();
+  a.shift = p.shift();
+}
+void exp_to_caffe(const ExpLogAttrs& a, proto::LayerParameter& l) {
+  proto::ExpParameter* p = l.mutable_exp_param();
+  p->set_base(a.base);
+  p->set_scale(a.scale);
+  p->set_shift(a.shift);
+}
+void log_from_caffe(const proto::LayerParameter& l, ExpLogAttrs& a, const std::string&) {
+  const proto::LogParameter& p = l.log_param();
+  a.base = p.base();
+  a.scale = p.scale();
+  a.shift = p.shift();
+}
+void log_to_caffe(const ExpLogAttrs& a, proto::LayerParameter& l) {
+  proto::LogParameter* p = l.mutable_log_param();
+  p->set_base(a.base);
+  p->set_scale(a.scale);
+  p->set_shift(a.shift);
+}
+BKS_REGISTER_ATTRS("Exp", ExpLogAttrs, exp_from_caffe, exp_to_caffe);
+BKS_REGISTER_ATTRS("Log", ExpLogAttrs, log_from_caffe, log_to_caffe);
+
+// Shared by Exp and Log: base -1 means e.
 float log_of_base(float base, const OpContext& c, const char* field) {
   if (base == -1.f) return 1.f;
   if (!(base > 0.f)) c.fail("{}.base must be positive or -1 (for e)", field);
@@ -92,9 +176,9 @@ float log_of_base(float base, const OpContext& c, const char* field) {
 struct ExpFn {
   float in_scale, out_scale;
   static ExpFn from(const OpContext& c) {
-    auto& p = c.node.param.exp_param();
-    float lb = log_of_base(p.base(), c, "exp_param");
-    return {lb * p.scale(), std::exp(lb * p.shift())};
+    const ExpLogAttrs& a = c.node.attrs.as<ExpLogAttrs>();
+    float lb = log_of_base(a.base, c, "exp_param");
+    return {lb * a.scale, std::exp(lb * a.shift)};
   }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {false, true, false}; }
@@ -105,8 +189,8 @@ struct ExpFn {
 struct LogFn {
   float inv_log_base, scale, shift;
   static LogFn from(const OpContext& c) {
-    auto& p = c.node.param.log_param();
-    return {1.f / log_of_base(p.base(), c, "log_param"), p.scale(), p.shift()};
+    const ExpLogAttrs& a = c.node.attrs.as<ExpLogAttrs>();
+    return {1.f / log_of_base(a.base, c, "log_param"), a.scale, a.shift};
   }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {}; }
@@ -122,13 +206,31 @@ struct BNLLFn {
   float grad(float x, float) const { return 1.f / (1.f + std::exp(-x)); }
 };
 
+struct ClipAttrs final : AttrsOf<ClipAttrs> {
+  float min = 0.f, max = 0.f;
+  void visit(AttrVisitor& v) override {
+    v.field("min", min);
+    v.field("max", max);
+  }
+};
+// Caffe has no default bounds, so a Clip layer must give them.
+void clip_from_caffe(const proto::LayerParameter& l, ClipAttrs& a, const std::string& where) {
+  if (!l.has_clip_param()) input_error("{}: clip_param with min and max is required", where);
+  a.min = l.clip_param().min();
+  a.max = l.clip_param().max();
+}
+void clip_to_caffe(const ClipAttrs& a, proto::LayerParameter& l) {
+  l.mutable_clip_param()->set_min(a.min);
+  l.mutable_clip_param()->set_max(a.max);
+}
+BKS_REGISTER_ATTRS("Clip", ClipAttrs, clip_from_caffe, clip_to_caffe);
+
 struct ClipFn {
   float lo, hi;
   static ClipFn from(const OpContext& c) {
-    if (!c.node.param.has_clip_param()) c.fail("clip_param with min and max is required");
-    float lo = c.node.param.clip_param().min(), hi = c.node.param.clip_param().max();
-    if (lo > hi) c.fail("clip_param.min {} exceeds max {}", lo, hi);
-    return {lo, hi};
+    const ClipAttrs& a = c.node.attrs.as<ClipAttrs>();
+    if (a.min > a.max) c.fail("clip_param.min {} exceeds max {}", a.min, a.max);
+    return {a.min, a.max};
   }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {}; }
@@ -136,9 +238,19 @@ struct ClipFn {
   float grad(float x, float) const { return (x >= lo && x <= hi) ? 1.f : 0.f; }
 };
 
+struct SwishAttrs final : AttrsOf<SwishAttrs> {
+  float beta = 1.f;
+  void visit(AttrVisitor& v) override { v.field("beta", beta); }
+};
+void swish_from_caffe(const proto::LayerParameter& l, SwishAttrs& a, const std::string&) {
+  a.beta = l.swish_param().beta();
+}
+void swish_to_caffe(const SwishAttrs& a, proto::LayerParameter& l) { l.mutable_swish_param()->set_beta(a.beta); }
+BKS_REGISTER_ATTRS("Swish", SwishAttrs, swish_from_caffe, swish_to_caffe);
+
 struct SwishFn {
   float beta;
-  static SwishFn from(const OpContext& c) { return {c.node.param.swish_param().beta()}; }
+  static SwishFn from(const OpContext& c) { return {c.node.attrs.as<SwishAttrs>().beta}; }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {true, true, true}; }
   float f(float x) const { return x / (1.f + std::exp(-beta * x)); }

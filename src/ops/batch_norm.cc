@@ -9,18 +9,44 @@
 namespace bks {
 namespace {
 
-// BatchNorm's attributes, checked.
-struct BatchNormAttrs {
-  bool global;  // normalise with the stored statistics (default: in TEST)
-  float eps, maf;
+constexpr const char* kGlobalStats[] = {"BY_PHASE", "ALWAYS", "NEVER"};
+
+struct BatchNormAttrs final : AttrsOf<BatchNormAttrs> {
+  // Normalise with the stored statistics: by_phase does in TEST, not in TRAIN.
+  enum GlobalStats { by_phase, always, never };
+  int global_stats = by_phase;
+  float eps = 1e-5f;
+  float moving_average_fraction = 0.999f;
+  void visit(AttrVisitor& v) override {
+    v.field("global_stats", global_stats, kGlobalStats);
+    v.field("eps", eps);
+    v.field("moving_average_fraction", moving_average_fraction);
+  }
 };
 
-BatchNormAttrs batch_norm_attrs(const OpContext& c) {
-  const proto::BatchNormParameter& p = c.node.param.batch_norm_param();
-  BatchNormAttrs a{p.has_use_global_stats() ? p.use_global_stats() : c.phase == proto::TEST, p.eps(),
-                   p.moving_average_fraction()};
+void batch_norm_from_caffe(const proto::LayerParameter& l, BatchNormAttrs& a, const std::string&) {
+  const proto::BatchNormParameter& p = l.batch_norm_param();
+  if (p.has_use_global_stats()) a.global_stats = p.use_global_stats() ? a.always : a.never;
+  a.eps = p.eps();
+  a.moving_average_fraction = p.moving_average_fraction();
+}
+void batch_norm_to_caffe(const BatchNormAttrs& a, proto::LayerParameter& l) {
+  proto::BatchNormParameter* p = l.mutable_batch_norm_param();
+  p->clear_use_global_stats();
+  if (a.global_stats != a.by_phase) p->set_use_global_stats(a.global_stats == a.always);
+  p->set_eps(a.eps);
+  p->set_moving_average_fraction(a.moving_average_fraction);
+}
+BKS_REGISTER_ATTRS("BatchNorm", BatchNormAttrs, batch_norm_from_caffe, batch_norm_to_caffe);
+
+// The attributes, checked.
+const BatchNormAttrs& batch_norm_attrs(const OpContext& c) {
+  const BatchNormAttrs& a = c.node.attrs.as<BatchNormAttrs>();
   if (!(a.eps > 0.f)) c.fail("batch_norm_param.eps must be positive");
   return a;
+}
+bool uses_global_stats(const BatchNormAttrs& a, Phase phase) {
+  return a.global_stats == a.by_phase ? phase == proto::TEST : a.global_stats == a.always;
 }
 
 class BatchNormDef final : public OpDef {
@@ -33,7 +59,7 @@ class BatchNormDef final : public OpDef {
   }
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
     int64_t channels = c.split_channels(in[0]).c;
-    proto::FillerParameter zero;
+    FillerSpec zero;
     return {{{channels}, zero, false}, {{channels}, zero, false}, {{1}, zero, false}};
   }
   // The normalised values are kept internally, so the layer may run in place and later
@@ -49,15 +75,15 @@ class BatchNormDef final : public OpDef {
   // (Caffe's moving-average normaliser).
   bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,
                       std::vector<double>& b) const override {
-    const auto& bp = n.param.batch_norm_param();
-    if ((bp.has_use_global_stats() && !bp.use_global_stats()) || blobs.size() != 3) return false;
+    const BatchNormAttrs& bn = n.attrs.as<BatchNormAttrs>();
+    if (bn.global_stats == bn.never || blobs.size() != 3) return false;
     const Tensor &mean = *blobs[0], &var = *blobs[1], &factor = *blobs[2];
     if (mean.numel() != channels) return false;
     double f = factor.f32()[0] == 0.f ? 0.0 : 1.0 / factor.f32()[0];
     a.assign(channels, 1.0);
     b.assign(channels, 0.0);
     for (int64_t c = 0; c < channels; ++c) {
-      double inv_std = 1.0 / std::sqrt(var.f32()[c] * f + bp.eps());
+      double inv_std = 1.0 / std::sqrt(var.f32()[c] * f + bn.eps);
       a[c] = inv_std;
       b[c] = -mean.f32()[c] * f * inv_std;
     }
@@ -68,10 +94,10 @@ class BatchNormDef final : public OpDef {
 class BatchNormKernel final : public Kernel {
  public:
   explicit BatchNormKernel(const OpInit& i) : Kernel(i) {
-    BatchNormAttrs a = batch_norm_attrs(context());
-    global_ = a.global;
+    const BatchNormAttrs& a = batch_norm_attrs(context());
+    global_ = uses_global_stats(a, phase_);
     eps_ = a.eps;
-    maf_ = a.maf;
+    maf_ = a.moving_average_fraction;
   }
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {

@@ -17,46 +17,94 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return (in + 2 * p - (d * (k - 1) + 1)) / s + 1;
 }
 
-void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
-                      const std::function<void(const std::string&)>& fail) {
+void ConvAttrs::visit(AttrVisitor& v) {
+  v.field("num_output", num_output);
+  v.field("bias_term", bias_term);
+  v.field("kernel", kernel);
+  v.field("stride", stride);
+  v.field("pad", pad);
+  v.field("dilation", dilation);
+  v.field("group", group);
+  v.field("axis", axis);
+  v.field("weight_filler", weight_filler);
+  v.field("bias_filler", bias_filler);
+}
+
+void conv_from_caffe(const proto::LayerParameter& l, ConvAttrs& a, const std::string& where) {
+  const proto::ConvolutionParameter& p = l.convolution_param();
+  auto fail = [&](const std::string& m) { input_error("{}: convolution_param: {}", where, m); };
+  // A repeated field (one value for both axes, or one per axis) or its _h/_w pair.
   auto two = [&](const google::protobuf::RepeatedField<uint32_t>& v, bool has_h, uint32_t hv, bool has_w, uint32_t wv,
-                 int64_t dflt, const char* field, int64_t& outh, int64_t& outw) {
+                 std::vector<int64_t> dflt, const char* field, const char* stem) -> std::vector<int64_t> {
     if (has_h || has_w) {
-      if (v.size() > 0) fail(fmt::format("give either {0} or {0}_h/{0}_w, not both", field));
-      if (!(has_h && has_w)) fail(fmt::format("{0}_h and {0}_w must be given together", field));
-      outh = hv;
-      outw = wv;
-      return;
+      if (v.size() > 0) fail(fmt::format("give either {0} or {1}_h/{1}_w, not both", field, stem));
+      if (!(has_h && has_w)) fail(fmt::format("{0}_h and {0}_w must be given together", stem));
+      return {hv, wv};
     }
-    if (v.size() == 0) {
-      outh = outw = dflt;
-    } else if (v.size() == 1) {
-      outh = outw = v[0];
-    } else if (v.size() == 2) {
-      outh = v[0];
-      outw = v[1];
-    } else {
-      fail(fmt::format("{} has {} values; only 2-d convolution is supported", field, v.size()));
-    }
+    if (v.size() == 0) return dflt;
+    if (v.size() == 1) return {v[0], v[0]};
+    if (v.size() == 2) return {v[0], v[1]};
+    fail(fmt::format("{} has {} values; only 2-d convolution is supported", field, v.size()));
+    return {};
   };
-  two(p.kernel_size(), p.has_kernel_h(), p.kernel_h(), p.has_kernel_w(), p.kernel_w(), 0, "kernel_size", g.kh, g.kw);
-  if (g.kh <= 0 || g.kw <= 0) fail("kernel_size (or kernel_h/kernel_w) must be given and positive");
-  two(p.stride(), p.has_stride_h(), p.stride_h(), p.has_stride_w(), p.stride_w(), 1, "stride", g.sh, g.sw);
-  if (g.sh <= 0 || g.sw <= 0) fail("stride must be positive");
-  two(p.pad(), p.has_pad_h(), p.pad_h(), p.has_pad_w(), p.pad_w(), 0, "pad", g.ph, g.pw);
-  two(p.dilation(), false, 0, false, 0, 1, "dilation", g.dh, g.dw);
-  if (g.dh <= 0 || g.dw <= 0) fail("dilation must be positive");
-  g.group = p.group();
-  if (g.group <= 0) fail("group must be positive");
-  if (p.axis() != 1) fail("convolution over axis other than 1 is not supported");
+  a.num_output = p.num_output();
+  a.bias_term = p.bias_term();
+  a.kernel = two(p.kernel_size(), p.has_kernel_h(), p.kernel_h(), p.has_kernel_w(), p.kernel_w(), {0, 0}, "kernel_size",
+                 "kernel");
+  a.stride =
+      two(p.stride(), p.has_stride_h(), p.stride_h(), p.has_stride_w(), p.stride_w(), {1, 1}, "stride", "stride");
+  a.pad = two(p.pad(), p.has_pad_h(), p.pad_h(), p.has_pad_w(), p.pad_w(), {0, 0}, "pad", "pad");
+  a.dilation = two(p.dilation(), false, 0, false, 0, {1, 1}, "dilation", "dilation");
+  a.group = p.group();
+  a.axis = p.axis();
+  a.weight_filler = filler_from_caffe(p.weight_filler());
+  a.bias_filler = filler_from_caffe(p.bias_filler());
+}
+
+void conv_to_caffe(const ConvAttrs& a, proto::LayerParameter& l) {
+  proto::ConvolutionParameter* p = l.mutable_convolution_param();
+  p->Clear();
+  p->set_num_output(static_cast<uint32_t>(a.num_output));
+  p->set_bias_term(a.bias_term);
+  // One value when both axes agree, as prototxt files write it.
+  auto put = [](google::protobuf::RepeatedField<uint32_t>* f, const std::vector<int64_t>& v) {
+    if (v.size() == 2 && v[0] == v[1])
+      f->Add(static_cast<uint32_t>(v[0]));
+    else
+      for (int64_t x : v) f->Add(static_cast<uint32_t>(x));
+  };
+  put(p->mutable_kernel_size(), a.kernel);
+  put(p->mutable_stride(), a.stride);
+  put(p->mutable_pad(), a.pad);
+  put(p->mutable_dilation(), a.dilation);
+  p->set_group(static_cast<uint32_t>(a.group));
+  p->set_axis(static_cast<int32_t>(a.axis));
+  *p->mutable_weight_filler() = filler_to_caffe(a.weight_filler);
+  *p->mutable_bias_filler() = filler_to_caffe(a.bias_filler);
 }
 
 ConvGeometry parse_conv_layer(const OpContext& c) {
-  const proto::ConvolutionParameter& p = c.node.param.convolution_param();
-  if (!c.node.param.has_convolution_param()) c.fail("convolution_param is required");
-  if (p.num_output() == 0) c.fail("convolution_param.num_output must be positive");
+  const ConvAttrs& a = c.node.attrs.as<ConvAttrs>();
+  if (a.num_output <= 0) c.fail("convolution_param.num_output must be positive");
+  auto pair = [&](const std::vector<int64_t>& v, const char* field, int64_t& h, int64_t& w) {
+    if (v.size() != 2)
+      c.fail("convolution_param: {} has {} values; only 2-d convolution is supported", field, v.size());
+    h = v[0];
+    w = v[1];
+  };
   ConvGeometry g;
-  parse_conv_param(p, g, [&c](const std::string& m) { c.fail("convolution_param: {}", m); });
+  pair(a.kernel, "kernel_size", g.kh, g.kw);
+  if (g.kh <= 0 || g.kw <= 0)
+    c.fail("convolution_param: kernel_size (or kernel_h/kernel_w) must be given and positive");
+  pair(a.stride, "stride", g.sh, g.sw);
+  if (g.sh <= 0 || g.sw <= 0) c.fail("convolution_param: stride must be positive");
+  pair(a.pad, "pad", g.ph, g.pw);
+  if (g.ph < 0 || g.pw < 0) c.fail("convolution_param: pad must not be negative");
+  pair(a.dilation, "dilation", g.dh, g.dw);
+  if (g.dh <= 0 || g.dw <= 0) c.fail("convolution_param: dilation must be positive");
+  g.group = a.group;
+  if (g.group <= 0) c.fail("convolution_param: group must be positive");
+  if (a.axis != 1) c.fail("convolution_param: convolution over axis other than 1 is not supported");
   return g;
 }
 

@@ -11,6 +11,7 @@
 #include "backend/dnnl_util.h"
 #include "caffe.pb.h"
 #include "graph/graph.h"
+#include "ops/conv_attrs.h"
 #include "ops/conv_int8.h"
 
 namespace bks {
@@ -24,12 +25,8 @@ struct ConvGeometry {
   int64_t group = 1;
 };
 
-// Reads kernel/stride/pad/dilation from Caffe's ConvolutionParameter (2-d only).
-// `fail` reports an error in the layer's terms.
-void parse_conv_param(const proto::ConvolutionParameter& p, ConvGeometry& g,
-                      const std::function<void(const std::string&)>& fail);
-// The same for a Convolution or Deconvolution layer: its convolution_param (required, with
-// a positive num_output), errors naming the layer and the field.
+// The window of a Convolution or Deconvolution node (2-d only) from its attributes (a
+// positive num_output, kernel, stride and dilation), errors naming the layer and the field.
 ConvGeometry parse_conv_layer(const OpContext& c);
 // Caffe's output size: (in + 2 pad - dilated kernel) / stride + 1.
 int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);

@@ -1,4 +1,6 @@
 // Convolution: Caffe's layer on oneDNN (direct/winograd/gemm chosen by oneDNN for the ISA).
+#include <algorithm>
+
 #include "ops/conv_kernels.h"
 #include "ops/op.h"
 
@@ -26,7 +28,7 @@ ConvGeometry conv_geometry(const OpContext& c, const Shape& in) {
   g.c = in[1];
   g.h = in[2];
   g.w = in[3];
-  g.oc = c.node.param.convolution_param().num_output();
+  g.oc = c.node.attrs.as<ConvAttrs>().num_output;
   if (g.c % g.group || g.oc % g.group)
     c.fail("channels {} and num_output {} must both be divisible by group {}", g.c, g.oc, g.group);
   g.oh = conv_out_size(g.h, g.kh, g.sh, g.ph, g.dh);
@@ -50,22 +52,22 @@ class ConvolutionDef final : public OpDef {
   }
 
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
-    const auto& p = c.node.param.convolution_param();
+    const ConvAttrs& a = c.node.attrs.as<ConvAttrs>();
     ConvGeometry g = conv_geometry(c, in[0]);
-    std::vector<ParamDecl> d{{{g.oc, g.c / g.group, g.kh, g.kw}, p.weight_filler(), true}};
-    if (p.bias_term()) d.push_back({{g.oc}, p.bias_filler(), true});
+    std::vector<ParamDecl> d{{{g.oc, g.c / g.group, g.kh, g.kw}, a.weight_filler, true}};
+    if (a.bias_term) d.push_back({{g.oc}, a.bias_filler, true});
     return d;
   }
 
   OpTraits traits(const Node&) const override {
     return traits_with({&OpTraits::weighted_linear, &OpTraits::convolution});
   }
-  int64_t output_channels(const Node& n) const override { return n.param.convolution_param().num_output(); }
-  bool has_bias(const Node& n) const override { return n.param.convolution_param().bias_term(); }
-  void set_bias_term(Node& n) const override { n.param.mutable_convolution_param()->set_bias_term(true); }
+  int64_t output_channels(const Node& n) const override { return n.attrs.as<ConvAttrs>().num_output; }
+  bool has_bias(const Node& n) const override { return n.attrs.as<ConvAttrs>().bias_term; }
+  void set_bias_term(Node& n) const override { n.attrs.as<ConvAttrs>().bias_term = true; }
   bool pads_input(const Node& n) const override {
-    const auto& p = n.param.convolution_param();
-    return p.pad_size() > 0 ? p.pad(0) != 0 || (p.pad_size() > 1 && p.pad(1) != 0) : p.pad_h() != 0 || p.pad_w() != 0;
+    const auto& pad = n.attrs.as<ConvAttrs>().pad;
+    return std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
   }
 };
 
@@ -73,7 +75,7 @@ class ConvolutionKernel final : public Kernel {
  public:
   explicit ConvolutionKernel(const OpInit& init)
       : Kernel(init),
-        p_(init.node.param.convolution_param()),
+        bias_term_(init.node.attrs.as<ConvAttrs>().bias_term),
         fusion_(init.node.deploy.fusion),
         choice_(init.node.deploy.kernel) {
     Int8Thresholds t = int8_thresholds(context());
@@ -91,9 +93,9 @@ class ConvolutionKernel final : public Kernel {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     if (int8_threshold_ > 0.f)
       return ConvKernels::preferred_int8_dst(
-          eng, g_, p_.bias_term(), in.empty() ? memory::desc() : in[0], &fusion_,
+          eng, g_, bias_term_, in.empty() ? memory::desc() : in[0], &fusion_,
           int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_out_threshold_));
-    return ConvKernels::preferred_dst(eng, g_, p_.bias_term(), phase_ == proto::TRAIN);
+    return ConvKernels::preferred_dst(eng, g_, bias_term_, phase_ == proto::TRAIN);
   }
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
@@ -103,20 +105,20 @@ class ConvolutionKernel final : public Kernel {
     k_.set_algorithm_choice(choice_);
     k_.set_bf16(bf16_ && phase_ != proto::TRAIN);
     k_.set_int8_thresholds(int8_threshold_, int8_out_threshold_);
-    k_.prepare(be.engine(), g_, p_.bias_term(), phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
+    k_.prepare(be.engine(), g_, bias_term_, phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
                needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
   }
 
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
-    k_.forward(s, c.in[0]->raw(), c.params[0]->f32(), p_.bias_term() ? c.params[1]->f32() : nullptr, c.out[0]->raw(),
+    k_.forward(s, c.in[0]->raw(), c.params[0]->f32(), bias_term_ ? c.params[1]->f32() : nullptr, c.out[0]->raw(),
                fusion_.residual_sum ? c.in[1]->f32() : nullptr);
   }
 
   void backward(OpCall& c) override {
     if (phase_ != proto::TRAIN) fail("backward needs a TRAIN-phase net");
     auto& s = static_cast<CpuBackend&>(backend_).stream();
-    float* dbias = p_.bias_term() && c.param_grad[1] ? c.param_grad[1]->f32() : nullptr;
+    float* dbias = bias_term_ && c.param_grad[1] ? c.param_grad[1]->f32() : nullptr;
     if (c.param_grad[0] || dbias) {
       float* dw = c.param_grad[0] ? c.param_grad[0]->f32() : nullptr;
       if (!dw) {
@@ -132,7 +134,7 @@ class ConvolutionKernel final : public Kernel {
   std::string tuning_decision() const override { return constant_params_ ? k_.algorithm() : ""; }
 
  private:
-  proto::ConvolutionParameter p_;
+  bool bias_term_;
   ConvGeometry g_;
   ConvKernels k_;
   Tensor wscratch_;
@@ -145,6 +147,7 @@ class ConvolutionKernel final : public Kernel {
 }  // namespace
 
 BKS_REGISTER_OP_DEF("Convolution", ConvolutionDef);
+BKS_REGISTER_ATTRS("Convolution", ConvAttrs, conv_from_caffe, conv_to_caffe);
 BKS_REGISTER_KERNEL("Convolution", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

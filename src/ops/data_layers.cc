@@ -5,6 +5,8 @@
 // open_hdf5_list are cached per path, so the kernel's loader shares what they read).
 #include <algorithm>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/log.h"
 #include "data/loader.h"
@@ -22,21 +24,71 @@ Shape batch_of(int64_t batch, const Shape& sample) {
 
 // ---- Input ----
 
+// The output shapes, flattened: shape j has ranks[j] dims, taken in order from dims.
+struct InputAttrs final : AttrsOf<InputAttrs> {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> ranks;
+  void visit(AttrVisitor& v) override {
+    v.field("dims", dims);
+    v.field("ranks", ranks);
+  }
+  // The shapes (cut short where dims run out: InputDef::check reports that).
+  std::vector<Shape> shapes() const {
+    std::vector<Shape> s;
+    size_t at = 0;
+    for (int64_t r : ranks) {
+      size_t end = std::min(dims.size(), at + static_cast<size_t>(std::max<int64_t>(r, 0)));
+      s.emplace_back(dims.begin() + static_cast<std::ptrdiff_t>(at), dims.begin() + static_cast<std::ptrdiff_t>(end));
+      at = end;
+    }
+    return s;
+  }
+  void set_shapes(const std::vector<Shape>& shapes) {
+    dims.clear();
+    ranks.clear();
+    for (const Shape& s : shapes) {
+      dims.insert(dims.end(), s.begin(), s.end());
+      ranks.push_back(static_cast<int64_t>(s.size()));
+    }
+  }
+};
+
+void input_from_caffe(const proto::LayerParameter& l, InputAttrs& a, const std::string&) {
+  std::vector<Shape> shapes;
+  for (const proto::BlobShape& s : l.input_param().shape()) shapes.emplace_back(s.dim().begin(), s.dim().end());
+  a.set_shapes(shapes);
+}
+void input_to_caffe(const InputAttrs& a, proto::LayerParameter& l) {
+  proto::InputParameter* p = l.mutable_input_param();
+  p->clear_shape();
+  for (const Shape& s : a.shapes()) {
+    proto::BlobShape* shape = p->add_shape();
+    for (int64_t d : s) shape->add_dim(d);
+  }
+}
+BKS_REGISTER_ATTRS("Input", InputAttrs, input_from_caffe, input_to_caffe);
+
 class InputDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 0; }
   int max_outputs(const OpContext&) const override { return -1; }
   void check(const OpContext& c) const override {
-    const auto& p = c.node.param.input_param();
-    size_t tops = c.node.outputs.size();
-    if (p.shape_size() != 1 && p.shape_size() != static_cast<int>(tops))
-      c.fail("input_param needs one shape, or one per top ({} tops, {} shapes)", tops, p.shape_size());
+    const InputAttrs& a = c.node.attrs.as<InputAttrs>();
+    int64_t total = 0;
+    for (int64_t r : a.ranks) {
+      if (r < 0) c.fail("input_param shape ranks must not be negative, got {}", r);
+      total += r;
+    }
+    if (total != static_cast<int64_t>(a.dims.size()))
+      c.fail("input_param shapes need {} dims, {} given", total, a.dims.size());
+    size_t tops = c.node.outputs.size(), shapes = a.ranks.size();
+    if (shapes != 1 && shapes != tops)
+      c.fail("input_param needs one shape, or one per top ({} tops, {} shapes)", tops, shapes);
   }
   void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
-    const auto& p = c.node.param.input_param();
+    std::vector<Shape> shapes = c.node.attrs.as<InputAttrs>().shapes();
     for (size_t j = 0; j < out.size(); ++j) {
-      const auto& s = p.shape(p.shape_size() == 1 ? 0 : static_cast<int>(j));
-      out[j] = Shape(s.dim().begin(), s.dim().end());
+      out[j] = shapes[shapes.size() == 1 ? 0 : j];
       for (auto d : out[j])
         if (d <= 0) c.fail("input_param shape {} has a non-positive dimension", shape_str(out[j]));
     }
@@ -50,61 +102,132 @@ class InputDef final : public OpDef {
   OpTraits traits(const Node&) const override { return traits_with({&OpTraits::external_input}); }
 };
 
+void set_input_shapes(Node& n, const std::vector<Shape>& shapes) { n.attrs.as<InputAttrs>().set_shapes(shapes); }
+
 }  // namespace
 
 void make_external_input(Node& n, const std::vector<Shape>& shapes) {
-  proto::LayerParameter p;
-  p.set_name(n.name);
-  p.set_type("Input");
-  for (const Shape& s : shapes) {
-    auto* shape = p.mutable_input_param()->add_shape();
-    for (int64_t d : s) shape->add_dim(d);
-  }
-  n.param = p;
   n.type = "Input";
+  n.attrs = default_attrs("Input");
+  set_input_shapes(n, shapes);
 }
 
 void keep_external_outputs(Node& n, const std::vector<bool>& keep) {
-  const auto& shapes = n.param.input_param();
-  proto::InputParameter kept;
+  std::vector<Shape> shapes = n.attrs.as<InputAttrs>().shapes(), kept;
   std::vector<int> outs;
   for (size_t j = 0; j < n.outputs.size(); ++j) {
     if (!keep[j]) continue;
     outs.push_back(n.outputs[j]);
-    if (shapes.shape_size() > 0)
-      *kept.add_shape() = shapes.shape(static_cast<int>(std::min<size_t>(j, shapes.shape_size() - 1)));
+    if (!shapes.empty()) kept.push_back(shapes[std::min(j, shapes.size() - 1)]);
   }
   n.outputs = outs;
   n.loss_weight.assign(outs.size(), 0.f);
-  *n.param.mutable_input_param() = kept;
+  set_input_shapes(n, kept);
+}
+
+void set_external_input_batch(Node& n, int64_t batch) {
+  std::vector<Shape> shapes = n.attrs.as<InputAttrs>().shapes();
+  for (Shape& s : shapes)
+    if (!s.empty()) s[0] = batch;
+  set_input_shapes(n, shapes);
 }
 
 namespace {
 
 // ---- Data ----
 
+constexpr const char* kBackends[] = {"UNSPECIFIED", "LEVELDB", "LMDB"};
+
+// transform_param, as data/transform.h takes it.
+struct TransformAttrs final : AttrStruct {
+  TransformOptions o;
+  void visit(AttrVisitor& v) override {
+    v.field("scale", o.scale);
+    v.field("mirror", o.mirror);
+    v.field("crop_size", o.crop_size);
+    v.field("mean_file", o.mean_file);
+    v.field("mean_value", o.mean_value);
+  }
+};
+
+struct DataAttrs final : AttrsOf<DataAttrs> {
+  // The format is chosen by content; a backend given is only reported as ignored.
+  enum Backend { unspecified, leveldb, lmdb };
+  std::string source;  // empty: not given
+  int64_t batch_size = 0;
+  int64_t rand_skip = 0;
+  int backend = unspecified;
+  TransformAttrs transform;
+  void visit(AttrVisitor& v) override {
+    v.field("source", source);
+    v.field("batch_size", batch_size);
+    v.field("rand_skip", rand_skip);
+    v.field("backend", backend, kBackends);
+    v.field("transform", transform);
+  }
+};
+
+void data_from_caffe(const proto::LayerParameter& l, DataAttrs& a, const std::string& where) {
+  const proto::DataParameter& p = l.data_param();
+  if (p.has_scale() || p.has_mean_file() || p.has_crop_size() || p.has_mirror())
+    input_error("{}: data_param scale/mean_file/crop_size/mirror are deprecated; use transform_param", where);
+  a.source = p.source();
+  a.batch_size = p.batch_size();
+  a.rand_skip = p.rand_skip();
+  if (p.has_backend()) a.backend = p.backend() == proto::DataParameter::LMDB ? a.lmdb : a.leveldb;
+  const proto::TransformationParameter& t = l.transform_param();
+  if (t.has_mean_file() && t.mean_file().empty()) input_error("{}: transform_param.mean_file is empty", where);
+  TransformOptions& o = a.transform.o;
+  o.scale = t.scale();
+  o.mirror = t.mirror();
+  o.crop_size = t.crop_size();
+  o.mean_file = t.mean_file();
+  o.mean_value.assign(t.mean_value().begin(), t.mean_value().end());
+}
+void data_to_caffe(const DataAttrs& a, proto::LayerParameter& l) {
+  proto::DataParameter* p = l.mutable_data_param();
+  p->clear_source();
+  if (!a.source.empty()) p->set_source(a.source);
+  p->set_batch_size(static_cast<uint32_t>(a.batch_size));
+  p->set_rand_skip(static_cast<uint32_t>(a.rand_skip));
+  p->clear_backend();
+  if (a.backend != a.unspecified)
+    p->set_backend(a.backend == a.lmdb ? proto::DataParameter::LMDB : proto::DataParameter::LEVELDB);
+  const TransformOptions& o = a.transform.o;
+  proto::TransformationParameter* t = l.mutable_transform_param();
+  t->set_scale(o.scale);
+  t->set_mirror(o.mirror);
+  t->set_crop_size(static_cast<uint32_t>(o.crop_size));
+  t->clear_mean_file();
+  if (!o.mean_file.empty()) t->set_mean_file(o.mean_file);
+  t->clear_mean_value();
+  for (float m : o.mean_value) t->add_mean_value(m);
+}
+BKS_REGISTER_ATTRS("Data", DataAttrs, data_from_caffe, data_to_caffe);
+
 // The dataset of a Data layer, checked: a 'data' field of (C,H,W) samples, and labels when
 // a second top asks for them. `warn` logs an ignored data_param.backend (the kernel's).
 std::shared_ptr<const Dataset> open_data(const OpContext& c, bool warn) {
-  const auto& dp = c.node.param.data_param();
+  const DataAttrs& a = c.node.attrs.as<DataAttrs>();
   std::shared_ptr<const Dataset> ds;
   try {
-    ds = open_dataset(dp.source());
+    ds = open_dataset(a.source);
   } catch (const InputError& e) {
     c.fail("{}", e.what());
   }
-  if (warn && dp.has_backend() && ds->format != "lmdb" && ds->format != "leveldb")
-    log::warn("{}: data_param.backend {} ignored: {} is an {} file", c.where,
-              proto::DataParameter::DB_Name(dp.backend()), dp.source(), ds->format);
+  if (warn && a.backend != a.unspecified && ds->format != "lmdb" && ds->format != "leveldb")
+    log::warn("{}: data_param.backend {} ignored: {} is an {} file", c.where, kBackends[a.backend], a.source,
+              ds->format);
   const DatasetField* data = ds->field("data");
-  if (!data || data->sample_shape.size() != 3) c.fail("{}: needs a 'data' field of (C,H,W) samples", dp.source());
-  if (c.node.outputs.size() > 1 && !ds->field("label")) c.fail("{} has no labels for the second top", dp.source());
+  if (!data || data->sample_shape.size() != 3) c.fail("{}: needs a 'data' field of (C,H,W) samples", a.source);
+  if (c.node.outputs.size() > 1 && !ds->field("label")) c.fail("{} has no labels for the second top", a.source);
   return ds;
 }
 
 // The transform_param of a Data layer over its dataset's samples.
 Transform data_transform(const OpContext& c, const Dataset& ds) {
-  return Transform(c.node.param.transform_param(), ds.field("data")->sample_shape, c.phase == proto::TRAIN, c.where);
+  return Transform(c.node.attrs.as<DataAttrs>().transform.o, ds.field("data")->sample_shape, c.phase == proto::TRAIN,
+                   c.where);
 }
 
 class DataDef final : public OpDef {
@@ -112,16 +235,14 @@ class DataDef final : public OpDef {
   int min_inputs(const OpContext&) const override { return 0; }
   int max_outputs(const OpContext&) const override { return 2; }
   void check(const OpContext& c) const override {
-    const auto& dp = c.node.param.data_param();
-    if (!dp.has_source()) c.fail("data_param.source is required");
-    if (dp.batch_size() == 0) c.fail("data_param.batch_size must be positive");
-    if (dp.has_scale() || dp.has_mean_file() || dp.has_crop_size() || dp.has_mirror())
-      c.fail("data_param scale/mean_file/crop_size/mirror are deprecated; use transform_param");
+    const DataAttrs& a = c.node.attrs.as<DataAttrs>();
+    if (a.source.empty()) c.fail("data_param.source is required");
+    if (a.batch_size <= 0) c.fail("data_param.batch_size must be positive");
   }
   // As the loader: the data field transformed, then the label field (field 1).
   void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
     auto ds = open_data(c, false);
-    int64_t batch = c.node.param.data_param().batch_size();
+    int64_t batch = c.node.attrs.as<DataAttrs>().batch_size;
     out[0] = batch_of(batch, data_transform(c, *ds).output_shape());
     if (out.size() > 1) out[1] = batch_of(batch, ds->fields[1].sample_shape);
   }
@@ -131,11 +252,42 @@ class DataDef final : public OpDef {
 
 // ---- HDF5Data ----
 
+struct HDF5DataAttrs final : AttrsOf<HDF5DataAttrs> {
+  std::string source;  // a text file listing .h5 files; empty: not given
+  int64_t batch_size = 0;
+  bool shuffle = false;
+  std::vector<std::string> fields;  // the dataset each output reads (Caffe: the top names)
+  void visit(AttrVisitor& v) override {
+    v.field("source", source);
+    v.field("batch_size", batch_size);
+    v.field("shuffle", shuffle);
+    v.field("fields", fields);
+  }
+};
+
+void hdf5_data_from_caffe(const proto::LayerParameter& l, HDF5DataAttrs& a, const std::string& where) {
+  if (l.has_transform_param()) input_error("{}: HDF5Data does not transform data; remove transform_param", where);
+  const proto::HDF5DataParameter& p = l.hdf5_data_param();
+  a.source = p.source();
+  a.batch_size = p.batch_size();
+  a.shuffle = p.shuffle();
+  a.fields.assign(l.top().begin(), l.top().end());
+}
+void hdf5_data_to_caffe(const HDF5DataAttrs& a, proto::LayerParameter& l) {
+  proto::HDF5DataParameter* p = l.mutable_hdf5_data_param();
+  p->clear_source();
+  if (!a.source.empty()) p->set_source(a.source);
+  p->set_batch_size(static_cast<uint32_t>(a.batch_size));
+  p->set_shuffle(a.shuffle);
+  // The datasets are the tops, which the writer sets from the node's outputs.
+}
+BKS_REGISTER_ATTRS("HDF5Data", HDF5DataAttrs, hdf5_data_from_caffe, hdf5_data_to_caffe);
+
 // The HDF5 files a HDF5Data layer lists, with one field per top.
 std::shared_ptr<const Dataset> open_hdf5_data(const OpContext& c) {
-  std::vector<std::string> names(c.node.param.top().begin(), c.node.param.top().end());
+  const HDF5DataAttrs& a = c.node.attrs.as<HDF5DataAttrs>();
   try {
-    return open_hdf5_list(c.node.param.hdf5_data_param().source(), names);
+    return open_hdf5_list(a.source, a.fields);
   } catch (const InputError& e) {
     c.fail("{}", e.what());
   }
@@ -146,14 +298,15 @@ class HDF5DataDef final : public OpDef {
   int min_inputs(const OpContext&) const override { return 0; }
   int max_outputs(const OpContext&) const override { return -1; }
   void check(const OpContext& c) const override {
-    const auto& p = c.node.param.hdf5_data_param();
-    if (!p.has_source()) c.fail("hdf5_data_param.source is required");
-    if (p.batch_size() == 0) c.fail("hdf5_data_param.batch_size must be positive");
-    if (c.node.param.has_transform_param()) c.fail("HDF5Data does not transform data; remove transform_param");
+    const HDF5DataAttrs& a = c.node.attrs.as<HDF5DataAttrs>();
+    if (a.source.empty()) c.fail("hdf5_data_param.source is required");
+    if (a.batch_size <= 0) c.fail("hdf5_data_param.batch_size must be positive");
+    if (a.fields.size() != c.node.outputs.size())
+      c.fail("{} dataset names for {} tops", a.fields.size(), c.node.outputs.size());
   }
   void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
     auto ds = open_hdf5_data(c);
-    int64_t batch = c.node.param.hdf5_data_param().batch_size();
+    int64_t batch = c.node.attrs.as<HDF5DataAttrs>().batch_size;
     for (size_t j = 0; j < out.size(); ++j) out[j] = batch_of(batch, ds->fields[j].sample_shape);
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
@@ -171,15 +324,16 @@ class InputKernel final : public Kernel {
 class DataKernel final : public Kernel {
  public:
   explicit DataKernel(const OpInit& i) : Kernel(i), ds_(open_data(context(), true)) {
-    const auto& dp = i.node.param.data_param();
+    const DataAttrs& a = i.node.attrs.as<DataAttrs>();
     std::vector<int> fields{0};
     if (i.node.outputs.size() > 1) fields.push_back(1);
     LoaderOptions opt;
-    opt.batch = dp.batch_size();
+    opt.batch = a.batch_size;
     opt.seed = i.seed;
     opt.name = i.node.name;
-    if (dp.rand_skip() > 0)
-      opt.skip = static_cast<int64_t>(Rng::derive(i.seed, i.node.name + ".skip").below(dp.rand_skip() + 1));
+    if (a.rand_skip > 0)
+      opt.skip = static_cast<int64_t>(
+          Rng::derive(i.seed, i.node.name + ".skip").below(static_cast<uint64_t>(a.rand_skip) + 1));
     loader_ = std::make_unique<BatchLoader>(ds_, fields, data_transform(context(), *ds_), opt);
   }
   void forward(OpCall& c) override { loader_->load(c.step, c.out); }
@@ -196,12 +350,12 @@ class DataKernel final : public Kernel {
 class HDF5DataKernel final : public Kernel {
  public:
   explicit HDF5DataKernel(const OpInit& i) : Kernel(i), ds_(open_hdf5_data(context())) {
-    const auto& p = i.node.param.hdf5_data_param();
-    std::vector<int> fields(static_cast<size_t>(i.node.param.top_size()));
+    const HDF5DataAttrs& a = i.node.attrs.as<HDF5DataAttrs>();
+    std::vector<int> fields(a.fields.size());
     for (size_t k = 0; k < fields.size(); ++k) fields[k] = static_cast<int>(k);
     LoaderOptions opt;
-    opt.batch = p.batch_size();
-    opt.shuffle = p.shuffle();
+    opt.batch = a.batch_size;
+    opt.shuffle = a.shuffle;
     opt.seed = i.seed;
     opt.name = i.node.name;
     loader_ = std::make_unique<BatchLoader>(ds_, fields, std::nullopt, opt);

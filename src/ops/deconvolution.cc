@@ -14,7 +14,7 @@ ConvGeometry deconv_geometry(const OpContext& c, const Shape& in) {
   g.oc = in[1];
   g.oh = in[2];
   g.ow = in[3];
-  g.c = c.node.param.convolution_param().num_output();
+  g.c = c.node.attrs.as<ConvAttrs>().num_output;
   if (g.c % g.group || g.oc % g.group)
     c.fail("channels {} and num_output {} must both be divisible by group {}", g.oc, g.c, g.group);
   g.h = g.sh * (g.oh - 1) + (g.dh * (g.kh - 1) + 1) - 2 * g.ph;
@@ -34,17 +34,18 @@ class DeconvolutionDef final : public OpDef {
   }
 
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
-    const auto& p = c.node.param.convolution_param();
+    const ConvAttrs& a = c.node.attrs.as<ConvAttrs>();
     ConvGeometry g = deconv_geometry(c, in[0]);
-    std::vector<ParamDecl> d{{{g.oc, g.c / g.group, g.kh, g.kw}, p.weight_filler(), true}};
-    if (p.bias_term()) d.push_back({{g.c}, p.bias_filler(), true});
+    std::vector<ParamDecl> d{{{g.oc, g.c / g.group, g.kh, g.kw}, a.weight_filler, true}};
+    if (a.bias_term) d.push_back({{g.c}, a.bias_filler, true});
     return d;
   }
 };
 
 class DeconvolutionKernel final : public Kernel {
  public:
-  explicit DeconvolutionKernel(const OpInit& init) : Kernel(init), p_(init.node.param.convolution_param()) {}
+  explicit DeconvolutionKernel(const OpInit& init)
+      : Kernel(init), bias_term_(init.node.attrs.as<ConvAttrs>().bias_term) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     g_ = deconv_geometry(context(), in[0]);
@@ -59,7 +60,7 @@ class DeconvolutionKernel final : public Kernel {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     float* y = c.out[0]->f32();
     k_.backward_data(s, c.in[0]->f32(), c.params[0]->f32(), y);
-    if (!p_.bias_term()) return;
+    if (!bias_term_) return;
     const float* b = c.params[1]->f32();
     int64_t hw = g_.h * g_.w;
 #pragma omp parallel for collapse(2)
@@ -74,7 +75,7 @@ class DeconvolutionKernel final : public Kernel {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
     const float* dy = c.out_grad[0]->f32();
     if (c.param_grad[0]) k_.backward_weights(s, dy, c.in[0]->f32(), c.param_grad[0]->f32(), nullptr);
-    if (p_.bias_term() && c.param_grad[1]) {
+    if (bias_term_ && c.param_grad[1]) {
       float* db = c.param_grad[1]->f32();
       int64_t hw = g_.h * g_.w;
       for (int64_t ch = 0; ch < g_.c; ++ch) {
@@ -92,7 +93,7 @@ class DeconvolutionKernel final : public Kernel {
   std::string kernel_name() const override { return "oneDNN " + k_.name(); }
 
  private:
-  proto::ConvolutionParameter p_;
+  bool bias_term_;
   ConvGeometry g_;
   ConvKernels k_;
 };
@@ -100,6 +101,7 @@ class DeconvolutionKernel final : public Kernel {
 }  // namespace
 
 BKS_REGISTER_OP_DEF("Deconvolution", DeconvolutionDef);
+BKS_REGISTER_ATTRS("Deconvolution", ConvAttrs, conv_from_caffe, conv_to_caffe);
 BKS_REGISTER_KERNEL("Deconvolution", ::bks::DeviceKind::cpu, DeconvolutionKernel, "oneDNN", 10, nullptr);
 
 }  // namespace bks

@@ -8,9 +8,21 @@
 namespace bks {
 namespace {
 
-// dropout_param.dropout_ratio, checked.
+struct DropoutAttrs final : AttrsOf<DropoutAttrs> {
+  float dropout_ratio = 0.5f;
+  void visit(AttrVisitor& v) override { v.field("dropout_ratio", dropout_ratio); }
+};
+void dropout_from_caffe(const proto::LayerParameter& l, DropoutAttrs& a, const std::string&) {
+  a.dropout_ratio = l.dropout_param().dropout_ratio();
+}
+void dropout_to_caffe(const DropoutAttrs& a, proto::LayerParameter& l) {
+  l.mutable_dropout_param()->set_dropout_ratio(a.dropout_ratio);
+}
+BKS_REGISTER_ATTRS("Dropout", DropoutAttrs, dropout_from_caffe, dropout_to_caffe);
+
+// The dropout ratio, checked.
 float dropout_ratio(const OpContext& c) {
-  float r = c.node.param.dropout_param().dropout_ratio();
+  float r = c.node.attrs.as<DropoutAttrs>().dropout_ratio;
   if (!(r >= 0.f && r < 1.f)) c.fail("dropout_ratio must be in [0, 1), got {}", r);
   return r;
 }

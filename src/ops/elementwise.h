@@ -1,7 +1,7 @@
 // Ops that map each element independently: y = f(x), dx = dy * f'(x, y).
 //
 // Each such op is a small function object `Fn` with
-//   static Fn from(const OpContext& c)   its attributes, checked (errors name the field);
+//   static Fn from(const OpContext& c)   its attributes (c.node.attrs), checked (errors name the field);
 //   Flow flow() const                    what backward reads, whether f(0) == 0;
 //   float f(float x) const, float grad(float x, float y) const   (inline).
 // ElementwiseDef<Fn> is its definition and ElementwiseKernel<Fn> its loops (which are also

@@ -8,16 +8,43 @@
 namespace bks {
 namespace {
 
+constexpr const char* kEltwiseOps[] = {"PROD", "SUM", "MAX"};
+
+struct EltwiseAttrs final : AttrsOf<EltwiseAttrs> {
+  enum Operation { prod, sum, max };  // Caffe's EltwiseOp order
+  int operation = sum;
+  std::vector<float> coeff;  // SUM: one per bottom; empty: all 1
+  // PROD's gradient as the product of the other inputs, not y / x (which fails at x == 0).
+  bool stable_prod_grad = true;
+  void visit(AttrVisitor& v) override {
+    v.field("operation", operation, kEltwiseOps);
+    v.field("coeff", coeff);
+    v.field("stable_prod_grad", stable_prod_grad);
+  }
+};
+void eltwise_from_caffe(const proto::LayerParameter& l, EltwiseAttrs& a, const std::string&) {
+  const proto::EltwiseParameter& p = l.eltwise_param();
+  a.operation = static_cast<int>(p.operation());
+  a.coeff.assign(p.coeff().begin(), p.coeff().end());
+  a.stable_prod_grad = p.stable_prod_grad();
+}
+void eltwise_to_caffe(const EltwiseAttrs& a, proto::LayerParameter& l) {
+  proto::EltwiseParameter* p = l.mutable_eltwise_param();
+  p->set_operation(static_cast<proto::EltwiseParameter::EltwiseOp>(a.operation));
+  p->clear_coeff();
+  for (float k : a.coeff) p->add_coeff(k);
+  p->set_stable_prod_grad(a.stable_prod_grad);
+}
+BKS_REGISTER_ATTRS("Eltwise", EltwiseAttrs, eltwise_from_caffe, eltwise_to_caffe);
+
 // One coefficient per bottom (1 unless eltwise_param.coeff gives them), checked.
 std::vector<float> eltwise_coeffs(const OpContext& c) {
-  const auto& p = c.node.param.eltwise_param();
+  const EltwiseAttrs& a = c.node.attrs.as<EltwiseAttrs>();
   size_t n_in = c.node.inputs.size();
-  if (p.coeff_size() && p.coeff_size() != static_cast<int>(n_in))
-    c.fail("eltwise_param.coeff needs one value per bottom ({} bottoms, {} coeffs)", n_in, p.coeff_size());
-  if (p.coeff_size() && p.operation() != proto::EltwiseParameter::SUM) c.fail("coeff applies to SUM only");
-  std::vector<float> coeff;
-  for (size_t k = 0; k < n_in; ++k) coeff.push_back(p.coeff_size() ? p.coeff(static_cast<int>(k)) : 1.f);
-  return coeff;
+  if (!a.coeff.empty() && a.coeff.size() != n_in)
+    c.fail("eltwise_param.coeff needs one value per bottom ({} bottoms, {} coeffs)", n_in, a.coeff.size());
+  if (!a.coeff.empty() && a.operation != EltwiseAttrs::sum) c.fail("coeff applies to SUM only");
+  return a.coeff.empty() ? std::vector<float>(n_in, 1.f) : a.coeff;
 }
 
 class EltwiseDef final : public OpDef {
@@ -32,18 +59,18 @@ class EltwiseDef final : public OpDef {
     out[0] = in[0];
   }
   OpFacts facts(const OpContext& c, const std::vector<Shape>&) const override {
-    const auto& p = c.node.param.eltwise_param();
-    bool prod = p.operation() == proto::EltwiseParameter::PROD;
+    const EltwiseAttrs& a = c.node.attrs.as<EltwiseAttrs>();
+    bool prod = a.operation == EltwiseAttrs::prod;
     OpFacts f;
     f.backward_reads_input = prod;
-    f.backward_reads_output = prod && !p.stable_prod_grad();
+    f.backward_reads_output = prod && !a.stable_prod_grad;
     return f;
   }
   OpTraits traits(const Node& n) const override {
-    const auto& p = n.param.eltwise_param();
+    const EltwiseAttrs& a = n.attrs.as<EltwiseAttrs>();
     OpTraits t;
-    t.residual_sum = p.operation() == proto::EltwiseParameter::SUM && n.inputs.size() == 2 &&
-                     std::all_of(p.coeff().begin(), p.coeff().end(), [](float k) { return k == 1.f; });
+    t.residual_sum = a.operation == EltwiseAttrs::sum && n.inputs.size() == 2 &&
+                     std::all_of(a.coeff.begin(), a.coeff.end(), [](float k) { return k == 1.f; });
     return t;
   }
 };
@@ -51,17 +78,20 @@ class EltwiseDef final : public OpDef {
 class EltwiseKernel final : public Kernel {
  public:
   explicit EltwiseKernel(const OpInit& i)
-      : Kernel(i), p_(i.node.param.eltwise_param()), coeff_(eltwise_coeffs(context())) {}
+      : Kernel(i),
+        op_(i.node.attrs.as<EltwiseAttrs>().operation),
+        stable_prod_grad_(i.node.attrs.as<EltwiseAttrs>().stable_prod_grad),
+        coeff_(eltwise_coeffs(context())) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
-    if (p_.operation() == proto::EltwiseParameter::MAX) argmax_.reshape(in[0]);
+    if (op_ == EltwiseAttrs::max) argmax_.reshape(in[0]);
   }
 
   void forward(OpCall& c) override {
     float* y = c.out[0]->f32();
     int64_t n = c.out[0]->numel();
-    switch (p_.operation()) {
-      case proto::EltwiseParameter::SUM: {
+    switch (op_) {
+      case EltwiseAttrs::sum: {
         const float* a = c.in[0]->f32();
         float c0 = coeff_[0];
         for (int64_t i = 0; i < n; ++i) y[i] = c0 * a[i];
@@ -75,7 +105,7 @@ class EltwiseKernel final : public Kernel {
         }
         break;
       }
-      case proto::EltwiseParameter::PROD: {
+      case EltwiseAttrs::prod: {
         c.out[0]->copy_from(*c.in[0]);
         for (size_t k = 1; k < c.in.size(); ++k) {
           const float* b = c.in[k]->f32();
@@ -83,7 +113,7 @@ class EltwiseKernel final : public Kernel {
         }
         break;
       }
-      case proto::EltwiseParameter::MAX: {
+      case EltwiseAttrs::max: {
         int* arg = argmax_.data<int>();
         for (int64_t i = 0; i < n; ++i) {
           float best = -FLT_MAX;
@@ -109,8 +139,8 @@ class EltwiseKernel final : public Kernel {
     for (size_t k = 0; k < c.in.size(); ++k) {
       if (!c.in_grad[k]) continue;
       float* dx = c.in_grad[k]->f32();
-      switch (p_.operation()) {
-        case proto::EltwiseParameter::SUM: {
+      switch (op_) {
+        case EltwiseAttrs::sum: {
           float ck = coeff_[k];
           parallel_ranges(n, [=](int64_t lo, int64_t hi) {
 #pragma omp simd
@@ -118,8 +148,8 @@ class EltwiseKernel final : public Kernel {
           });
           break;
         }
-        case proto::EltwiseParameter::PROD:
-          if (p_.stable_prod_grad()) {
+        case EltwiseAttrs::prod:
+          if (stable_prod_grad_) {
             for (int64_t i = 0; i < n; ++i) {
               float prod = 1.f;
               for (size_t j = 0; j < c.in.size(); ++j)
@@ -132,7 +162,7 @@ class EltwiseKernel final : public Kernel {
             for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] / x[i];
           }
           break;
-        case proto::EltwiseParameter::MAX: {
+        case EltwiseAttrs::max: {
           const int* arg = argmax_.data<int>();
           for (int64_t i = 0; i < n; ++i) dx[i] = arg[i] == static_cast<int>(k) ? dy[i] : 0.f;
           break;
@@ -142,7 +172,8 @@ class EltwiseKernel final : public Kernel {
   }
 
  private:
-  proto::EltwiseParameter p_;
+  int op_;  // EltwiseAttrs::Operation
+  bool stable_prod_grad_;
   std::vector<float> coeff_;
   Tensor argmax_{Shape{0}, DType::s32};
 };

@@ -1,6 +1,7 @@
 // InnerProduct: y = x W^T + b over the axes from `axis` on; three fixed-shape GEMMs
 // (forward with the bias fused, weight gradient, input gradient) built at prepare time.
 #include "ops/conv_int8.h"
+#include "ops/inner_product_attrs.h"
 #include "ops/matmul.h"
 #include "ops/matmul_int8.h"
 #include "ops/op.h"
@@ -8,10 +9,30 @@
 namespace bks {
 namespace {
 
+void inner_product_from_caffe(const proto::LayerParameter& l, InnerProductAttrs& a, const std::string&) {
+  const proto::InnerProductParameter& p = l.inner_product_param();
+  a.num_output = p.num_output();
+  a.bias_term = p.bias_term();
+  a.weight_filler = filler_from_caffe(p.weight_filler());
+  a.bias_filler = filler_from_caffe(p.bias_filler());
+  a.axis = p.axis();
+  a.transpose = p.transpose();
+}
+void inner_product_to_caffe(const InnerProductAttrs& a, proto::LayerParameter& l) {
+  proto::InnerProductParameter* p = l.mutable_inner_product_param();
+  p->set_num_output(static_cast<uint32_t>(a.num_output));
+  p->set_bias_term(a.bias_term);
+  *p->mutable_weight_filler() = filler_to_caffe(a.weight_filler);
+  *p->mutable_bias_filler() = filler_to_caffe(a.bias_filler);
+  p->set_axis(static_cast<int32_t>(a.axis));
+  p->set_transpose(a.transpose);
+}
+BKS_REGISTER_ATTRS("InnerProduct", InnerProductAttrs, inner_product_from_caffe, inner_product_to_caffe);
+
 // Checks the layer's attributes: inner_product_param, fused post-ops (set by bakusoku
 // deploy, inference only) and INT8 thresholds.
 void check_inner_product(const OpContext& c) {
-  if (c.node.param.inner_product_param().num_output() == 0) c.fail("inner_product_param.num_output must be positive");
+  if (c.node.attrs.as<InnerProductAttrs>().num_output <= 0) c.fail("inner_product_param.num_output must be positive");
   const FusedPostOps& f = c.node.deploy.fusion;
   if (f.residual_sum) c.fail("a fused residual sum is supported on Convolution only");
   if (f.relu && c.phase == proto::TRAIN) c.fail("fused post-ops are for inference graphs (bakusoku deploy), not TRAIN");
@@ -25,12 +46,12 @@ struct InnerProductGeometry {
 };
 
 InnerProductGeometry inner_product_geometry(const OpContext& c, const Shape& in) {
-  const auto& p = c.node.param.inner_product_param();
-  int axis = canonical_axis(p.axis(), static_cast<int>(in.size()), "inner_product_param.axis");
+  const InnerProductAttrs& p = c.node.attrs.as<InnerProductAttrs>();
+  int axis = canonical_axis(p.axis, static_cast<int>(in.size()), "inner_product_param.axis");
   InnerProductGeometry g;
   g.k = shape_count(in, axis, static_cast<int>(in.size()));
   g.m = shape_count(in, 0, axis);
-  g.n = p.num_output();
+  g.n = p.num_output;
   g.out = Shape(in.begin(), in.begin() + axis);
   g.out.push_back(g.n);
   return g;
@@ -46,25 +67,25 @@ class InnerProductDef final : public OpDef {
   }
 
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
-    const auto& p = c.node.param.inner_product_param();
+    const InnerProductAttrs& p = c.node.attrs.as<InnerProductAttrs>();
     InnerProductGeometry g = inner_product_geometry(c, in[0]);
-    Shape w = p.transpose() ? Shape{g.k, g.n} : Shape{g.n, g.k};
-    std::vector<ParamDecl> d{{w, p.weight_filler(), true}};
-    if (p.bias_term()) d.push_back({{g.n}, p.bias_filler(), true});
+    Shape w = p.transpose ? Shape{g.k, g.n} : Shape{g.n, g.k};
+    std::vector<ParamDecl> d{{w, p.weight_filler, true}};
+    if (p.bias_term) d.push_back({{g.n}, p.bias_filler, true});
     return d;
   }
 
   OpTraits traits(const Node&) const override { return traits_with({&OpTraits::weighted_linear}); }
-  int64_t output_channels(const Node& n) const override { return n.param.inner_product_param().num_output(); }
-  bool weights_output_last(const Node& n) const override { return n.param.inner_product_param().transpose(); }
-  bool has_bias(const Node& n) const override { return n.param.inner_product_param().bias_term(); }
-  void set_bias_term(Node& n) const override { n.param.mutable_inner_product_param()->set_bias_term(true); }
+  int64_t output_channels(const Node& n) const override { return n.attrs.as<InnerProductAttrs>().num_output; }
+  bool weights_output_last(const Node& n) const override { return n.attrs.as<InnerProductAttrs>().transpose; }
+  bool has_bias(const Node& n) const override { return n.attrs.as<InnerProductAttrs>().bias_term; }
+  void set_bias_term(Node& n) const override { n.attrs.as<InnerProductAttrs>().bias_term = true; }
 };
 
 class InnerProductKernel final : public Kernel {
  public:
   explicit InnerProductKernel(const OpInit& init)
-      : Kernel(init), p_(init.node.param.inner_product_param()), fusion_(init.node.deploy.fusion) {
+      : Kernel(init), p_(init.node.attrs.as<InnerProductAttrs>()), fusion_(init.node.deploy.fusion) {
     Int8Thresholds t = int8_thresholds(context());
     int8_threshold_ = t.in;
     int8_out_threshold_ = t.out;
@@ -92,17 +113,17 @@ class InnerProductKernel final : public Kernel {
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
-    const bool t = p_.transpose();  // weights stored [k, n] instead of [n, k]
+    const bool t = p_.transpose;  // weights stored [k, n] instead of [n, k]
     int8_.reset();
     if (int8_threshold_ > 0.f) {
       Int8MatMulSpec spec{
-          m_, n_, k_, t, p_.bias_term(), fusion_.relu, fusion_.relu_slope, int8_threshold_, int8_out_threshold_};
+          m_, n_, k_, t, p_.bias_term, fusion_.relu, fusion_.relu_slope, int8_threshold_, int8_out_threshold_};
       memory::desc src = in_layout_.empty() || in_layout_[0].data.ndims == 0 ? plain_md(in[0]) : in_layout_[0];
       int8_ = std::make_unique<Int8MatMul>(
           eng, spec, src, int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_out_threshold_));
       return;
     }
-    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term(), fusion_.relu, fusion_.relu_slope,
+    fwd_.prepare(eng, 'N', t ? 'N' : 'T', m_, n_, k_, p_.bias_term, fusion_.relu, fusion_.relu_slope,
                  constant_params_ && phase_ != proto::TRAIN, bf16_ && phase_ != proto::TRAIN);
     if (phase_ != proto::TRAIN) return;
     if (t)
@@ -113,7 +134,7 @@ class InnerProductKernel final : public Kernel {
   }
 
   void forward(OpCall& c) override {
-    const float* b = p_.bias_term() ? c.params[1]->f32() : nullptr;
+    const float* b = p_.bias_term ? c.params[1]->f32() : nullptr;
     if (int8_) return int8_->run(stream(), c.in[0]->raw(), c.params[0]->f32(), b, c.out[0]->raw());
     fwd_.run(stream(), c.in[0]->f32(), c.params[0]->f32(), c.out[0]->f32(), b);
   }
@@ -122,12 +143,12 @@ class InnerProductKernel final : public Kernel {
     const float* x = c.in[0]->f32();
     const float* dy = c.out_grad[0]->f32();
     if (c.param_grad[0]) {
-      if (p_.transpose())
+      if (p_.transpose)
         dw_.run(stream(), x, dy, c.param_grad[0]->f32());
       else
         dw_.run(stream(), dy, x, c.param_grad[0]->f32());
     }
-    if (p_.bias_term() && c.param_grad[1]) {
+    if (p_.bias_term && c.param_grad[1]) {
       float* db = c.param_grad[1]->f32();
       std::fill_n(db, n_, 0.f);
       for (int64_t i = 0; i < m_; ++i) {
@@ -149,7 +170,7 @@ class InnerProductKernel final : public Kernel {
  private:
   dnnl::stream& stream() { return static_cast<CpuBackend&>(backend_).stream(); }
 
-  proto::InnerProductParameter p_;
+  InnerProductAttrs p_;
   MatMul fwd_, dw_, dx_;
   FusedPostOps fusion_;
   float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;

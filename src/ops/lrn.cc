@@ -1,17 +1,49 @@
 // Local response normalisation (ACROSS_CHANNELS, WITHIN_CHANNEL) on oneDNN, whose formula
 // matches Caffe's: y = x * (k + alpha / n * sum(x^2))^-beta over the n-wide (or n x n) window.
 #include "backend/dnnl_util.h"
+#include "ops/lrn_attrs.h"
 #include "ops/op.h"
 
 namespace bks {
+
 namespace {
+constexpr const char* kRegions[] = {"ACROSS_CHANNELS", "WITHIN_CHANNEL"};
+}
+
+void LRNAttrs::visit(AttrVisitor& v) {
+  v.field("local_size", local_size);
+  v.field("alpha", alpha);
+  v.field("beta", beta);
+  v.field("k", k);
+  v.field("region", region, kRegions);
+}
+
+namespace {
+
+void lrn_from_caffe(const proto::LayerParameter& l, LRNAttrs& a, const std::string&) {
+  const proto::LRNParameter& p = l.lrn_param();
+  a.local_size = p.local_size();
+  a.alpha = p.alpha();
+  a.beta = p.beta();
+  a.k = p.k();
+  a.region = p.norm_region() == proto::LRNParameter::ACROSS_CHANNELS ? a.across_channels : a.within_channel;
+}
+void lrn_to_caffe(const LRNAttrs& a, proto::LayerParameter& l) {
+  proto::LRNParameter* p = l.mutable_lrn_param();
+  p->set_local_size(static_cast<uint32_t>(a.local_size));
+  p->set_alpha(a.alpha);
+  p->set_beta(a.beta);
+  p->set_k(a.k);
+  p->set_norm_region(a.region == a.across_channels ? proto::LRNParameter::ACROSS_CHANNELS
+                                                   : proto::LRNParameter::WITHIN_CHANNEL);
+}
 
 class LRNDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
   void check(const OpContext& c) const override {
-    const proto::LRNParameter& p = c.node.param.lrn_param();
-    if (p.local_size() % 2 == 0) c.fail("lrn_param.local_size must be odd, got {}", p.local_size());
+    const LRNAttrs& p = c.node.attrs.as<LRNAttrs>();
+    if (p.local_size <= 0 || p.local_size % 2 == 0) c.fail("lrn_param.local_size must be odd, got {}", p.local_size);
   }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     c.expect_ndim(in[0], 4, 4, "bottom");
@@ -21,20 +53,20 @@ class LRNDef final : public OpDef {
 
 class LRNKernel final : public Kernel {
  public:
-  explicit LRNKernel(const OpInit& i) : Kernel(i), p_(i.node.param.lrn_param()) {}
+  explicit LRNKernel(const OpInit& i) : Kernel(i), p_(i.node.attrs.as<LRNAttrs>()) {}
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override { shape_ = in[0]; }
   void prepare(const std::vector<Shape>&, const std::vector<Shape>&) override {
     auto& be = static_cast<CpuBackend&>(backend_);
     auto md = plain_md(shape_);
-    auto alg = p_.norm_region() == proto::LRNParameter::ACROSS_CHANNELS ? dnnl::algorithm::lrn_across_channels
-                                                                        : dnnl::algorithm::lrn_within_channel;
+    auto alg = p_.region == LRNAttrs::across_channels ? dnnl::algorithm::lrn_across_channels
+                                                      : dnnl::algorithm::lrn_within_channel;
     bool training = phase_ == proto::TRAIN;
     // Caffe's WITHIN_CHANNEL divides alpha by n*n and fixes k at 1; oneDNN does the same
     // division for its within-channel algorithm.
-    float k = p_.norm_region() == proto::LRNParameter::ACROSS_CHANNELS ? p_.k() : 1.f;
+    float k = p_.region == LRNAttrs::across_channels ? p_.k : 1.f;
     dnnl::lrn_forward::primitive_desc fpd(
         {training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, alg, md,
-         static_cast<memory::dim>(p_.local_size()), p_.alpha(), p_.beta(), k},
+         static_cast<memory::dim>(p_.local_size), p_.alpha, p_.beta, k},
         user_scratchpad(), be.engine());
     fwd_ = DnnlPrimitive(dnnl::lrn_forward(fpd), fpd);
     src_ = memory(md, be.engine(), nullptr);
@@ -42,8 +74,8 @@ class LRNKernel final : public Kernel {
     if (training) {
       ws_ = memory(fpd.workspace_desc(), be.engine());
       dnnl::lrn_backward::primitive_desc bpd(
-          {alg, md, md, static_cast<memory::dim>(p_.local_size()), p_.alpha(), p_.beta(), k}, user_scratchpad(),
-          be.engine(), fpd);
+          {alg, md, md, static_cast<memory::dim>(p_.local_size), p_.alpha, p_.beta, k}, user_scratchpad(), be.engine(),
+          fpd);
       bwd_ = DnnlPrimitive(dnnl::lrn_backward(bpd), bpd);
       dsrc_ = memory(md, be.engine(), nullptr);
       ddst_ = memory(md, be.engine(), nullptr);
@@ -72,7 +104,7 @@ class LRNKernel final : public Kernel {
   std::string kernel_name() const override { return "oneDNN " + impl_; }
 
  private:
-  proto::LRNParameter p_;
+  LRNAttrs p_;
   Shape shape_;
   DnnlPrimitive fwd_, bwd_;
   memory src_, dst_, ws_, dsrc_, ddst_;
@@ -81,6 +113,7 @@ class LRNKernel final : public Kernel {
 
 }  // namespace
 
+BKS_REGISTER_ATTRS("LRN", LRNAttrs, lrn_from_caffe, lrn_to_caffe);
 BKS_REGISTER_OP_DEF("LRN", LRNDef);
 BKS_REGISTER_KERNEL("LRN", ::bks::DeviceKind::cpu, LRNKernel, "oneDNN", 10, nullptr);
 

@@ -27,11 +27,8 @@ OpTraits traits_with(std::initializer_list<bool OpTraits::*> flags) {
 }
 
 void become(Node& n, const std::string& type) {
-  proto::LayerParameter p;
-  p.set_name(n.name);
-  p.set_type(type);
-  n.param = p;
   n.type = type;
+  n.attrs = default_attrs(type);
 }
 
 void OpContext::expect_ndim(const Shape& s, int lo, int hi, const char* what) const {
@@ -79,7 +76,11 @@ OpTraits op_traits(const Node& n) {
 OpTraits op_traits(const proto::LayerParameter& layer) {
   Node n;
   n.type = layer.type();
-  n.param = layer;
+  try {
+    n.attrs = attrs_from_caffe(layer, layer.name());
+  } catch (const InputError&) {
+    n.attrs = default_attrs(n.type);  // traits of a layer the front end will reject later
+  }
   return op_traits(n);
 }
 

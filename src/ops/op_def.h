@@ -23,7 +23,7 @@ namespace bks {
 
 struct ParamDecl {
   Shape shape;
-  proto::FillerParameter filler;
+  FillerSpec filler;
   // Blobs the op updates itself (BatchNorm statistics) take no gradient and no solver step.
   bool learnable = true;
 };
@@ -157,6 +157,8 @@ class OpDefRegistry {
 // op keeping only its outputs j with keep[j] (and their shapes).
 void make_external_input(Node& n, const std::vector<Shape>& shapes);
 void keep_external_outputs(Node& n, const std::vector<bool>& keep);
+// An external input op taking batches of `batch`: axis 0 of each of its shapes.
+void set_external_input_batch(Node& n, int64_t batch);
 
 // The definition of node n's type; InputError naming the node when there is none.
 const OpDef& op_def(const Graph& g, int n);

@@ -9,6 +9,7 @@
 #include "backend/dnnl_util.h"
 #include "core/parallel.h"
 #include "ops/op.h"
+#include "ops/pooling_attrs.h"
 #include "ops/pooling_tiled.h"
 
 namespace bks {
@@ -21,39 +22,85 @@ struct PoolAttrs {
   int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
 };
 
-PoolAttrs pool_attrs(const OpContext& c) {
-  const proto::PoolingParameter& p = c.node.param.pooling_param();
-  PoolAttrs a;
-  if (p.pool() == proto::PoolingParameter::STOCHASTIC) c.fail("STOCHASTIC pooling is not supported");
+constexpr const char* kPoolMethods[] = {"MAX", "AVE", "STOCHASTIC"};
+
+void pooling_from_caffe(const proto::LayerParameter& l, PoolingAttrs& a, const std::string& where) {
+  const proto::PoolingParameter& p = l.pooling_param();
+  auto fail = [&](const char* m) { input_error("{}: {}", where, m); };
+  a.method = static_cast<int>(p.pool());
   a.global = p.global_pooling();
   if (a.global) {
-    if (p.has_kernel_size() || p.has_kernel_h() || p.has_kernel_w()) c.fail("global_pooling takes no kernel size");
+    if (p.has_kernel_size() || p.has_kernel_h() || p.has_kernel_w()) fail("global_pooling takes no kernel size");
+    a.kernel.clear();
   } else if (p.has_kernel_size()) {
-    if (p.has_kernel_h() || p.has_kernel_w()) c.fail("give kernel_size or kernel_h/kernel_w, not both");
-    a.kh = a.kw = p.kernel_size();
+    if (p.has_kernel_h() || p.has_kernel_w()) fail("give kernel_size or kernel_h/kernel_w, not both");
+    a.kernel = {p.kernel_size(), p.kernel_size()};
   } else if (p.has_kernel_h() && p.has_kernel_w()) {
-    a.kh = p.kernel_h();
-    a.kw = p.kernel_w();
+    a.kernel = {p.kernel_h(), p.kernel_w()};
   } else {
-    c.fail("pooling_param needs kernel_size or kernel_h and kernel_w");
+    fail("pooling_param needs kernel_size or kernel_h and kernel_w");
   }
-  if (!a.global && (a.kh <= 0 || a.kw <= 0)) c.fail("kernel size must be positive");
-  if (p.has_pad_h() || p.has_pad_w()) {
-    a.ph = p.pad_h();
-    a.pw = p.pad_w();
-  } else {
-    a.ph = a.pw = p.pad();
+  if (p.has_pad_h() || p.has_pad_w())
+    a.pad = {p.pad_h(), p.pad_w()};
+  else
+    a.pad = {p.pad(), p.pad()};
+  if (p.has_stride_h() || p.has_stride_w())
+    a.stride = {p.stride_h(), p.stride_w()};
+  else
+    a.stride = {p.stride(), p.stride()};
+  a.ceil = p.round_mode() == proto::PoolingParameter::CEIL;
+}
+
+void pooling_to_caffe(const PoolingAttrs& a, proto::LayerParameter& l) {
+  proto::PoolingParameter* p = l.mutable_pooling_param();
+  p->Clear();
+  p->set_pool(static_cast<proto::PoolingParameter::PoolMethod>(a.method));
+  if (a.global) p->set_global_pooling(true);
+  auto put = [](const std::vector<int64_t>& v, auto set_one, auto set_h, auto set_w) {
+    if (v.size() != 2) return;
+    if (v[0] == v[1]) {
+      set_one(static_cast<uint32_t>(v[0]));
+    } else {
+      set_h(static_cast<uint32_t>(v[0]));
+      set_w(static_cast<uint32_t>(v[1]));
+    }
+  };
+  put(
+      a.kernel, [&](uint32_t x) { p->set_kernel_size(x); }, [&](uint32_t x) { p->set_kernel_h(x); },
+      [&](uint32_t x) { p->set_kernel_w(x); });
+  put(
+      a.stride, [&](uint32_t x) { p->set_stride(x); }, [&](uint32_t x) { p->set_stride_h(x); },
+      [&](uint32_t x) { p->set_stride_w(x); });
+  put(
+      a.pad, [&](uint32_t x) { p->set_pad(x); }, [&](uint32_t x) { p->set_pad_h(x); },
+      [&](uint32_t x) { p->set_pad_w(x); });
+  p->set_round_mode(a.ceil ? proto::PoolingParameter::CEIL : proto::PoolingParameter::FLOOR);
+}
+
+PoolAttrs pool_attrs(const OpContext& c) {
+  const PoolingAttrs& p = c.node.attrs.as<PoolingAttrs>();
+  PoolAttrs a;
+  if (p.method == PoolingAttrs::stochastic) c.fail("STOCHASTIC pooling is not supported");
+  if (p.method != PoolingAttrs::max && p.method != PoolingAttrs::ave) c.fail("unknown pooling method {}", p.method);
+  a.global = p.global;
+  auto pair = [&](const std::vector<int64_t>& v, const char* what, int64_t& h, int64_t& w) {
+    if (v.size() != 2) c.fail("pooling_param: {} needs a height and a width", what);
+    h = v[0];
+    w = v[1];
+  };
+  if (!a.global) {
+    pair(p.kernel, "the kernel size", a.kh, a.kw);
+    if (a.kh <= 0 || a.kw <= 0) c.fail("kernel size must be positive");
+  } else if (!p.kernel.empty()) {
+    c.fail("global_pooling takes no kernel size");
   }
-  if (p.has_stride_h() || p.has_stride_w()) {
-    a.sh = p.stride_h();
-    a.sw = p.stride_w();
-  } else {
-    a.sh = a.sw = p.stride();
-  }
+  pair(p.pad, "pad", a.ph, a.pw);
+  if (a.ph < 0 || a.pw < 0) c.fail("pad must not be negative");
+  pair(p.stride, "stride", a.sh, a.sw);
   if (a.sh <= 0 || a.sw <= 0) c.fail("stride must be positive");
   if (a.global && (a.ph || a.pw || a.sh != 1 || a.sw != 1)) c.fail("global_pooling takes no pad and stride 1");
-  a.max = p.pool() == proto::PoolingParameter::MAX;
-  a.ceil = p.round_mode() == proto::PoolingParameter::CEIL;
+  a.max = p.method == PoolingAttrs::max;
+  a.ceil = p.ceil;
   return a;
 }
 
@@ -106,7 +153,7 @@ class PoolingDef final : public OpDef {
   }
   OpTraits traits(const Node& n) const override {
     OpTraits t;
-    t.max_pooling = n.param.pooling_param().pool() == proto::PoolingParameter::MAX;
+    t.max_pooling = n.attrs.as<PoolingAttrs>().method == PoolingAttrs::max;
     return t;
   }
 };
@@ -458,6 +505,16 @@ class PoolingKernel final : public Kernel {
 
 }  // namespace
 
+void PoolingAttrs::visit(AttrVisitor& v) {
+  v.field("method", method, kPoolMethods);
+  v.field("global", global);
+  v.field("kernel", kernel);
+  v.field("stride", stride);
+  v.field("pad", pad);
+  v.field("ceil", ceil);
+}
+
+BKS_REGISTER_ATTRS("Pooling", PoolingAttrs, pooling_from_caffe, pooling_to_caffe);
 BKS_REGISTER_OP_DEF("Pooling", PoolingDef);
 BKS_REGISTER_KERNEL("Pooling", ::bks::DeviceKind::cpu, PoolingKernel, "oneDNN", 10, nullptr);
 

@@ -4,6 +4,27 @@
 namespace bks {
 namespace {
 
+struct PReLUAttrs final : AttrsOf<PReLUAttrs> {
+  FillerSpec filler;  // of the slopes (Caffe's default for PReLU: constant 0.25)
+  bool channel_shared = false;
+  PReLUAttrs() { filler.value = 0.25f; }
+  void visit(AttrVisitor& v) override {
+    v.field("filler", filler);
+    v.field("channel_shared", channel_shared);
+  }
+};
+void prelu_from_caffe(const proto::LayerParameter& l, PReLUAttrs& a, const std::string&) {
+  const proto::PReLUParameter& p = l.prelu_param();
+  if (p.has_filler()) a.filler = filler_from_caffe(p.filler());
+  a.channel_shared = p.channel_shared();
+}
+void prelu_to_caffe(const PReLUAttrs& a, proto::LayerParameter& l) {
+  proto::PReLUParameter* p = l.mutable_prelu_param();
+  *p->mutable_filler() = filler_to_caffe(a.filler);
+  p->set_channel_shared(a.channel_shared);
+}
+BKS_REGISTER_ATTRS("PReLU", PReLUAttrs, prelu_from_caffe, prelu_to_caffe);
+
 class PReLUDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
@@ -12,23 +33,21 @@ class PReLUDef final : public OpDef {
     out[0] = in[0];
   }
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
-    const proto::PReLUParameter& p = c.node.param.prelu_param();
-    proto::FillerParameter f;
-    f.set_value(0.25f);
-    return {{{p.channel_shared() ? 1 : c.split_channels(in[0]).c}, p.has_filler() ? p.filler() : f, true}};
+    const PReLUAttrs& a = c.node.attrs.as<PReLUAttrs>();
+    return {{{a.channel_shared ? 1 : c.split_channels(in[0]).c}, a.filler, true}};
   }
 };
 
 class PReLUKernel final : public Kernel {
  public:
-  explicit PReLUKernel(const OpInit& i) : Kernel(i), p_(i.node.param.prelu_param()) {}
+  explicit PReLUKernel(const OpInit& i) : Kernel(i), shared_(i.node.attrs.as<PReLUAttrs>().channel_shared) {}
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     auto [n, c, sp] = split_channels(in[0]);
     n_ = n;
     c_ = c;
     sp_ = sp;
   }
-  float slope(const float* a, int64_t k) const { return p_.channel_shared() ? a[0] : a[k]; }
+  float slope(const float* a, int64_t k) const { return shared_ ? a[0] : a[k]; }
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     const float* a = c.params[0]->f32();
@@ -52,7 +71,7 @@ class PReLUKernel final : public Kernel {
           int64_t o = (b * c_ + k) * sp_;
           double acc = 0;
           for (int64_t i = 0; i < sp_; ++i) acc += x[o + i] > 0.f ? 0.0 : static_cast<double>(dy[o + i]) * x[o + i];
-          da[p_.channel_shared() ? 0 : k] += static_cast<float>(acc);
+          da[shared_ ? 0 : k] += static_cast<float>(acc);
         }
     }
     if (c.in_grad[0]) {
@@ -67,7 +86,7 @@ class PReLUKernel final : public Kernel {
   }
 
  private:
-  proto::PReLUParameter p_;
+  bool shared_;  // one slope for all channels
   int64_t n_ = 0, c_ = 0, sp_ = 0;
 };
 

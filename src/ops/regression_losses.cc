@@ -7,6 +7,23 @@
 namespace bks {
 namespace {
 
+// EuclideanLoss takes no attributes (Caffe's ignores loss_param); SigmoidCrossEntropyLoss
+// takes loss_param, normalising by the batch size unless told otherwise.
+struct SigmoidCrossEntropyLossAttrs final : AttrsOf<SigmoidCrossEntropyLossAttrs> {
+  LossSpec loss;
+  SigmoidCrossEntropyLossAttrs() { loss.normalization = LossSpec::batch_size; }
+  void visit(AttrVisitor& v) override { v.field("loss", loss); }
+};
+
+void sigmoid_loss_from_caffe(const proto::LayerParameter& l, SigmoidCrossEntropyLossAttrs& a, const std::string&) {
+  a.loss = loss_from_caffe(l, LossSpec::batch_size);
+}
+void sigmoid_loss_to_caffe(const SigmoidCrossEntropyLossAttrs& a, proto::LayerParameter& l) {
+  loss_to_caffe(a.loss, l);
+}
+BKS_REGISTER_ATTRS("SigmoidCrossEntropyLoss", SigmoidCrossEntropyLossAttrs, sigmoid_loss_from_caffe,
+                   sigmoid_loss_to_caffe);
+
 // Items of a batch: the first axis (1 for a scalar).
 int64_t batch_items(const Shape& s) { return s.empty() ? 1 : s[0]; }
 
@@ -86,8 +103,8 @@ class SigmoidCrossEntropyLossKernel final : public Kernel {
  public:
   explicit SigmoidCrossEntropyLossKernel(const OpInit& i)
       : Kernel(i),
-        mode_(loss_mode(i.node.param, proto::LossParameter::BATCH_SIZE)),
-        ignore_(IgnoreLabel::from(i.node.param)) {}
+        mode_(i.node.attrs.as<SigmoidCrossEntropyLossAttrs>().loss.normalization),
+        ignore_(IgnoreLabel::from(i.node.attrs.as<SigmoidCrossEntropyLossAttrs>().loss)) {}
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     outer_ = batch_items(in[0]);
     count_ = shape_numel(in[0]);
@@ -122,7 +139,7 @@ class SigmoidCrossEntropyLossKernel final : public Kernel {
   }
 
  private:
-  proto::LossParameter::NormalizationMode mode_;
+  int mode_;  // LossSpec::Normalization
   IgnoreLabel ignore_;
   int64_t outer_ = 1, count_ = 0, valid_ = 0;
 };

@@ -12,6 +12,117 @@ void copy_blocks(const float* src, int64_t src_stride, float* dst, int64_t dst_s
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, len * sizeof(float));
 }
 
+// ---- Attributes ----
+
+struct FlattenAttrs final : AttrsOf<FlattenAttrs> {
+  int64_t axis = 1;
+  int64_t end_axis = -1;
+  void visit(AttrVisitor& v) override {
+    v.field("axis", axis);
+    v.field("end_axis", end_axis);
+  }
+};
+void flatten_from_caffe(const proto::LayerParameter& l, FlattenAttrs& a, const std::string&) {
+  a.axis = l.flatten_param().axis();
+  a.end_axis = l.flatten_param().end_axis();
+}
+void flatten_to_caffe(const FlattenAttrs& a, proto::LayerParameter& l) {
+  l.mutable_flatten_param()->set_axis(static_cast<int32_t>(a.axis));
+  l.mutable_flatten_param()->set_end_axis(static_cast<int32_t>(a.end_axis));
+}
+BKS_REGISTER_ATTRS("Flatten", FlattenAttrs, flatten_from_caffe, flatten_to_caffe);
+
+// Axes [axis, axis + num_axes) of the input (num_axes -1: to the end) become `shape`, whose
+// dims are sizes, 0 (copy the input's) or -1 (inferred).
+struct ReshapeAttrs final : AttrsOf<ReshapeAttrs> {
+  std::vector<int64_t> shape;
+  int64_t axis = 0;
+  int64_t num_axes = -1;
+  void visit(AttrVisitor& v) override {
+    v.field("shape", shape);
+    v.field("axis", axis);
+    v.field("num_axes", num_axes);
+  }
+};
+void reshape_from_caffe(const proto::LayerParameter& l, ReshapeAttrs& a, const std::string&) {
+  const proto::ReshapeParameter& p = l.reshape_param();
+  a.shape.assign(p.shape().dim().begin(), p.shape().dim().end());
+  a.axis = p.axis();
+  a.num_axes = p.num_axes();
+}
+void reshape_to_caffe(const ReshapeAttrs& a, proto::LayerParameter& l) {
+  proto::ReshapeParameter* p = l.mutable_reshape_param();
+  p->mutable_shape()->clear_dim();
+  for (int64_t d : a.shape) p->mutable_shape()->add_dim(d);
+  p->set_axis(static_cast<int32_t>(a.axis));
+  p->set_num_axes(static_cast<int32_t>(a.num_axes));
+}
+BKS_REGISTER_ATTRS("Reshape", ReshapeAttrs, reshape_from_caffe, reshape_to_caffe);
+
+// The axis the inputs are joined along.
+struct ConcatAttrs final : AttrsOf<ConcatAttrs> {
+  int64_t axis = 1;
+  void visit(AttrVisitor& v) override { v.field("axis", axis); }
+};
+// Caffe's older concat_dim names the same axis.
+void concat_from_caffe(const proto::LayerParameter& l, ConcatAttrs& a, const std::string& where) {
+  const proto::ConcatParameter& p = l.concat_param();
+  if (p.has_axis() && p.has_concat_dim()) input_error("{}: give concat_param.axis or concat_dim, not both", where);
+  a.axis = p.has_concat_dim() ? static_cast<int64_t>(p.concat_dim()) : p.axis();
+}
+void concat_to_caffe(const ConcatAttrs& a, proto::LayerParameter& l) {
+  l.mutable_concat_param()->clear_concat_dim();
+  l.mutable_concat_param()->set_axis(static_cast<int32_t>(a.axis));
+}
+BKS_REGISTER_ATTRS("Concat", ConcatAttrs, concat_from_caffe, concat_to_caffe);
+
+// slice_point: where each top after the first begins on the axis (none: equal parts).
+struct SliceAttrs final : AttrsOf<SliceAttrs> {
+  int64_t axis = 1;
+  std::vector<int64_t> slice_point;
+  void visit(AttrVisitor& v) override {
+    v.field("axis", axis);
+    v.field("slice_point", slice_point);
+  }
+};
+// Caffe's older slice_dim names the same axis.
+void slice_from_caffe(const proto::LayerParameter& l, SliceAttrs& a, const std::string& where) {
+  const proto::SliceParameter& p = l.slice_param();
+  if (p.has_axis() && p.has_slice_dim()) input_error("{}: give slice_param.axis or slice_dim, not both", where);
+  a.axis = p.has_slice_dim() ? static_cast<int64_t>(p.slice_dim()) : p.axis();
+  a.slice_point.assign(p.slice_point().begin(), p.slice_point().end());
+}
+void slice_to_caffe(const SliceAttrs& a, proto::LayerParameter& l) {
+  proto::SliceParameter* p = l.mutable_slice_param();
+  p->clear_slice_dim();
+  p->set_axis(static_cast<int32_t>(a.axis));
+  p->clear_slice_point();
+  for (int64_t s : a.slice_point) p->add_slice_point(static_cast<uint32_t>(s));
+}
+BKS_REGISTER_ATTRS("Slice", SliceAttrs, slice_from_caffe, slice_to_caffe);
+
+// The first bottom is cropped to the second's shape on axes >= axis, starting at offset
+// (none: 0; one: the same on every such axis; or one per axis).
+struct CropAttrs final : AttrsOf<CropAttrs> {
+  int64_t axis = 2;
+  std::vector<int64_t> offset;
+  void visit(AttrVisitor& v) override {
+    v.field("axis", axis);
+    v.field("offset", offset);
+  }
+};
+void crop_from_caffe(const proto::LayerParameter& l, CropAttrs& a, const std::string&) {
+  a.axis = l.crop_param().axis();
+  a.offset.assign(l.crop_param().offset().begin(), l.crop_param().offset().end());
+}
+void crop_to_caffe(const CropAttrs& a, proto::LayerParameter& l) {
+  proto::CropParameter* p = l.mutable_crop_param();
+  p->set_axis(static_cast<int32_t>(a.axis));
+  p->clear_offset();
+  for (int64_t o : a.offset) p->add_offset(static_cast<uint32_t>(o));
+}
+BKS_REGISTER_ATTRS("Crop", CropAttrs, crop_from_caffe, crop_to_caffe);
+
 // ---- Shared geometry ----
 
 // Concat and Slice share the geometry: inputs (or outputs) laid side by side on one axis.
@@ -42,18 +153,11 @@ void move_parts(const AxisParts& g, float* whole, const std::vector<float*>& par
   }
 }
 
-// concat_param's axis (or the older concat_dim), checked.
-int concat_axis(const OpContext& c) {
-  const auto& p = c.node.param.concat_param();
-  if (p.has_axis() && p.has_concat_dim()) c.fail("give concat_param.axis or concat_dim, not both");
-  return p.has_concat_dim() ? static_cast<int>(p.concat_dim()) : p.axis();
-}
-
 // The inputs of a Concat as parts of its output.
 AxisParts concat_parts(const OpContext& c, const std::vector<Shape>& in) {
   int nd = static_cast<int>(in[0].size());
   AxisParts g;
-  g.axis = canonical_axis(concat_axis(c), nd, "concat_param.axis");
+  g.axis = canonical_axis(c.node.attrs.as<ConcatAttrs>().axis, nd, "concat_param.axis");
   for (size_t k = 0; k < in.size(); ++k) {
     if (static_cast<int>(in[k].size()) != nd) c.fail("bottom {} has {} axes, bottom 0 has {}", k, in[k].size(), nd);
     for (int d = 0; d < nd; ++d)
@@ -69,16 +173,17 @@ AxisParts concat_parts(const OpContext& c, const std::vector<Shape>& in) {
 
 // The outputs of a Slice (`tops` of them) as parts of its input `s`.
 AxisParts slice_parts(const OpContext& c, const Shape& s, size_t tops) {
-  const auto& p = c.node.param.slice_param();
+  const SliceAttrs& a = c.node.attrs.as<SliceAttrs>();
   int nd = static_cast<int>(s.size());
   AxisParts g;
-  g.axis = canonical_axis(p.has_slice_dim() ? static_cast<int>(p.slice_dim()) : p.axis(), nd, "slice_param.axis");
+  g.axis = canonical_axis(a.axis, nd, "slice_param.axis");
   int64_t extent = s[g.axis];
   int64_t n = static_cast<int64_t>(tops);
-  if (p.slice_point_size() > 0) {
-    if (p.slice_point_size() != n - 1) c.fail("{} slice_point(s) for {} tops; need {}", p.slice_point_size(), n, n - 1);
+  int64_t points = static_cast<int64_t>(a.slice_point.size());
+  if (points > 0) {
+    if (points != n - 1) c.fail("{} slice_point(s) for {} tops; need {}", points, n, n - 1);
     int64_t prev = 0;
-    for (auto sp : p.slice_point()) {
+    for (int64_t sp : a.slice_point) {
       if (sp <= prev || sp >= extent) c.fail("slice_point {} must increase and stay inside (0, {})", sp, extent);
       g.sizes.push_back(sp - prev);
       prev = sp;
@@ -100,17 +205,18 @@ struct CropGeometry {
 };
 
 CropGeometry crop_geometry(const OpContext& c, const std::vector<Shape>& in) {
-  const auto& p = c.node.param.crop_param();
+  const CropAttrs& a = c.node.attrs.as<CropAttrs>();
   int nd = static_cast<int>(in[0].size());
   if (static_cast<int>(in[1].size()) != nd) c.fail("both bottoms need the same number of axes");
-  int axis = canonical_axis(p.axis(), nd, "crop_param.axis");
-  if (p.offset_size() > 1 && p.offset_size() != nd - axis)
-    c.fail("crop_param.offset needs 0, 1 or {} values", nd - axis);
+  int axis = canonical_axis(a.axis, nd, "crop_param.axis");
+  int64_t offsets = static_cast<int64_t>(a.offset.size());
+  if (offsets > 1 && offsets != nd - axis) c.fail("crop_param.offset needs 0, 1 or {} values", nd - axis);
   CropGeometry g;
   g.offsets.assign(nd, 0);
   g.out = in[0];
   for (int d = axis; d < nd; ++d) {
-    int64_t off = p.offset_size() == 0 ? 0 : p.offset(p.offset_size() == 1 ? 0 : d - axis);
+    int64_t off = offsets == 0 ? 0 : a.offset[offsets == 1 ? 0 : d - axis];
+    if (off < 0) c.fail("crop_param.offset {} is negative", off);
     if (in[1][d] + off > in[0][d])
       c.fail("crop of axis {} to {} at offset {} exceeds its size {}", d, in[1][d], off, in[0][d]);
     g.offsets[d] = off;
@@ -136,11 +242,11 @@ class ViewDef : public OpDef {
 class FlattenDef final : public ViewDef {
  public:
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
-    const auto& p = c.node.param.flatten_param();
+    const FlattenAttrs& p = c.node.attrs.as<FlattenAttrs>();
     int nd = static_cast<int>(in[0].size());
-    int a = canonical_axis(p.axis(), nd, "flatten_param.axis");
-    int e = canonical_axis(p.end_axis(), nd, "flatten_param.end_axis");
-    if (e < a) c.fail("flatten_param.end_axis {} comes before axis {}", p.end_axis(), p.axis());
+    int a = canonical_axis(p.axis, nd, "flatten_param.axis");
+    int e = canonical_axis(p.end_axis, nd, "flatten_param.end_axis");
+    if (e < a) c.fail("flatten_param.end_axis {} comes before axis {}", p.end_axis, p.axis);
     Shape s(in[0].begin(), in[0].begin() + a);
     s.push_back(shape_count(in[0], a, e + 1));
     s.insert(s.end(), in[0].begin() + e + 1, in[0].end());
@@ -152,7 +258,7 @@ class ReshapeDef final : public ViewDef {
  public:
   void check(const OpContext& c) const override {
     int inferred = 0;
-    for (auto d : c.node.param.reshape_param().shape().dim()) {
+    for (int64_t d : c.node.attrs.as<ReshapeAttrs>().shape) {
       if (d == -1)
         ++inferred;
       else if (d < 0)
@@ -161,21 +267,22 @@ class ReshapeDef final : public ViewDef {
     if (inferred > 1) c.fail("reshape_param.shape may infer (-1) at most one dimension");
   }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
-    const auto& p = c.node.param.reshape_param();
+    const ReshapeAttrs& p = c.node.attrs.as<ReshapeAttrs>();
     const Shape& s = in[0];
-    int nd = static_cast<int>(s.size());
-    int start = p.axis() < 0 ? p.axis() + nd + 1 : p.axis();
-    if (start < 0 || start > nd) c.fail("reshape_param.axis {} is out of range for {}", p.axis(), shape_str(s));
-    int end = p.num_axes() == -1 ? nd : start + p.num_axes();
-    if (p.num_axes() < -1 || end > nd)
-      c.fail("reshape_param.num_axes {} is out of range for {}", p.num_axes(), shape_str(s));
+    int64_t nd = static_cast<int64_t>(s.size());
+    int64_t start = p.axis < 0 ? p.axis + nd + 1 : p.axis;
+    if (start < 0 || start > nd) c.fail("reshape_param.axis {} is out of range for {}", p.axis, shape_str(s));
+    int64_t end = p.num_axes == -1 ? nd : start + p.num_axes;
+    if (p.num_axes < -1 || end > nd)
+      c.fail("reshape_param.num_axes {} is out of range for {}", p.num_axes, shape_str(s));
     Shape r(s.begin(), s.begin() + start);
     int infer_at = -1;
-    for (int i = 0; i < p.shape().dim_size(); ++i) {
-      int64_t d = p.shape().dim(i);
+    for (size_t i = 0; i < p.shape.size(); ++i) {
+      int64_t d = p.shape[i];
+      int64_t at = start + static_cast<int64_t>(i);
       if (d == 0) {
-        if (start + i >= nd) c.fail("reshape_param.shape copies (0) axis {} that the input lacks", start + i);
-        d = s[start + i];
+        if (at >= nd) c.fail("reshape_param.shape copies (0) axis {} that the input lacks", at);
+        d = s[at];
       }
       if (d == -1) {
         infer_at = static_cast<int>(r.size());
@@ -223,7 +330,6 @@ class ConcatDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
   int max_inputs(const OpContext&) const override { return -1; }
-  void check(const OpContext& c) const override { concat_axis(c); }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     AxisParts g = concat_parts(c, in);
     out[0] = in[0];
@@ -249,10 +355,6 @@ class SliceDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
   int max_outputs(const OpContext&) const override { return -1; }
-  void check(const OpContext& c) const override {
-    const auto& p = c.node.param.slice_param();
-    if (p.has_axis() && p.has_slice_dim()) c.fail("give slice_param.axis or slice_dim, not both");
-  }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     AxisParts g = slice_parts(c, in[0], out.size());
     for (size_t k = 0; k < out.size(); ++k) {

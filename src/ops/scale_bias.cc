@@ -7,6 +7,65 @@
 namespace bks {
 namespace {
 
+struct ScaleAttrs final : AttrsOf<ScaleAttrs> {
+  int64_t axis = 1;
+  int64_t num_axes = 1;  // -1: to the last axis
+  FillerSpec filler;     // of the learned factor (Caffe's default for Scale: constant 1)
+  bool bias_term = false;
+  FillerSpec bias_filler;
+  ScaleAttrs() { filler.value = 1.f; }
+  void visit(AttrVisitor& v) override {
+    v.field("axis", axis);
+    v.field("num_axes", num_axes);
+    v.field("filler", filler);
+    v.field("bias_term", bias_term);
+    v.field("bias_filler", bias_filler);
+  }
+};
+
+void scale_from_caffe(const proto::LayerParameter& l, ScaleAttrs& a, const std::string&) {
+  const proto::ScaleParameter& p = l.scale_param();
+  a.axis = p.axis();
+  a.num_axes = p.num_axes();
+  if (p.has_filler()) a.filler = filler_from_caffe(p.filler());
+  a.bias_term = p.bias_term();
+  a.bias_filler = filler_from_caffe(p.bias_filler());
+}
+void scale_to_caffe(const ScaleAttrs& a, proto::LayerParameter& l) {
+  proto::ScaleParameter* p = l.mutable_scale_param();
+  p->set_axis(static_cast<int32_t>(a.axis));
+  p->set_num_axes(static_cast<int32_t>(a.num_axes));
+  *p->mutable_filler() = filler_to_caffe(a.filler);
+  p->set_bias_term(a.bias_term);
+  *p->mutable_bias_filler() = filler_to_caffe(a.bias_filler);
+}
+BKS_REGISTER_ATTRS("Scale", ScaleAttrs, scale_from_caffe, scale_to_caffe);
+
+struct BiasAttrs final : AttrsOf<BiasAttrs> {
+  int64_t axis = 1;
+  int64_t num_axes = 1;
+  FillerSpec filler;
+  void visit(AttrVisitor& v) override {
+    v.field("axis", axis);
+    v.field("num_axes", num_axes);
+    v.field("filler", filler);
+  }
+};
+
+void bias_from_caffe(const proto::LayerParameter& l, BiasAttrs& a, const std::string&) {
+  const proto::BiasParameter& p = l.bias_param();
+  a.axis = p.axis();
+  a.num_axes = p.num_axes();
+  a.filler = filler_from_caffe(p.filler());
+}
+void bias_to_caffe(const BiasAttrs& a, proto::LayerParameter& l) {
+  proto::BiasParameter* p = l.mutable_bias_param();
+  p->set_axis(static_cast<int32_t>(a.axis));
+  p->set_num_axes(static_cast<int32_t>(a.num_axes));
+  *p->mutable_filler() = filler_to_caffe(a.filler);
+}
+BKS_REGISTER_ATTRS("Bias", BiasAttrs, bias_from_caffe, bias_to_caffe);
+
 struct Broadcast {
   int64_t outer = 1, dim = 1, inner = 1;
 };
@@ -18,7 +77,7 @@ Broadcast broadcast_geometry(const Shape& x, const Shape& b, int axis) {
 }
 
 // The shape of the learned blob, or a check of the second bottom's shape.
-Shape factor_shape(const OpContext& c, const std::vector<Shape>& in, int axis_param, int num_axes, int& axis) {
+Shape factor_shape(const OpContext& c, const std::vector<Shape>& in, int64_t axis_param, int64_t num_axes, int& axis) {
   const Shape& x = in[0];
   int nd = static_cast<int>(x.size());
   if (in.size() > 1) {
@@ -32,7 +91,7 @@ Shape factor_shape(const OpContext& c, const std::vector<Shape>& in, int axis_pa
   }
   axis = canonical_axis(axis_param, nd, "axis");
   if (num_axes < -1) c.fail("num_axes must be -1 or more");
-  int end = num_axes == -1 ? nd : axis + num_axes;
+  int64_t end = num_axes == -1 ? nd : axis + num_axes;
   if (end > nd) c.fail("num_axes {} exceeds {}", num_axes, shape_str(x));
   return Shape(x.begin() + axis, x.begin() + end);
 }
@@ -44,7 +103,7 @@ struct FactorGeometry {
   bool two_bottoms = false;  // the factor is the second bottom, not a blob
 };
 
-FactorGeometry factor_geometry(const OpContext& c, const std::vector<Shape>& in, int axis_param, int num_axes) {
+FactorGeometry factor_geometry(const OpContext& c, const std::vector<Shape>& in, int64_t axis_param, int64_t num_axes) {
   FactorGeometry f;
   int axis = 1;
   f.shape = factor_shape(c, in, axis_param, num_axes, axis);
@@ -54,13 +113,13 @@ FactorGeometry factor_geometry(const OpContext& c, const std::vector<Shape>& in,
 }
 
 FactorGeometry scale_geometry(const OpContext& c, const std::vector<Shape>& in) {
-  const proto::ScaleParameter& p = c.node.param.scale_param();
-  return factor_geometry(c, in, p.axis(), p.num_axes());
+  const ScaleAttrs& a = c.node.attrs.as<ScaleAttrs>();
+  return factor_geometry(c, in, a.axis, a.num_axes);
 }
 
 FactorGeometry bias_geometry(const OpContext& c, const std::vector<Shape>& in) {
-  const proto::BiasParameter& p = c.node.param.bias_param();
-  return factor_geometry(c, in, p.axis(), p.num_axes());
+  const BiasAttrs& a = c.node.attrs.as<BiasAttrs>();
+  return factor_geometry(c, in, a.axis, a.num_axes);
 }
 
 void scale_forward(const Broadcast& g, const float* x, const float* s, const float* b, float* y) {
@@ -95,15 +154,11 @@ class ScaleDef final : public OpDef {
     out[0] = in[0];
   }
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
-    const proto::ScaleParameter& p = c.node.param.scale_param();
+    const ScaleAttrs& a = c.node.attrs.as<ScaleAttrs>();
     FactorGeometry f = scale_geometry(c, in);
     std::vector<ParamDecl> d;
-    if (!f.two_bottoms) {
-      proto::FillerParameter one;
-      one.set_value(1.f);
-      d.push_back({f.shape, p.has_filler() ? p.filler() : one, true});
-    }
-    if (p.bias_term()) d.push_back({f.shape, p.bias_filler(), true});
+    if (!f.two_bottoms) d.push_back({f.shape, a.filler, true});
+    if (a.bias_term) d.push_back({f.shape, a.bias_filler, true});
     return d;
   }
   // In place, the input is copied before it is overwritten (its gradient needs x). The
@@ -119,14 +174,14 @@ class ScaleDef final : public OpDef {
   // One learned factor (and bias) per channel of axis 1.
   bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,
                       std::vector<double>& b) const override {
-    const auto& sp = n.param.scale_param();
-    if (n.inputs.size() != 1 || sp.axis() != 1 || sp.num_axes() != 1 || blobs.empty()) return false;
+    const ScaleAttrs& sp = n.attrs.as<ScaleAttrs>();
+    if (n.inputs.size() != 1 || sp.axis != 1 || sp.num_axes != 1 || blobs.empty()) return false;
     const Tensor& gamma = *blobs[0];
-    if (gamma.numel() != channels || (sp.bias_term() && blobs.size() < 2)) return false;
+    if (gamma.numel() != channels || (sp.bias_term && blobs.size() < 2)) return false;
     a.assign(channels, 1.0);
     b.assign(channels, 0.0);
     for (int64_t c = 0; c < channels; ++c) a[c] = gamma.f32()[c];
-    if (sp.bias_term())
+    if (sp.bias_term)
       for (int64_t c = 0; c < channels; ++c) b[c] = blobs[1]->f32()[c];
     return true;
   }
@@ -143,7 +198,7 @@ class BiasDef final : public OpDef {
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
     FactorGeometry f = bias_geometry(c, in);
     if (f.two_bottoms) return {};
-    return {{f.shape, c.node.param.bias_param().filler(), true}};
+    return {{f.shape, c.node.attrs.as<BiasAttrs>().filler, true}};
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
     OpFacts f;
@@ -155,7 +210,7 @@ class BiasDef final : public OpDef {
 
 class ScaleKernel final : public Kernel {
  public:
-  explicit ScaleKernel(const OpInit& i) : Kernel(i), bias_term_(i.node.param.scale_param().bias_term()) {}
+  explicit ScaleKernel(const OpInit& i) : Kernel(i), bias_term_(i.node.attrs.as<ScaleAttrs>().bias_term) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     FactorGeometry f = scale_geometry(context(), in);

@@ -10,6 +10,39 @@
 namespace bks {
 namespace {
 
+struct SoftmaxAttrs final : AttrsOf<SoftmaxAttrs> {
+  int64_t axis = 1;
+  void visit(AttrVisitor& v) override { v.field("axis", axis); }
+};
+
+void softmax_from_caffe(const proto::LayerParameter& l, SoftmaxAttrs& a, const std::string&) {
+  a.axis = l.softmax_param().axis();
+}
+void softmax_to_caffe(const SoftmaxAttrs& a, proto::LayerParameter& l) {
+  l.mutable_softmax_param()->set_axis(static_cast<int32_t>(a.axis));
+}
+BKS_REGISTER_ATTRS("Softmax", SoftmaxAttrs, softmax_from_caffe, softmax_to_caffe);
+
+// The prediction's softmax (softmax_param) and the loss (loss_param).
+struct SoftmaxWithLossAttrs final : AttrsOf<SoftmaxWithLossAttrs> {
+  int64_t axis = 1;
+  LossSpec loss;
+  void visit(AttrVisitor& v) override {
+    v.field("axis", axis);
+    v.field("loss", loss);
+  }
+};
+
+void softmax_loss_from_caffe(const proto::LayerParameter& l, SoftmaxWithLossAttrs& a, const std::string&) {
+  a.axis = l.softmax_param().axis();
+  a.loss = loss_from_caffe(l, LossSpec::valid);
+}
+void softmax_loss_to_caffe(const SoftmaxWithLossAttrs& a, proto::LayerParameter& l) {
+  l.mutable_softmax_param()->set_axis(static_cast<int32_t>(a.axis));
+  loss_to_caffe(a.loss, l);
+}
+BKS_REGISTER_ATTRS("SoftmaxWithLoss", SoftmaxWithLossAttrs, softmax_loss_from_caffe, softmax_loss_to_caffe);
+
 // Softmax over `axis` of a tensor viewed as (outer, channels, inner).
 void softmax_forward(const float* x, float* y, int64_t outer, int64_t ch, int64_t inner) {
 #pragma omp parallel for if (outer * ch * inner > 32768)
@@ -35,15 +68,15 @@ struct AxisSplit {
   int64_t outer = 1, ch = 1, inner = 1;
 };
 
-// The first bottom viewed as (outer, channels, inner) around softmax_param.axis.
-AxisSplit softmax_split(const OpContext& c, const Shape& s) {
-  int axis = canonical_axis(c.node.param.softmax_param().axis(), static_cast<int>(s.size()), "softmax_param.axis");
+// A bottom viewed as (outer, channels, inner) around `axis` (softmax_param.axis).
+AxisSplit softmax_split(int64_t axis_attr, const Shape& s) {
+  int axis = canonical_axis(axis_attr, static_cast<int>(s.size()), "softmax_param.axis");
   return {shape_count(s, 0, axis), s[axis], shape_count(s, axis + 1, static_cast<int>(s.size()))};
 }
 
 // SoftmaxWithLoss's split, checked against the label count.
 AxisSplit loss_split(const OpContext& c, const std::vector<Shape>& in) {
-  AxisSplit sp = softmax_split(c, in[0]);
+  AxisSplit sp = softmax_split(c.node.attrs.as<SoftmaxWithLossAttrs>().axis, in[0]);
   if (shape_numel(in[1]) != sp.outer * sp.inner)
     c.fail("label count {} must equal prediction count {} (shapes {} and {})", shape_numel(in[1]), sp.outer * sp.inner,
            shape_str(in[0]), shape_str(in[1]));
@@ -56,7 +89,7 @@ class SoftmaxDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
-    softmax_split(c, in[0]);
+    softmax_split(c.node.attrs.as<SoftmaxAttrs>().axis, in[0]);
     out[0] = in[0];
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
@@ -85,10 +118,9 @@ class SoftmaxWithLossDef final : public OpDef {
     return t;
   }
   void to_inference_form(Node& n) const override {
-    proto::SoftmaxParameter axis = n.param.softmax_param();
-    bool had = n.param.has_softmax_param();
+    int64_t axis = n.attrs.as<SoftmaxWithLossAttrs>().axis;
     become(n, "Softmax");
-    if (had) *n.param.mutable_softmax_param() = axis;
+    n.attrs.as<SoftmaxAttrs>().axis = axis;
   }
 };
 
@@ -98,7 +130,7 @@ class SoftmaxKernel final : public Kernel {
  public:
   using Kernel::Kernel;
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
-    sp_ = softmax_split(context(), in[0]);
+    sp_ = softmax_split(node_.attrs.as<SoftmaxAttrs>().axis, in[0]);
   }
   void forward(OpCall& c) override { softmax_forward(c.in[0]->f32(), c.out[0]->f32(), sp_.outer, sp_.ch, sp_.inner); }
   void backward(OpCall& c) override {
@@ -126,8 +158,8 @@ class SoftmaxWithLossKernel final : public Kernel {
  public:
   explicit SoftmaxWithLossKernel(const OpInit& i)
       : Kernel(i),
-        mode_(loss_mode(i.node.param, proto::LossParameter::VALID)),
-        ignore_(IgnoreLabel::from(i.node.param)) {}
+        mode_(i.node.attrs.as<SoftmaxWithLossAttrs>().loss.normalization),
+        ignore_(IgnoreLabel::from(i.node.attrs.as<SoftmaxWithLossAttrs>().loss)) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     sp_ = loss_split(context(), in);
@@ -175,7 +207,7 @@ class SoftmaxWithLossKernel final : public Kernel {
   }
 
  private:
-  proto::LossParameter::NormalizationMode mode_;
+  int mode_;  // LossSpec::Normalization
   IgnoreLabel ignore_;
   AxisSplit sp_;
   Tensor prob_;

@@ -61,11 +61,7 @@ Graph bundle_graph(const DeployModel& m) {
   for (Node& node : g.nodes) {
     // Blobs travel by layer name, unshared; the rest is training's.
     node.params.clear();
-    node.param.clear_param();
-    node.param.clear_blobs();
-    node.param.clear_include();
-    node.param.clear_exclude();
-    node.param.clear_phase();
+    node.param_specs.clear();
     node.loss_weight.clear();
     node.propagate_down.assign(node.inputs.size(), true);
   }

@@ -5,35 +5,35 @@
 namespace bks {
 namespace {
 
-float fan_scale_n(const Tensor& t, const proto::FillerParameter& f) {
+float fan_scale_n(const Tensor& t, const FillerSpec& f) {
   int64_t count = t.numel();
   float fan_in = static_cast<float>(count / std::max<int64_t>(t.dim(0), 1));
   float fan_out = t.ndim() > 1 ? static_cast<float>(count / std::max<int64_t>(t.dim(1), 1)) : fan_in;
-  switch (f.variance_norm()) {
-    case proto::FillerParameter::FAN_OUT: return fan_out;
-    case proto::FillerParameter::AVERAGE: return (fan_in + fan_out) / 2.f;
+  switch (f.variance_norm) {
+    case FillerSpec::fan_out: return fan_out;
+    case FillerSpec::average: return (fan_in + fan_out) / 2.f;
     default: return fan_in;
   }
 }
 
 }  // namespace
 
-void fill_tensor(Tensor& t, const proto::FillerParameter& f, Rng& rng, const std::string& where) {
+void fill_tensor(Tensor& t, const FillerSpec& f, Rng& rng, const std::string& where) {
   float* p = t.f32();
   int64_t n = t.numel();
-  const std::string& type = f.type();
+  const std::string& type = f.type;
   if (type == "constant") {
-    std::fill_n(p, n, f.value());
+    std::fill_n(p, n, f.value);
   } else if (type == "uniform") {
-    if (!(f.max() >= f.min())) input_error("{}: uniform filler needs max >= min", where);
-    for (int64_t i = 0; i < n; ++i) p[i] = rng.uniform(f.min(), f.max());
+    if (!(f.max >= f.min)) input_error("{}: uniform filler needs max >= min", where);
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.uniform(f.min, f.max);
   } else if (type == "gaussian") {
-    for (int64_t i = 0; i < n; ++i) p[i] = rng.gaussian(f.mean(), f.std());
-    if (f.sparse() >= 0) {
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.gaussian(f.mean, f.std);
+    if (f.sparse >= 0) {
       // Each output unit keeps about `sparse` nonzero inputs, as in Caffe.
       if (t.ndim() < 1) input_error("{}: sparse gaussian filler needs a shaped blob", where);
       int64_t num_outputs = t.dim(0);
-      float keep = static_cast<float>(f.sparse()) / static_cast<float>(num_outputs);
+      float keep = static_cast<float>(f.sparse) / static_cast<float>(num_outputs);
       for (int64_t i = 0; i < n; ++i)
         if (rng.uniform(0.f, 1.f) >= keep) p[i] = 0.f;
     }

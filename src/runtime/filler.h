@@ -3,13 +3,13 @@
 // fan_out = count / shape[1].
 #pragma once
 
-#include "caffe.pb.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "graph/attrs.h"
 
 namespace bks {
 
 // Fills `t` (f32). Throws InputError (prefixed with `where`) for an unknown filler type.
-void fill_tensor(Tensor& t, const proto::FillerParameter& f, Rng& rng, const std::string& where);
+void fill_tensor(Tensor& t, const FillerSpec& f, Rng& rng, const std::string& where);
 
 }  // namespace bks

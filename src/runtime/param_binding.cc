@@ -21,17 +21,17 @@ std::vector<std::vector<int>> bind_parameters(Graph& g, ParamStore& store, uint6
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
     std::vector<ParamDecl> decls = decls_of(n);
-    if (node.param.param_size() > static_cast<int>(decls.size()))
+    if (node.param_specs.size() > decls.size())
       input_error("{}: {} 'param' specs given but the layer has {} parameter blob(s)", g.describe(n),
-                  node.param.param_size(), decls.size());
+                  node.param_specs.size(), decls.size());
     node.params.clear();
     for (size_t i = 0; i < decls.size(); ++i) {
-      proto::ParamSpec spec = static_cast<int>(i) < node.param.param_size() ? node.param.param(i) : proto::ParamSpec();
+      ParamSpec spec = i < node.param_specs.size() ? node.param_specs[i] : ParamSpec();
       ParamRef ref;
       ref.key = fmt::format("{}.{}", node.name, i);
-      ref.share_name = spec.name();
-      ref.lr_mult = decls[i].learnable ? spec.lr_mult() : 0.f;
-      ref.decay_mult = decls[i].learnable ? spec.decay_mult() : 0.f;
+      ref.share_name = spec.share_name;
+      ref.lr_mult = decls[i].learnable ? spec.lr_mult : 0.f;
+      ref.decay_mult = decls[i].learnable ? spec.decay_mult : 0.f;
       int idx = ref.share_name.empty() ? -1 : store.find_shared(ref.share_name);
       if (idx < 0) idx = store.find(ref.key);
       if (idx >= 0) {

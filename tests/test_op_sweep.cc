@@ -1,0 +1,1004 @@
+// The registry sweep. Every op type registered in OpDefRegistry needs a case in the table
+// below (sweep_cases()), and a reference kernel ("reference" or "loops" at
+// kReferencePriority). For each case:
+//   - the reference kernel's forward is compared to an oracle written here: the op's
+//     definition as direct loops in double, independent of the kernels;
+//   - the reference kernel's gradients are checked by finite differences (in double);
+//   - every other kernel of the type (oneDNN, ...) runs on the same inputs, parameters and
+//     output gradients, and its outputs and gradients are compared to the reference's.
+// An exemption from the oracle or the gradient check is a field of the case with its
+// reason, reported when the test runs (as a skip), never a silent omission. Registering a
+// new op without adding a case fails OpSweep.EveryTypeHasACase.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <ostream>
+
+#include "core/rng.h"
+#include "formats/caffe_net.h"
+#include "formats/graph_json.h"
+#include "formats/prototxt.h"
+#include "graph/graph_edit.h"
+#include "op_harness.h"
+
+namespace bks::test {
+namespace {
+
+// ---- Oracles: expected outputs from h.in and h.params, in double ----
+
+using Oracle = std::function<std::vector<Tensor>(const OpHarness&)>;
+using Setup = std::function<void(OpHarness&)>;
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+Oracle unary(std::function<double(double)> f) {
+  return [f](const OpHarness& h) {
+    Tensor y(h.in[0].shape());
+    for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = static_cast<float>(f(h.in[0].f32()[i]));
+    return std::vector<Tensor>{y};
+  };
+}
+
+// One output equal to input 0 with another shape (Flatten, Reshape), or the same (Split).
+Oracle copies(Shape shape, int count = 1) {
+  return [shape, count](const OpHarness& h) {
+    std::vector<Tensor> out;
+    for (int k = 0; k < count; ++k) out.push_back(h.in[0].clone().view(shape));
+    return out;
+  };
+}
+
+Tensor scalar(double v) {
+  Tensor t(Shape{});
+  t.f32()[0] = static_cast<float>(v);
+  return t;
+}
+
+// Convolution and Deconvolution: the fields of convolution_param the cases use.
+struct ConvSpec {
+  int64_t oc, kh, kw, sh, sw, ph, pw, dh, dw, group;
+  bool bias;
+};
+
+std::string conv_layer(const char* type, const ConvSpec& k) {
+  return fmt::format(
+      "type: '{}' convolution_param {{ num_output: {} kernel_h: {} kernel_w: {} stride_h: {} stride_w: {} pad_h: {} "
+      "pad_w: {} dilation: {} dilation: {} group: {} bias_term: {} }}",
+      type, k.oc, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.group, k.bias ? "true" : "false");
+}
+
+// y[n][o][oy][ox] = b[o] + sum over the group's channels c and taps (i, j) of
+//   w[o][c][i][j] * x[n][c][oy * sh - ph + i * dh][ox * sw - pw + j * dw]   (zero outside x)
+Oracle convolution(ConvSpec k) {
+  return [k](const OpHarness& h) {
+    const Tensor &x = h.in[0], &w = h.params[0];
+    int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
+    int64_t oh = (H + 2 * k.ph - (k.dh * (k.kh - 1) + 1)) / k.sh + 1;
+    int64_t ow = (W + 2 * k.pw - (k.dw * (k.kw - 1) + 1)) / k.sw + 1;
+    int64_t icg = c / k.group, ocg = k.oc / k.group;
+    Tensor y({n, k.oc, oh, ow});
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t o = 0; o < k.oc; ++o)
+        for (int64_t yy = 0; yy < oh; ++yy)
+          for (int64_t xx = 0; xx < ow; ++xx) {
+            double s = k.bias ? h.params[1].f32()[o] : 0.0;
+            for (int64_t ci = 0; ci < icg; ++ci)
+              for (int64_t i = 0; i < k.kh; ++i)
+                for (int64_t j = 0; j < k.kw; ++j) {
+                  int64_t iy = yy * k.sh - k.ph + i * k.dh, ix = xx * k.sw - k.pw + j * k.dw;
+                  if (iy < 0 || ix < 0 || iy >= H || ix >= W) continue;
+                  s += static_cast<double>(w.f32()[((o * icg + ci) * k.kh + i) * k.kw + j]) *
+                       at4(x, b, (o / ocg) * icg + ci, iy, ix);
+                }
+            y.f32()[((b * k.oc + o) * oh + yy) * ow + xx] = static_cast<float>(s);
+          }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Transposed convolution as a scatter: input pixel x[n][c][iy][ix] adds
+//   w[c][o'][i][j] * x  to  y[n][group * ocg + o'][iy * sh - ph + i * dh][ix * sw - pw + j * dw]
+// (dropped outside y), y starting from the bias.
+Oracle deconvolution(ConvSpec k) {
+  return [k](const OpHarness& h) {
+    const Tensor &x = h.in[0], &w = h.params[0];
+    int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
+    int64_t oh = k.sh * (H - 1) + k.dh * (k.kh - 1) + 1 - 2 * k.ph;
+    int64_t ow = k.sw * (W - 1) + k.dw * (k.kw - 1) + 1 - 2 * k.pw;
+    int64_t icg = c / k.group, ocg = k.oc / k.group;
+    std::vector<double> acc(static_cast<size_t>(n * k.oc * oh * ow));
+    auto y_at = [&](int64_t b, int64_t o, int64_t yy, int64_t xx) { return ((b * k.oc + o) * oh + yy) * ow + xx; };
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t o = 0; o < k.oc; ++o)
+        for (int64_t yy = 0; yy < oh; ++yy)
+          for (int64_t xx = 0; xx < ow; ++xx) acc[y_at(b, o, yy, xx)] = k.bias ? h.params[1].f32()[o] : 0.0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ci = 0; ci < c; ++ci)
+        for (int64_t iy = 0; iy < H; ++iy)
+          for (int64_t ix = 0; ix < W; ++ix)
+            for (int64_t oo = 0; oo < ocg; ++oo)
+              for (int64_t i = 0; i < k.kh; ++i)
+                for (int64_t j = 0; j < k.kw; ++j) {
+                  int64_t yy = iy * k.sh - k.ph + i * k.dh, xx = ix * k.sw - k.pw + j * k.dw;
+                  if (yy < 0 || xx < 0 || yy >= oh || xx >= ow) continue;
+                  acc[y_at(b, (ci / icg) * ocg + oo, yy, xx)] +=
+                      static_cast<double>(w.f32()[((ci * ocg + oo) * k.kh + i) * k.kw + j]) * at4(x, b, ci, iy, ix);
+                }
+    Tensor y({n, k.oc, oh, ow});
+    for (size_t i = 0; i < acc.size(); ++i) y.f32()[i] = static_cast<float>(acc[i]);
+    return std::vector<Tensor>{y};
+  };
+}
+
+// y[i][o] = b[o] + sum_f x[i][f] W[o][f], x viewed as items (axes before `axis`) of features.
+Oracle inner_product(int64_t num_output, int axis, bool transpose, bool bias) {
+  return [=](const OpHarness& h) {
+    const Tensor &x = h.in[0], &w = h.params[0];
+    int64_t m = shape_count(x.shape(), 0, axis), k = shape_count(x.shape(), axis, x.ndim());
+    Shape out(x.shape().begin(), x.shape().begin() + axis);
+    out.push_back(num_output);
+    Tensor y(out);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t o = 0; o < num_output; ++o) {
+        double s = bias ? h.params[1].f32()[o] : 0.0;
+        for (int64_t f = 0; f < k; ++f)
+          s += static_cast<double>(x.f32()[i * k + f]) * w.f32()[transpose ? f * num_output + o : o * k + f];
+        y.f32()[i * num_output + o] = static_cast<float>(s);
+      }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Caffe's pooling. Output size: ceil (or floor) of (in + 2 pad - k) / s, plus 1, minus 1
+// when the last window would start in the right padding. AVE divides by the window clipped
+// to the padded input; MAX takes the largest value inside the input.
+struct PoolSpec {
+  bool max;
+  int64_t kh, kw, sh, sw, ph, pw;
+  bool global = false, floor = false;
+};
+
+std::string pool_layer(const PoolSpec& p) {
+  if (p.global)
+    return fmt::format("type: 'Pooling' pooling_param {{ pool: {} global_pooling: true }}", p.max ? "MAX" : "AVE");
+  return fmt::format(
+      "type: 'Pooling' pooling_param {{ pool: {} kernel_h: {} kernel_w: {} stride_h: {} stride_w: {} pad_h: {} "
+      "pad_w: {} round_mode: {} }}",
+      p.max ? "MAX" : "AVE", p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.floor ? "FLOOR" : "CEIL");
+}
+
+Oracle pooling(PoolSpec p) {
+  return [p](const OpHarness& h) {
+    const Tensor& x = h.in[0];
+    int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
+    int64_t kh = p.global ? H : p.kh, kw = p.global ? W : p.kw;
+    auto out_size = [&](int64_t in, int64_t k, int64_t s, int64_t pad) {
+      double steps = static_cast<double>(in + 2 * pad - k) / static_cast<double>(s);
+      auto o = static_cast<int64_t>(p.floor ? std::floor(steps) : std::ceil(steps)) + 1;
+      if (pad > 0 && (o - 1) * s >= in + pad) --o;
+      return o;
+    };
+    int64_t oh = out_size(H, kh, p.sh, p.ph), ow = out_size(W, kw, p.sw, p.pw);
+    Tensor y({n, c, oh, ow});
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            int64_t hs = i * p.sh - p.ph, ws = j * p.sw - p.pw;
+            int64_t he = std::min(hs + kh, H + p.ph), we = std::min(ws + kw, W + p.pw);
+            double size = static_cast<double>((he - hs) * (we - ws));
+            double best = -INFINITY, sum = 0;
+            for (int64_t a = std::max<int64_t>(hs, 0); a < std::min(he, H); ++a)
+              for (int64_t bb = std::max<int64_t>(ws, 0); bb < std::min(we, W); ++bb) {
+                best = std::max<double>(best, at4(x, b, ch, a, bb));
+                sum += at4(x, b, ch, a, bb);
+              }
+            y.f32()[((b * c + ch) * oh + i) * ow + j] = static_cast<float>(p.max ? best : sum / size);
+          }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// y = x (k + alpha / N * sum of x^2 over the window)^-beta; across channels N = size, within
+// a channel an N = size^2 square and k = 1.
+Oracle lrn(int size, double alpha, double beta, double k, bool across) {
+  return [=](const OpHarness& h) {
+    const Tensor& x = h.in[0];
+    Tensor y(x.shape());
+    int half = size / 2;
+    for (int64_t n = 0; n < x.dim(0); ++n)
+      for (int64_t c = 0; c < x.dim(1); ++c)
+        for (int64_t i = 0; i < x.dim(2); ++i)
+          for (int64_t j = 0; j < x.dim(3); ++j) {
+            double s = 0, scale;
+            if (across) {
+              for (int64_t cc = c - half; cc <= c + half; ++cc)
+                if (cc >= 0 && cc < x.dim(1)) s += std::pow(at4(x, n, cc, i, j), 2);
+              scale = k + alpha / size * s;
+            } else {
+              for (int64_t a = i - half; a <= i + half; ++a)
+                for (int64_t b = j - half; b <= j + half; ++b)
+                  if (a >= 0 && b >= 0 && a < x.dim(2) && b < x.dim(3)) s += std::pow(at4(x, n, c, a, b), 2);
+              scale = 1.0 + alpha / (size * size) * s;
+            }
+            y.f32()[((n * x.dim(1) + c) * x.dim(2) + i) * x.dim(3) + j] =
+                static_cast<float>(at4(x, n, c, i, j) * std::pow(scale, -beta));
+          }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Per channel (axis 1): (x - mean) / sqrt(var + eps), from the batch (biased variance), or
+// from the stored sums divided by the stored normaliser.
+Oracle batch_norm(bool global, double eps) {
+  return [=](const OpHarness& h) {
+    const Tensor& x = h.in[0];
+    int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / (n * c);
+    Tensor y(x.shape());
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double mean = 0, var = 0;
+      if (global) {
+        double f = 1.0 / h.params[2].f32()[0];
+        mean = h.params[0].f32()[ch] * f;
+        var = h.params[1].f32()[ch] * f;
+      } else {
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t i = 0; i < sp; ++i) mean += x.f32()[(b * c + ch) * sp + i];
+        mean /= static_cast<double>(n * sp);
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t i = 0; i < sp; ++i) var += std::pow(x.f32()[(b * c + ch) * sp + i] - mean, 2);
+        var /= static_cast<double>(n * sp);
+      }
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < sp; ++i) {
+          int64_t k = (b * c + ch) * sp + i;
+          y.f32()[k] = static_cast<float>((x.f32()[k] - mean) / std::sqrt(var + eps));
+        }
+    }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Softmax over axis 1 of x viewed as (outer, channels, inner).
+Tensor softmax_of(const Tensor& x) {
+  int64_t outer = x.dim(0), ch = x.dim(1), inner = x.numel() / (outer * ch);
+  Tensor y(x.shape());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      double z = 0;
+      for (int64_t c = 0; c < ch; ++c) z += std::exp(static_cast<double>(x.f32()[(o * ch + c) * inner + i]));
+      for (int64_t c = 0; c < ch; ++c)
+        y.f32()[(o * ch + c) * inner + i] = static_cast<float>(std::exp(x.f32()[(o * ch + c) * inner + i]) / z);
+    }
+  return y;
+}
+
+// -log softmax(x)[label] averaged over the items whose label is not `ignore` (VALID).
+Oracle softmax_loss(int ignore) {
+  return [ignore](const OpHarness& h) {
+    Tensor p = softmax_of(h.in[0]);
+    int64_t outer = p.dim(0), ch = p.dim(1), inner = p.numel() / (outer * ch);
+    double loss = 0;
+    int64_t valid = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        auto l = static_cast<int64_t>(h.in[1].f32()[o * inner + i]);
+        if (l == ignore) continue;
+        loss -= std::log(p.f32()[(o * ch + l) * inner + i]);
+        ++valid;
+      }
+    return std::vector<Tensor>{scalar(loss / static_cast<double>(std::max<int64_t>(valid, 1)))};
+  };
+}
+
+// Classes of item row `scores` (ch of them, stride `inner`) by descending score, ties by
+// index.
+std::vector<int64_t> ranking(const float* scores, int64_t ch, int64_t inner) {
+  std::vector<int64_t> idx(static_cast<size_t>(ch));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return scores[a * inner] > scores[b * inner]; });
+  return idx;
+}
+
+// Fraction of (N, C) items whose label ranks in the top k (the test's scores have no
+// ties), and per class.
+Oracle accuracy(int64_t top_k) {
+  return [top_k](const OpHarness& h) {
+    int64_t n = h.in[0].dim(0), ch = h.in[0].dim(1);
+    std::vector<double> total(ch), hit(ch);
+    for (int64_t i = 0; i < n; ++i) {
+      auto l = static_cast<int64_t>(h.in[1].f32()[i]);
+      std::vector<int64_t> r = ranking(h.in[0].f32() + i * ch, ch, 1);
+      total[l] += 1;
+      hit[l] += std::find(r.begin(), r.begin() + top_k, l) != r.begin() + top_k;
+    }
+    Tensor per_class({ch});
+    for (int64_t c = 0; c < ch; ++c) per_class.f32()[c] = static_cast<float>(total[c] ? hit[c] / total[c] : 0.0);
+    double hits = std::accumulate(hit.begin(), hit.end(), 0.0);
+    return std::vector<Tensor>{scalar(hits / static_cast<double>(n)), per_class};
+  };
+}
+
+// ---- Input setups: values the op needs (labels, indices, distinct or kink-free inputs) ----
+
+// Moves every input value within 0.05 of one of `points` (kinks, clip bounds) 0.1 away.
+Setup away_from(std::vector<float> points) {
+  return [points](OpHarness& h) {
+    for (auto& t : h.in)
+      for (int64_t i = 0; i < t.numel(); ++i)
+        for (float p : points)
+          if (std::fabs(t.f32()[i] - p) < 0.05f) t.f32()[i] += 0.1f;
+  };
+}
+const Setup off_zero = away_from({0.f});
+
+// Distinct values at least 0.01 apart (no ties within a finite-difference step).
+void distinct_input(OpHarness& h) {
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) h.in[0].f32()[i] = static_cast<float>((i * 7919) % 997) * 0.01f - 5.f;
+}
+
+// Input k holds labels i % classes, with every `ignore_every`-th item set to `ignore`.
+Setup labels(int k, int64_t classes, int ignore_every = 0, int ignore = -1) {
+  return [=](OpHarness& h) {
+    for (int64_t i = 0; i < h.in[k].numel(); ++i)
+      h.in[k].f32()[i] = ignore_every && i % ignore_every == 0 ? static_cast<float>(ignore)
+                                                               : static_cast<float>((i * 5 + 1) % classes);
+  };
+}
+
+// ---- The table ----
+
+// Every field has a default, so a case names only what it needs.
+struct SweepCase {
+  std::string name{};  // the test's name: the type, or Type_variant
+  std::string layer{};
+  std::vector<Shape> in{};
+  Oracle oracle{};            // the expected outputs; null only with no_oracle
+  std::string no_oracle{};    // why the forward has no oracle (an exemption, with its reason)
+  std::string no_gradient{};  // why there is no gradient check
+  int outputs = 1;
+  Phase phase = proto::TRAIN;
+  float lo = -1.f, hi = 1.f;       // the random inputs' range
+  Setup setup{};                   // then adjusted by this
+  std::vector<int> grad_inputs{};  // for check_gradients (empty: all that propagate; {-1}: none)
+  float fwd_tol = 1e-5f, step = 1e-3f, grad_tol = 1e-2f;
+  float kernel_tol = 1e-4f;  // other kernels against the reference
+};
+
+void PrintTo(const SweepCase& c, std::ostream* os) { *os << c.name; }
+
+const char* const kNoBackward = "no backward pass: the definition declares no gradient (no_backward_facts)";
+const char* const kDataExempt =
+    "reads a dataset file (no computation to check against an oracle, no gradient); the loader and readers are "
+    "tested in test_formats and test_cli";
+
+std::vector<SweepCase> build_cases() {
+  std::vector<SweepCase> t;
+  auto act = [&](const char* name, std::string layer, std::function<double(double)> f, float lo, float hi,
+                 Setup setup = {}) {
+    t.push_back({.name = name,
+                 .layer = std::move(layer),
+                 .in = {{2, 3, 4, 5}},
+                 .oracle = unary(std::move(f)),
+                 .lo = lo,
+                 .hi = hi,
+                 .setup = std::move(setup)});
+  };
+  act(
+      "AbsVal", "type: 'AbsVal'", [](double x) { return std::fabs(x); }, -2, 2, off_zero);
+  act(
+      "BNLL", "type: 'BNLL'", [](double x) { return std::log1p(std::exp(x)); }, -3, 3);
+  act(
+      "Clip", "type: 'Clip' clip_param { min: -0.5 max: 0.7 }", [](double x) { return std::clamp(x, -0.5, 0.7); }, -1,
+      1, away_from({-0.5f, 0.7f}));
+  act(
+      "ELU", "type: 'ELU' elu_param { alpha: 0.7 }", [](double x) { return x > 0 ? x : 0.7 * std::expm1(x); }, -2, 2,
+      off_zero);
+  act(
+      "Exp", "type: 'Exp' exp_param { base: 2 scale: 0.5 shift: 0.1 }",
+      [](double x) { return std::pow(2.0, 0.1 + 0.5 * x); }, -2, 2);
+  act(
+      "Log", "type: 'Log' log_param { base: 10 scale: 2 shift: 5 }", [](double x) { return std::log10(5 + 2 * x); }, -2,
+      2);
+  act(
+      "Power", "type: 'Power' power_param { power: 2 scale: 0.5 shift: 1.5 }",
+      [](double x) { return std::pow(1.5 + 0.5 * x, 2); }, -2, 2);
+  act(
+      "ReLU", "type: 'ReLU'", [](double x) { return std::max(x, 0.0); }, -2, 2, off_zero);
+  act(
+      "ReLU_leaky", "type: 'ReLU' relu_param { negative_slope: 0.1 }", [](double x) { return x > 0 ? x : 0.1 * x; }, -2,
+      2, off_zero);
+  act("Sigmoid", "type: 'Sigmoid'", sigmoid, -4, 4);
+  act(
+      "Swish", "type: 'Swish' swish_param { beta: 1.5 }", [](double x) { return x * sigmoid(1.5 * x); }, -3, 3);
+  act(
+      "TanH", "type: 'TanH'", [](double x) { return std::tanh(x); }, -3, 3);
+
+  // Convolution: odd sizes, groups, stride, padding, dilation, depthwise, no bias.
+  auto conv = [&](const char* name, Shape in, ConvSpec k) {
+    t.push_back(
+        {.name = name, .layer = conv_layer("Convolution", k), .in = {in}, .oracle = convolution(k), .step = 1e-2f});
+  };
+  conv("Convolution", {2, 3, 7, 6}, {4, 3, 3, 1, 1, 0, 0, 1, 1, 1, true});
+  conv("Convolution_group_stride_pad", {1, 4, 9, 7}, {6, 3, 2, 2, 1, 1, 0, 1, 1, 2, true});
+  conv("Convolution_dilation_nobias", {2, 2, 8, 9}, {3, 3, 3, 1, 2, 2, 1, 2, 1, 1, false});
+  conv("Convolution_depthwise", {1, 6, 5, 5}, {6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true});
+  conv("Convolution_5x5_pad2", {3, 1, 6, 5}, {2, 5, 5, 1, 1, 2, 2, 1, 1, 1, true});
+  {
+    ConvSpec k{4, 3, 3, 2, 2, 1, 1, 1, 1, 1, true};
+    t.push_back(
+        {.name = "Convolution_inference",
+         .layer = conv_layer("Convolution", k),
+         .in = {{2, 3, 7, 7}},
+         .oracle = convolution(k),
+         .no_gradient = "TEST phase: the oneDNN kernel builds no backward pass; the TRAIN cases check gradients",
+         .phase = proto::TEST});
+  }
+  auto deconv = [&](const char* name, Shape in, ConvSpec k) {
+    t.push_back(
+        {.name = name, .layer = conv_layer("Deconvolution", k), .in = {in}, .oracle = deconvolution(k), .step = 1e-2f});
+  };
+  deconv("Deconvolution", {2, 2, 4, 3}, {3, 3, 3, 2, 2, 1, 1, 1, 1, 1, true});
+  deconv("Deconvolution_group_dilation_nobias", {1, 4, 3, 4}, {6, 3, 2, 1, 2, 0, 1, 2, 1, 2, false});
+  deconv("Deconvolution_rect_stride", {2, 3, 3, 3}, {2, 2, 3, 3, 1, 0, 1, 1, 1, 1, true});
+
+  auto ip = [&](const char* name, std::string layer, Shape in, int64_t n, int axis, bool transpose, bool bias) {
+    t.push_back({.name = name,
+                 .layer = std::move(layer),
+                 .in = {in},
+                 .oracle = inner_product(n, axis, transpose, bias),
+                 .step = 1e-2f});
+  };
+  ip("InnerProduct", "type: 'InnerProduct' inner_product_param { num_output: 5 }", {3, 2, 2, 2}, 5, 1, false, true);
+  ip("InnerProduct_transpose", "type: 'InnerProduct' inner_product_param { num_output: 4 transpose: true }", {2, 3}, 4,
+     1, true, true);
+  ip("InnerProduct_axis2", "type: 'InnerProduct' inner_product_param { num_output: 3 axis: 2 }", {2, 3, 4}, 3, 2, false,
+     true);
+  ip("InnerProduct_nobias", "type: 'InnerProduct' inner_product_param { num_output: 3 bias_term: false }", {4, 5}, 3, 1,
+     false, false);
+
+  // Pooling: ceil overhang, padding (AVE divisor with and without the overhang), floor
+  // rounding, rectangular windows, global. MAX inputs are distinct, so there are no ties.
+  auto pool = [&](const char* name, Shape in, PoolSpec p, Phase phase = proto::TRAIN) {
+    SweepCase c{.name = name, .layer = pool_layer(p), .in = {in}, .oracle = pooling(p), .phase = phase};
+    if (p.max) c.setup = distinct_input;
+    if (phase == proto::TEST)
+      c.no_gradient = "TEST phase: the oneDNN kernel builds no backward pass; the TRAIN cases check gradients";
+    t.push_back(std::move(c));
+  };
+  pool("Pooling", {2, 3, 8, 8}, {true, 2, 2, 2, 2, 0, 0});
+  pool("Pooling_max_ceil_overhang", {1, 2, 8, 9}, {true, 3, 3, 2, 2, 0, 0});
+  pool("Pooling_max_pad", {1, 2, 7, 7}, {true, 3, 3, 2, 2, 1, 1});
+  pool("Pooling_max_floor", {1, 2, 8, 8}, {true, 3, 3, 2, 2, 0, 0, false, true});
+  pool("Pooling_ave", {2, 2, 8, 8}, {false, 3, 3, 2, 2, 0, 0});
+  pool("Pooling_ave_pad_overhang", {1, 3, 7, 6}, {false, 3, 3, 2, 2, 1, 1});
+  pool("Pooling_ave_pad", {1, 1, 6, 6}, {false, 2, 2, 2, 2, 1, 1});
+  pool("Pooling_ave_rect", {1, 2, 7, 5}, {false, 3, 2, 2, 1, 1, 0});
+  pool("Pooling_ave_global", {2, 3, 5, 4}, {false, 0, 0, 1, 1, 0, 0, true});
+  pool("Pooling_max_global", {2, 3, 5, 4}, {true, 0, 0, 1, 1, 0, 0, true});
+  pool("Pooling_ave_inference", {1, 3, 7, 6}, {false, 3, 3, 2, 2, 1, 1}, proto::TEST);
+
+  t.push_back({.name = "LRN",
+               .layer = "type: 'LRN' lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 k: 2 }",
+               .in = {{2, 5, 4, 3}},
+               .oracle = lrn(3, 0.5, 0.75, 2, true),
+               .grad_tol = 2e-2f});
+  t.push_back({.name = "LRN_size5",
+               .layer = "type: 'LRN' lrn_param { local_size: 5 alpha: 0.3 beta: 0.6 }",
+               .in = {{1, 7, 2, 2}},
+               .oracle = lrn(5, 0.3, 0.6, 1, true),
+               .grad_tol = 2e-2f});
+  t.push_back({.name = "LRN_within",
+               .layer = "type: 'LRN' lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 norm_region: WITHIN_CHANNEL }",
+               .in = {{2, 2, 4, 5}},
+               .oracle = lrn(3, 0.5, 0.75, 1, false),
+               .grad_tol = 2e-2f});
+
+  t.push_back({.name = "BatchNorm",
+               .layer = "type: 'BatchNorm'",
+               .in = {{3, 2, 2, 2}},
+               .oracle = batch_norm(false, 1e-5),
+               .grad_tol = 2e-2f});
+  t.push_back({.name = "BatchNorm_global",
+               .layer = "type: 'BatchNorm' batch_norm_param { use_global_stats: true eps: 0.001 }",
+               .in = {{2, 3, 2}},
+               .oracle = batch_norm(true, 1e-3),
+               .setup = [](OpHarness& h) {
+                 for (int c = 0; c < 3; ++c) {
+                   h.params[0].f32()[c] = 0.5f * c - 0.4f;  // sums over a normaliser of 2
+                   h.params[1].f32()[c] = 0.3f + c;
+                 }
+                 h.params[2].f32()[0] = 2.f;
+               }});
+  t.push_back({.name = "Scale",
+               .layer = "type: 'Scale' scale_param { bias_term: true }",
+               .in = {{2, 3, 2, 2}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y(h.in[0].shape());
+                 for (int64_t i = 0; i < y.numel(); ++i) {
+                   int64_t c = (i / 4) % 3;
+                   y.f32()[i] = static_cast<float>(static_cast<double>(h.in[0].f32()[i]) * h.params[0].f32()[c] +
+                                                   h.params[1].f32()[c]);
+                 }
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back({.name = "Scale_second_bottom",
+               .layer = "type: 'Scale' scale_param { axis: 1 }",
+               .in = {{2, 3, 4}, {3, 4}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y(h.in[0].shape());
+                 for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = h.in[0].f32()[i] * h.in[1].f32()[i % 12];
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back({.name = "Bias", .layer = "type: 'Bias'", .in = {{2, 3, 2}}, .oracle = [](const OpHarness& h) {
+                 Tensor y(h.in[0].shape());
+                 for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = h.in[0].f32()[i] + h.params[0].f32()[(i / 2) % 3];
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back(
+      {.name = "Bias_second_bottom", .layer = "type: 'Bias'", .in = {{2, 3, 2}, {3}}, .oracle = [](const OpHarness& h) {
+         Tensor y(h.in[0].shape());
+         for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = h.in[0].f32()[i] + h.in[1].f32()[(i / 2) % 3];
+         return std::vector<Tensor>{y};
+       }});
+  auto prelu = [](bool shared) {
+    return [shared](const OpHarness& h) {
+      Tensor y(h.in[0].shape());
+      int64_t c = h.in[0].dim(1), sp = h.in[0].numel() / (h.in[0].dim(0) * c);
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        float x = h.in[0].f32()[i], a = h.params[0].f32()[shared ? 0 : (i / sp) % c];
+        y.f32()[i] = x > 0 ? x : a * x;
+      }
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back(
+      {.name = "PReLU", .layer = "type: 'PReLU'", .in = {{2, 3, 2, 2}}, .oracle = prelu(false), .setup = off_zero});
+  t.push_back({.name = "PReLU_shared",
+               .layer = "type: 'PReLU' prelu_param { channel_shared: true }",
+               .in = {{2, 3, 2}},
+               .oracle = prelu(true),
+               .setup = off_zero});
+
+  // Dropout keeps element i where uniform01(stream_key(seed, layer name, step), i) >= ratio
+  // (the mask is a pure function of those, so resumed runs drop the same units).
+  t.push_back({.name = "Dropout",
+               .layer = "name: 'drop' type: 'Dropout' dropout_param { dropout_ratio: 0.3 }",
+               .in = {{4, 25}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y(h.in[0].shape());
+                 uint64_t key = stream_key(kHarnessSeed, "drop", 0);
+                 for (int64_t i = 0; i < y.numel(); ++i)
+                   y.f32()[i] = uniform01(key, static_cast<uint64_t>(i)) >= 0.3f ? h.in[0].f32()[i] / 0.7f : 0.f;
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back({.name = "Dropout_inference",
+               .layer = "type: 'Dropout' dropout_param { dropout_ratio: 0.3 }",
+               .in = {{4, 5}},
+               .oracle = copies({4, 5}),
+               .no_gradient = "TEST phase passes data through and builds no mask; the TRAIN case checks gradients",
+               .phase = proto::TEST});
+
+  // Eltwise: inputs of MAX are kept 0.1 apart (no ties within a step).
+  t.push_back({.name = "Eltwise_sum",
+               .layer = "type: 'Eltwise' eltwise_param { operation: SUM coeff: 2 coeff: -1 }",
+               .in = {{2, 3}, {2, 3}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y({2, 3});
+                 for (int i = 0; i < 6; ++i) y.f32()[i] = 2 * h.in[0].f32()[i] - h.in[1].f32()[i];
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back({.name = "Eltwise_prod",
+               .layer = "type: 'Eltwise' eltwise_param { operation: PROD }",
+               .in = {{2, 3}, {2, 3}, {2, 3}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({2, 3});
+                     for (int i = 0; i < 6; ++i)
+                       y.f32()[i] = static_cast<float>(static_cast<double>(h.in[0].f32()[i]) * h.in[1].f32()[i] *
+                                                       h.in[2].f32()[i]);
+                     return std::vector<Tensor>{y};
+                   },
+               .setup = off_zero});
+  t.push_back({.name = "Eltwise_max",
+               .layer = "type: 'Eltwise' eltwise_param { operation: MAX }",
+               .in = {{2, 3}, {2, 3}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({2, 3});
+                     for (int i = 0; i < 6; ++i) y.f32()[i] = std::max(h.in[0].f32()[i], h.in[1].f32()[i]);
+                     return std::vector<Tensor>{y};
+                   },
+               .setup =
+                   [](OpHarness& h) {
+                     for (int i = 0; i < 6; ++i) h.in[1].f32()[i] = h.in[0].f32()[i] + (i % 2 ? 0.1f : -0.1f);
+                   }});
+
+  // Data movement.
+  t.push_back({.name = "Flatten", .layer = "type: 'Flatten'", .in = {{2, 3, 4, 5}}, .oracle = copies({2, 60})});
+  t.push_back({.name = "Reshape",
+               .layer = "type: 'Reshape' reshape_param { shape { dim: 0 dim: -1 dim: 2 } }",
+               .in = {{2, 3, 4}},
+               .oracle = copies({2, 6, 2})});
+  t.push_back({.name = "Split", .layer = "type: 'Split'", .in = {{3, 4}}, .oracle = copies({3, 4}, 2), .outputs = 2});
+  t.push_back({.name = "Concat",
+               .layer = "type: 'Concat' concat_param { axis: 1 }",
+               .in = {{2, 3, 2}, {2, 1, 2}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y({2, 4, 2});
+                 for (int n = 0; n < 2; ++n)
+                   for (int c = 0; c < 4; ++c)
+                     for (int i = 0; i < 2; ++i)
+                       y.f32()[(n * 4 + c) * 2 + i] =
+                           c < 3 ? h.in[0].f32()[(n * 3 + c) * 2 + i] : h.in[1].f32()[n * 2 + i];
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back({.name = "Slice",
+               .layer = "type: 'Slice' slice_param { axis: 1 slice_point: 1 slice_point: 3 }",
+               .in = {{2, 5}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     std::vector<Tensor> out{Tensor({2, 1}), Tensor({2, 2}), Tensor({2, 2})};
+                     int64_t begin[] = {0, 1, 3};
+                     for (int k = 0; k < 3; ++k)
+                       for (int n = 0; n < 2; ++n)
+                         for (int64_t j = 0; j < out[k].dim(1); ++j)
+                           out[k].f32()[n * out[k].dim(1) + j] = h.in[0].f32()[n * 5 + begin[k] + j];
+                     return out;
+                   },
+               .outputs = 3});
+  t.push_back({.name = "Crop",
+               .layer = "type: 'Crop' crop_param { axis: 2 offset: 1 offset: 2 }",
+               .in = {{2, 2, 5, 6}, {2, 2, 3, 3}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({2, 2, 3, 3});
+                     for (int n = 0; n < 2; ++n)
+                       for (int c = 0; c < 2; ++c)
+                         for (int i = 0; i < 3; ++i)
+                           for (int j = 0; j < 3; ++j)
+                             y.f32()[((n * 2 + c) * 3 + i) * 3 + j] = at4(h.in[0], n, c, i + 1, j + 2);
+                     return std::vector<Tensor>{y};
+                   },
+               .grad_inputs = {0}});
+
+  // Reductions: (outer = axes before `axis`) x (the rest), times coeff.
+  auto reduction = [&](const char* name, const char* op, int axis, Shape in) {
+    std::string o = op;
+    t.push_back(
+        {.name = name,
+         .layer = fmt::format("type: 'Reduction' reduction_param {{ operation: {} axis: {} coeff: 0.5 }}", op, axis),
+         .in = {in},
+         .oracle =
+             [o, axis](const OpHarness& h) {
+               const Tensor& x = h.in[0];
+               int64_t outer = shape_count(x.shape(), 0, axis), dim = x.numel() / outer;
+               Tensor y(Shape(x.shape().begin(), x.shape().begin() + axis));
+               for (int64_t i = 0; i < outer; ++i) {
+                 double s = 0;
+                 for (int64_t j = 0; j < dim; ++j) {
+                   double v = x.f32()[i * dim + j];
+                   s += o == "ASUM" ? std::fabs(v) : o == "SUMSQ" ? v * v : v;
+                 }
+                 y.f32()[i] = static_cast<float>(0.5 * (o == "MEAN" ? s / static_cast<double>(dim) : s));
+               }
+               return std::vector<Tensor>{y};
+             },
+         .setup = off_zero});
+  };
+  reduction("Reduction", "SUM", 1, {3, 4, 2});
+  reduction("Reduction_asum", "ASUM", 1, {3, 4, 2});
+  reduction("Reduction_sumsq", "SUMSQ", 2, {3, 4, 2});
+  reduction("Reduction_mean_all", "MEAN", 0, {2, 3});
+
+  // Softmax and losses.
+  t.push_back({.name = "Softmax", .layer = "type: 'Softmax'", .in = {{3, 4, 2}}, .oracle = [](const OpHarness& h) {
+                 return std::vector<Tensor>{softmax_of(h.in[0])};
+               }});
+  t.push_back({.name = "SoftmaxWithLoss",
+               .layer = "type: 'SoftmaxWithLoss'",
+               .in = {{5, 4}, {5}},
+               .oracle = softmax_loss(-1),
+               .setup = labels(1, 4),
+               .grad_inputs = {0}});
+  t.push_back({.name = "SoftmaxWithLoss_spatial_ignore",
+               .layer = "type: 'SoftmaxWithLoss' loss_param { ignore_label: 2 }",
+               .in = {{2, 3, 2, 2}, {2, 1, 2, 2}},
+               .oracle = softmax_loss(2),
+               .setup = labels(1, 3, 3, 2),
+               .grad_inputs = {0}});
+  t.push_back({.name = "EuclideanLoss",
+               .layer = "type: 'EuclideanLoss'",
+               .in = {{3, 4}, {3, 4}},
+               .oracle = [](const OpHarness& h) {
+                 double s = 0;
+                 for (int i = 0; i < 12; ++i)
+                   s += std::pow(static_cast<double>(h.in[0].f32()[i]) - h.in[1].f32()[i], 2);
+                 return std::vector<Tensor>{scalar(s / 3 / 2)};
+               }});
+  t.push_back({.name = "SigmoidCrossEntropyLoss",
+               .layer = "type: 'SigmoidCrossEntropyLoss'",
+               .in = {{2, 3}, {2, 3}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     double s = 0;
+                     for (int i = 0; i < 6; ++i) {
+                       double p = sigmoid(h.in[0].f32()[i]), y = h.in[1].f32()[i];
+                       s -= y * std::log(p) + (1 - y) * std::log(1 - p);
+                     }
+                     return std::vector<Tensor>{scalar(s / 2)};
+                   },
+               .setup = labels(1, 2),
+               .grad_inputs = {0}});
+  t.push_back({.name = "Accuracy",
+               .layer = "type: 'Accuracy' accuracy_param { top_k: 2 }",
+               .in = {{6, 4}, {6}},
+               .oracle = accuracy(2),
+               .no_gradient = kNoBackward,
+               .outputs = 2,
+               .phase = proto::TEST,
+               .setup = labels(1, 4)});
+  t.push_back({.name = "ArgMax",
+               .layer = "type: 'ArgMax' argmax_param { top_k: 2 out_max_val: true }",
+               .in = {{3, 5}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({3, 2, 2});  // per item: the top 2 indices, then their values
+                     for (int n = 0; n < 3; ++n) {
+                       std::vector<int64_t> r = ranking(h.in[0].f32() + n * 5, 5, 1);
+                       for (int j = 0; j < 2; ++j) {
+                         y.f32()[n * 4 + j] = static_cast<float>(r[j]);
+                         y.f32()[n * 4 + 2 + j] = h.in[0].f32()[n * 5 + r[j]];
+                       }
+                     }
+                     return std::vector<Tensor>{y};
+                   },
+               .no_gradient = kNoBackward});
+  t.push_back({.name = "ArgMax_axis",
+               .layer = "type: 'ArgMax' argmax_param { top_k: 2 axis: 1 }",
+               .in = {{2, 4, 3}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({2, 2, 3});
+                     for (int n = 0; n < 2; ++n)
+                       for (int i = 0; i < 3; ++i) {
+                         std::vector<int64_t> r = ranking(h.in[0].f32() + n * 12 + i, 4, 3);
+                         for (int j = 0; j < 2; ++j) y.f32()[(n * 2 + j) * 3 + i] = static_cast<float>(r[j]);
+                       }
+                     return std::vector<Tensor>{y};
+                   },
+               .no_gradient = kNoBackward});
+  t.push_back({.name = "Embed",
+               .layer = "type: 'Embed' embed_param { num_output: 3 input_dim: 5 }",
+               .in = {{4}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({4, 3});
+                     for (int i = 0; i < 4; ++i)
+                       for (int j = 0; j < 3; ++j)
+                         y.f32()[i * 3 + j] =
+                             h.params[0].f32()[static_cast<int>(h.in[0].f32()[i]) * 3 + j] + h.params[1].f32()[j];
+                     return std::vector<Tensor>{y};
+                   },
+               .setup =
+                   [](OpHarness& h) {
+                     float idx[] = {0, 4, 2, 4};
+                     std::copy(idx, idx + 4, h.in[0].f32());
+                   },
+               .grad_inputs = {-1},  // the input holds indices; the table's gradient is checked
+               .step = 1e-2f});
+
+  // Exemptions: ops with nothing for an oracle to predict.
+  t.push_back({.name = "Silence",
+               .layer = "type: 'Silence'",
+               .in = {{2, 3}},
+               .no_oracle = "has no outputs: it only consumes its inputs",
+               .no_gradient = kNoBackward,
+               .outputs = 0});
+  t.push_back({.name = "Input",
+               .layer = "type: 'Input' input_param { shape { dim: 2 dim: 3 } }",
+               .no_oracle = "filled by the caller: its kernel computes nothing",
+               .no_gradient = "a graph input: no backward pass"});
+  t.push_back({.name = "Data",
+               .layer = "type: 'Data' data_param { source: 'train-images-idx3-ubyte' batch_size: 4 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt});
+  t.push_back({.name = "HDF5Data",
+               .layer = "type: 'HDF5Data' hdf5_data_param { source: 'list.txt' batch_size: 4 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt});
+  return t;
+}
+
+const std::vector<SweepCase>& sweep_cases() {
+  static const std::vector<SweepCase> cases = build_cases();
+  return cases;
+}
+
+std::string type_of(const SweepCase& c) {
+  proto::LayerParameter p;
+  parse_prototxt_string(c.layer, c.name, p);
+  return p.type();
+}
+
+// The type's reference kernel: "reference" or "loops" at kReferencePriority ("" if none).
+std::string reference_kernel(const std::string& type) {
+  for (const KernelRegistry::Entry* e : KernelRegistry::get().entries(type))
+    if (e->device == DeviceKind::cpu && e->priority == kReferencePriority &&
+        (e->name == "reference" || e->name == "loops"))
+      return e->name;
+  return "";
+}
+
+// The harness for a case running `kernel`, with the case's inputs.
+std::unique_ptr<OpHarness> harness(const SweepCase& c, const std::string& kernel) {
+  auto h = std::make_unique<OpHarness>(c.layer, c.in, c.phase, c.outputs, std::function<void(Kernel&)>{}, kernel);
+  h->randomize_inputs(c.lo, c.hi);
+  if (c.setup) c.setup(*h);
+  return h;
+}
+
+// ---- The registry against the table ----
+
+TEST(OpSweep, EveryTypeHasACase) {
+  for (const std::string& type : OpDefRegistry::get().types()) {
+    bool found =
+        std::any_of(sweep_cases().begin(), sweep_cases().end(), [&](const SweepCase& c) { return type_of(c) == type; });
+    EXPECT_TRUE(found) << "op type '" << type << "' is registered but has no case in tests/test_op_sweep.cc: add one "
+                       << "to build_cases() (an oracle and a gradient check, or an exemption with its reason)";
+  }
+}
+
+TEST(OpSweep, EveryCaseIsARegisteredType) {
+  for (const SweepCase& c : sweep_cases())
+    EXPECT_NE(OpDefRegistry::get().find(type_of(c)), nullptr) << "case " << c.name << ": no op type " << type_of(c);
+}
+
+TEST(OpSweep, EveryTypeHasAReferenceKernel) {
+  for (const std::string& type : OpDefRegistry::get().types())
+    EXPECT_NE(reference_kernel(type), "") << "op type '" << type << "' has no CPU kernel named \"reference\" or "
+                                          << "\"loops\" at kReferencePriority";
+}
+
+TEST(OpSweep, ExemptionsSayWhy) {
+  for (const SweepCase& c : sweep_cases()) {
+    EXPECT_EQ(!c.oracle, !c.no_oracle.empty()) << c.name << ": an oracle, or a reason for having none";
+    EXPECT_FALSE(c.name.empty());
+  }
+}
+
+// The reference kernels compute f32 without post-ops: nodes deploy fused or quantized, and
+// bf16 sessions, go to the oneDNN kernels.
+TEST(OpSweep, ReferenceKernelsRejectDeployOnlyFeatures) {
+  CpuBackend backend(1);
+  for (const char* layer : {"type: 'Convolution' convolution_param { num_output: 2 kernel_size: 1 }",
+                            "type: 'Deconvolution' convolution_param { num_output: 2 kernel_size: 1 }",
+                            "type: 'InnerProduct' inner_product_param { num_output: 2 }"}) {
+    proto::LayerParameter lp;
+    parse_prototxt_string(layer, "test", lp);
+    Node node = caffe_layer_node(lp, "test");
+    const KernelRegistry::Entry* ref = nullptr;
+    for (const KernelRegistry::Entry* e : KernelRegistry::get().entries(node.type))
+      if (e->name == "reference") ref = e;
+    ASSERT_NE(ref, nullptr) << node.type;
+    auto supports = [&](const Node& n, bool bf16) {
+      OpInit init{n, "test", proto::TEST, kHarnessSeed, backend};
+      init.bf16 = bf16;
+      return !ref->supports || ref->supports(init);
+    };
+    EXPECT_TRUE(supports(node, false)) << node.type;
+    EXPECT_FALSE(supports(node, true)) << node.type << " in bf16";
+    Node fused = node;
+    fused.deploy.fusion.relu = true;
+    EXPECT_FALSE(supports(fused, false)) << node.type << " with a fused ReLU";
+    Node int8 = node;
+    int8.deploy.int8_input_threshold = 1.f;
+    EXPECT_FALSE(supports(int8, false)) << node.type << " in int8";
+  }
+}
+
+// ---- Per case ----
+
+class OpSweepCase : public ::testing::TestWithParam<SweepCase> {};
+
+TEST_P(OpSweepCase, ReferenceForwardMatchesOracle) {
+  const SweepCase& c = GetParam();
+  if (!c.oracle) GTEST_SKIP() << "exempt from the forward oracle: " << c.no_oracle;
+  std::string ref = reference_kernel(type_of(c));
+  ASSERT_NE(ref, "") << type_of(c) << " has no reference kernel";
+  auto h = harness(c, ref);
+  std::vector<Tensor> want = c.oracle(*h);  // before forward: nothing may have touched the inputs
+  h->forward();
+  ASSERT_EQ(want.size(), h->out.size());
+  for (size_t j = 0; j < want.size(); ++j) expect_close(h->out[j], want[j], c.fwd_tol, "output " + std::to_string(j));
+}
+
+TEST_P(OpSweepCase, ReferenceGradientsMatchFiniteDifferences) {
+  const SweepCase& c = GetParam();
+  if (!c.no_gradient.empty()) GTEST_SKIP() << "exempt from the gradient check: " << c.no_gradient;
+  std::string ref = reference_kernel(type_of(c));
+  ASSERT_NE(ref, "") << type_of(c) << " has no reference kernel";
+  auto h = harness(c, ref);
+  h->check_gradients(c.step, c.grad_tol, c.grad_inputs);
+}
+
+// The case's layer, read by the Caffe front end, keeps its typed attributes through the
+// Caffe writer and through the bundle's JSON: both forms say the same thing.
+TEST_P(OpSweepCase, AttributesRoundTripThroughCaffeAndJson) {
+  const SweepCase& c = GetParam();
+  proto::LayerParameter lp;
+  parse_prototxt_string(c.layer, c.name, lp);
+  // As in a net, every output has a top (HDF5Data reads the datasets its tops name).
+  for (int j = lp.top_size(); j < c.outputs; ++j) lp.add_top("out" + std::to_string(j));
+  Graph g;
+  g.name = c.name;
+  Node n = caffe_layer_node(lp, c.name);
+  if (n.name.empty()) n.name = "op";
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    Node in;
+    in.name = "in" + std::to_string(i);
+    make_external_input(in, {c.in[i]});
+    in.outputs = {g.add_value(in.name)};
+    n.inputs.push_back(in.outputs[0]);
+    g.nodes.push_back(std::move(in));
+  }
+  for (int j = 0; j < c.outputs; ++j) n.outputs.push_back(g.add_value(lp.top(j)));
+  g.nodes.push_back(std::move(n));
+  relink(g);
+  const std::string json = graph_to_json(g);
+  EXPECT_EQ(graph_to_json(graph_from_json(json, "round trip")), json);
+  // Caffe: write the node back as a layer and read it again.
+  Graph again = g;
+  int last = static_cast<int>(g.nodes.size()) - 1;
+  again.nodes[last] = caffe_layer_node(caffe_layer(g, last), "again");
+  again.nodes[last].inputs = g.nodes[last].inputs;
+  again.nodes[last].outputs = g.nodes[last].outputs;
+  EXPECT_EQ(graph_to_json(again), json) << caffe_layer(g, last).DebugString();
+}
+
+// Same parameters, inputs and output gradients for every kernel: copied from the
+// reference's harness (both are built from the same seeds anyway).
+TEST_P(OpSweepCase, OtherKernelsMatchTheReference) {
+  const SweepCase& c = GetParam();
+  if (!c.oracle) GTEST_SKIP() << "exempt: " << c.no_oracle;
+  std::string type = type_of(c), ref_name = reference_kernel(type);
+  ASSERT_NE(ref_name, "") << type << " has no reference kernel";
+  auto ref = harness(c, ref_name);
+  bool grads = c.no_gradient.empty();
+  ref->forward();
+  if (grads) ref->backward();
+  for (const KernelRegistry::Entry* e : KernelRegistry::get().entries(type)) {
+    if (e->device != DeviceKind::cpu || e->name == ref_name) continue;
+    SCOPED_TRACE("kernel " + e->name);
+    auto other = harness(c, e->name);
+    for (size_t i = 0; i < ref->in.size(); ++i) other->in[i].copy_from(ref->in[i]);
+    for (size_t p = 0; p < ref->params.size(); ++p) other->params[p].copy_from(ref->params[p]);
+    for (size_t j = 0; j < ref->out_grad.size(); ++j) other->out_grad[j].copy_from(ref->out_grad[j]);
+    other->forward();
+    for (size_t j = 0; j < ref->out.size(); ++j)
+      expect_close(other->out[j], ref->out[j], c.kernel_tol, e->name + " output " + std::to_string(j));
+    if (!grads) continue;
+    other->backward();
+    for (size_t i = 0; i < ref->in.size(); ++i) {
+      bool checked = c.grad_inputs.empty()
+                         ? ref->can_propagate_to(static_cast<int>(i))
+                         : std::count(c.grad_inputs.begin(), c.grad_inputs.end(), static_cast<int>(i)) > 0;
+      if (checked)
+        expect_close(other->in_grad[i], ref->in_grad[i], c.kernel_tol,
+                     e->name + " input gradient " + std::to_string(i));
+    }
+    for (size_t p = 0; p < ref->param_grad.size(); ++p)
+      if (ref->param_grad[p].defined())
+        expect_close(other->param_grad[p], ref->param_grad[p], c.kernel_tol,
+                     e->name + " parameter gradient " + std::to_string(p));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, OpSweepCase, ::testing::ValuesIn(sweep_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace bks::test
