@@ -549,6 +549,8 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   }
   DeployResult r = deploy(o);
   EXPECT_EQ(r.bundle.info.at("precision"), "bf16");
+  for (const Node& n : r.bundle.graph.nodes)
+    EXPECT_EQ(n.deploy.precision, op_traits(n).weighted_linear ? Precision::bf16 : Precision::fp32) << n.name;
   o.precision = Precision::fp32;
   DeployResult f = deploy(o);
   InferenceSession a(r.bundle, "bf16", 2), b(f.bundle, "fp32", 2);
@@ -720,7 +722,10 @@ TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
   EXPECT_EQ(r.int8.quantized, 4);
   EXPECT_EQ(r.int8.int8_outputs, 3);
   int with_threshold = 0;
-  for (const Node& n : r.bundle.graph.nodes) with_threshold += n.deploy.int8_input_threshold > 0.f;
+  for (const Node& n : r.bundle.graph.nodes) {
+    with_threshold += n.deploy.int8_input_threshold > 0.f;
+    EXPECT_EQ(n.deploy.precision == Precision::int8, n.deploy.int8_input_threshold > 0.f) << n.name;
+  }
   EXPECT_EQ(with_threshold, 4);
   std::vector<std::string> passes;
   for (const auto& rep : r.reports) passes.push_back(rep.pass);

@@ -73,6 +73,7 @@ Graph sample_graph() {
   conv.deploy.fusion.relu = true;
   conv.deploy.fusion.relu_slope = 0.25f;
   conv.deploy.kernel = "winograd";
+  conv.deploy.precision = Precision::int8;
   conv.deploy.int8_input_threshold = 1.5f;
   conv.deploy.int8_output_threshold = 2.5f;
   Node relu;
@@ -103,6 +104,7 @@ TEST(GraphJson, RoundTripKeepsStructureAttributesAndDeployFields) {
   EXPECT_FALSE(conv.deploy.fusion.residual_sum);
   EXPECT_FLOAT_EQ(conv.deploy.fusion.relu_slope, 0.25f);
   EXPECT_EQ(conv.deploy.kernel, "winograd");
+  EXPECT_EQ(conv.deploy.precision, Precision::int8);
   EXPECT_FLOAT_EQ(conv.deploy.int8_input_threshold, 1.5f);
   EXPECT_FLOAT_EQ(conv.deploy.int8_output_threshold, 2.5f);
   EXPECT_TRUE(g.nodes[2].deploy.empty());
@@ -139,6 +141,7 @@ TEST(GraphJson, MalformedGraphsAreInputErrorsNamingTheSource) {
   expect_error(with("\"outputs\":[2]", "\"outputs\":[1]"), "written twice");
   expect_error(with("\"type\":\"ReLU\"", "\"type\":7"), "'type'");
   expect_error(with("\"kernel\":\"winograd\"", "\"kernel\":1"), "'kernel'");
+  expect_error(with("\"precision\":\"int8\"", "\"precision\":\"int4\""), "'precision' must be fp32, bf16 or int8");
   expect_error(with("\"num_output\":3", "\"num_output\":\"3\""), "attribute 'num_output' is not an integer");
   expect_error(with("\"variance_norm\":\"FAN_IN\"", "\"variance_norm\":\"FAN\""), "not one of its values");
   expect_error(with("\"type\":\"Convolution\"", "\"type\":\"Conv\""), "op type 'Conv'");

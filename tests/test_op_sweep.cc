@@ -870,8 +870,8 @@ TEST(OpSweep, ExemptionsSayWhy) {
   }
 }
 
-// The reference kernels compute f32 without post-ops: nodes deploy fused or quantized, and
-// bf16 sessions, go to the oneDNN kernels.
+// The reference kernels compute fp32 without post-ops: nodes deploy fused, quantized or
+// switched to bf16 go to the oneDNN kernels, which are registered for all three precisions.
 TEST(OpSweep, ReferenceKernelsRejectDeployOnlyFeatures) {
   CpuBackend backend(1);
   for (const char* layer : {"type: 'Convolution' convolution_param { num_output: 2 kernel_size: 1 }",
@@ -884,19 +884,42 @@ TEST(OpSweep, ReferenceKernelsRejectDeployOnlyFeatures) {
     for (const KernelRegistry::Entry* e : KernelRegistry::get().entries(node.type))
       if (e->name == "reference") ref = e;
     ASSERT_NE(ref, nullptr) << node.type;
-    auto supports = [&](const Node& n, bool bf16) {
+    auto supports = [&](const Node& n) {
       OpInit init{n, "test", proto::TEST, kHarnessSeed, backend};
-      init.bf16 = bf16;
-      return !ref->supports || ref->supports(init);
+      return ref->computes(init.precision()) && (!ref->supports || ref->supports(init));
     };
-    EXPECT_TRUE(supports(node, false)) << node.type;
-    EXPECT_FALSE(supports(node, true)) << node.type << " in bf16";
+    EXPECT_TRUE(supports(node)) << node.type;
+    Node bf16 = node;
+    bf16.deploy.precision = Precision::bf16;
+    EXPECT_FALSE(supports(bf16)) << node.type << " in bf16";
     Node fused = node;
     fused.deploy.fusion.relu = true;
-    EXPECT_FALSE(supports(fused, false)) << node.type << " with a fused ReLU";
+    EXPECT_FALSE(supports(fused)) << node.type << " with a fused ReLU";
     Node int8 = node;
     int8.deploy.int8_input_threshold = 1.f;
-    EXPECT_FALSE(supports(int8, false)) << node.type << " in int8";
+    int8.deploy.precision = Precision::int8;
+    EXPECT_FALSE(supports(int8)) << node.type << " in int8";
+  }
+}
+
+// Kernels are chosen for the node's precision: a node asking for one no kernel of its type
+// computes is a clear error, not a silent fp32 run.
+TEST(OpSweep, KernelsAreChosenForTheNodesPrecision) {
+  CpuBackend backend(1);
+  proto::LayerParameter lp;
+  parse_prototxt_string("name: 'r' type: 'ReLU'", "test", lp);
+  Node relu = caffe_layer_node(lp, "test");
+  relu.deploy.precision = Precision::bf16;
+  try {
+    KernelRegistry::get().create(OpInit{relu, "test", proto::TEST, kHarnessSeed, backend});
+    ADD_FAILURE() << "a bf16 ReLU was built";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("computes in bf16"), std::string::npos) << e.what();
+  }
+  for (const KernelRegistry::Entry* e : KernelRegistry::get().entries("Convolution")) {
+    if (e->name == "oneDNN") {
+      EXPECT_TRUE(e->computes(Precision::fp32) && e->computes(Precision::bf16) && e->computes(Precision::int8));
+    }
   }
 }
 

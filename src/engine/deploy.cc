@@ -101,6 +101,7 @@ DeployResult deploy(const DeployOptions& o,
   DeployResult r;
   r.reports = run_deploy_passes(m, after_each);
   r.bundle.graph = bundle_graph(m);
+  if (o.precision == Precision::bf16) r.reports.push_back(compute_in_bf16(r.bundle.graph));
   if (o.batch > 0) set_input_batch(r.bundle.graph, o.batch);
   r.bundle.weights = weights_by_layer(m);
   for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;

@@ -13,8 +13,8 @@
 
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
-#include "engine/precision.h"
 #include "engine/quantize.h"
+#include "graph/precision.h"
 #include "passes/deploy_model.h"
 
 namespace bks {

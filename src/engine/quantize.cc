@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/precision.h"
+#include "graph/precision.h"
 #include "ops/op_def.h"
 
 namespace bks {
@@ -70,6 +70,7 @@ Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std:
     auto it = t.threshold.find(in);
     if (it == t.threshold.end() || it->second <= 0) continue;
     n.deploy.int8_input_threshold = static_cast<float>(it->second);
+    n.deploy.precision = Precision::int8;
     ++plan.quantized;
   }
   plan.int8_outputs = keep_int8_between_layers(g);

@@ -25,7 +25,6 @@ InferenceSession::~InferenceSession() = default;
 NetOptions inference_options(const Bundle& b) {
   NetOptions opt;
   opt.constant_params = true;  // the weights are the bundle's, fixed
-  opt.bf16 = bundle_precision(b) == Precision::bf16;
   return opt;
 }
 
@@ -105,10 +104,7 @@ Graph scoring_net(const Bundle& b, const std::string& source, const std::string&
   const std::string prob = g.values[g.nodes.back().outputs.at(0)].name;
   // Top-1 and top-5 accuracy against the label, as Caffe layers through the front end.
   for (int k : {1, 5}) {
-    proto::LayerParameter acc;
-    acc.set_name(k == 1 ? "accuracy" : "accuracy_top5");
-    acc.set_type("Accuracy");
-    acc.mutable_accuracy_param()->set_top_k(k);
+    proto::LayerParameter acc = caffe_accuracy_layer(k == 1 ? "accuracy" : "accuracy_top5", k);
     Node n = caffe_layer_node(acc, "scoring metrics");
     n.inputs = {g.find_value(prob), g.find_value(label)};
     n.propagate_down.assign(2, false);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/bundle.h"
-#include "engine/precision.h"
+#include "graph/precision.h"
 #include "runtime/net.h"
 
 namespace bks {
@@ -23,7 +23,7 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
 // against the label. InputError when the bundle records no data layer.
 Graph scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
 
-// Options of a net that runs a bundle: constant weights, bf16 when the bundle is.
+// Options of a net that runs a bundle: constant weights (each node says its precision).
 NetOptions inference_options(const Bundle& b);
 
 // A net built from `graph` (the bundle's own, or scoring_net's) with the bundle's blobs.

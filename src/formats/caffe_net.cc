@@ -134,6 +134,14 @@ proto::LayerParameter caffe_layer(const Graph& g, int node) {
   return l;
 }
 
+proto::LayerParameter caffe_accuracy_layer(const std::string& name, int top_k) {
+  proto::LayerParameter l;
+  l.set_name(name);
+  l.set_type("Accuracy");
+  l.mutable_accuracy_param()->set_top_k(static_cast<uint32_t>(top_k));
+  return l;
+}
+
 Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
   Graph g;
   g.name = net.param.name();

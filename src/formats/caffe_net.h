@@ -25,6 +25,9 @@ Node caffe_layer_node(const proto::LayerParameter& layer, const std::string& whe
 // and param specs), so a graph can be shown or saved as users know it.
 proto::LayerParameter caffe_layer(const Graph& g, int node);
 
+// Caffe's Accuracy layer (top-k), without bottoms or tops (scoring a bundle adds them).
+proto::LayerParameter caffe_accuracy_layer(const std::string& name, int top_k);
+
 // Builds the graph of the layers that Caffe would instantiate in `state`.
 Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state);
 

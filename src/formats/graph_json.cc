@@ -14,6 +14,7 @@ namespace {
 
 json deploy_to_json(const NodeDeploy& d) {
   json j = json::object();
+  if (d.precision != Precision::fp32) j["precision"] = precision_name(d.precision);
   if (d.fusion.residual_sum) j["fused_residual_sum"] = true;
   if (d.fusion.relu) j["fused_relu_slope"] = d.fusion.relu_slope;
   if (!d.kernel.empty()) j["kernel"] = d.kernel;
@@ -162,6 +163,14 @@ NodeDeploy deploy_from_json(const Reader& r, const json& j, const std::string& w
   if (j.contains("fused_relu_slope")) {
     d.fusion.relu = true;
     d.fusion.relu_slope = r.number(j, "fused_relu_slope", what);
+  }
+  if (j.contains("precision")) {
+    if (!j["precision"].is_string()) r.fail("{}: 'precision' is not a string", what);
+    try {
+      d.precision = parse_precision(j["precision"].get<std::string>(), "'precision'");
+    } catch (const InputError& e) {
+      r.fail("{}: {}", what, e.what());
+    }
   }
   if (j.contains("kernel")) {
     if (!j["kernel"].is_string()) r.fail("{}: 'kernel' is not a string", what);

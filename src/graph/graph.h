@@ -13,6 +13,7 @@
 #include "caffe.pb.h"
 #include "core/tensor.h"
 #include "graph/attrs.h"
+#include "graph/precision.h"
 
 namespace bks {
 
@@ -52,6 +53,9 @@ struct FusedPostOps {
 // What deploy decided for a node: fields of the IR (Caffe has no words for them), saved in
 // bundles, never read from a prototxt.
 struct NodeDeploy {
+  // The arithmetic the node computes in (values between nodes stay f32, or int8 where an
+  // int8 node writes for int8 readers): kernels are chosen for it.
+  Precision precision = Precision::fp32;
   FusedPostOps fusion;
   std::string kernel;  // the algorithm autotuning chose ("direct", "winograd"); "" to choose at load
   // INT8 inference: the calibrated |x| range of the input, quantized to s8 with scale
@@ -61,7 +65,8 @@ struct NodeDeploy {
   // after a fused ReLU; s8, 127 / threshold otherwise; 0: writes f32).
   float int8_output_threshold = 0.f;
   bool empty() const {
-    return !fusion.any() && kernel.empty() && int8_input_threshold == 0.f && int8_output_threshold == 0.f;
+    return precision == Precision::fp32 && !fusion.any() && kernel.empty() && int8_input_threshold == 0.f &&
+           int8_output_threshold == 0.f;
   }
 };
 

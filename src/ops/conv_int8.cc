@@ -19,6 +19,10 @@ Int8Thresholds int8_thresholds(const OpContext& c) {
   if (t.in > 0.f && c.phase == proto::TRAIN) c.fail("int8_input_threshold is for inference graphs, not TRAIN");
   if (t.out < 0.f) c.fail("int8_output_threshold must be positive");
   if (t.out > 0.f && !(t.in > 0.f)) c.fail("int8_output_threshold needs int8_input_threshold");
+  const bool int8 = c.node.deploy.precision == Precision::int8;
+  if (int8 && !(t.in > 0.f)) c.fail("int8 precision needs a calibrated int8_input_threshold");
+  if (!int8 && t.in > 0.f)
+    c.fail("int8 thresholds on a node that computes in {}", precision_name(c.node.deploy.precision));
   return t;
 }
 

@@ -148,6 +148,7 @@ class ConvolutionKernel final : public Kernel {
 
 BKS_REGISTER_OP_DEF("Convolution", ConvolutionDef);
 BKS_REGISTER_ATTRS("Convolution", ConvAttrs, conv_from_caffe, conv_to_caffe);
-BKS_REGISTER_KERNEL("Convolution", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr);
+BKS_REGISTER_KERNEL_FOR("Convolution", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr,
+                        {::bks::Precision::fp32, ::bks::Precision::bf16, ::bks::Precision::int8});
 
 }  // namespace bks

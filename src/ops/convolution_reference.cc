@@ -26,10 +26,9 @@ ConvSetup conv_setup(const OpContext& c) {
   return a;
 }
 
-// f32 only, no post-ops: bf16 and deploy's decisions are left to the oneDNN kernel.
-bool reference_supports(const OpInit& i) {
-  return !i.bf16 && !conv_setup(OpContext{i.node, i.where, i.phase}).deploy_only;
-}
+// No post-ops or INT8 (and, registered for fp32, no bf16): deploy's decisions are left to
+// the oneDNN kernel.
+bool reference_supports(const OpInit& i) { return !conv_setup(OpContext{i.node, i.where, i.phase}).deploy_only; }
 
 // The convolution from `src` (N, C, H, W) to `dst` (N, OC, OH, OW) through `window`; the
 // output size rule is the definition's (the shapes arrive from shape inference).

@@ -182,6 +182,7 @@ class InnerProductKernel final : public Kernel {
 }  // namespace
 
 BKS_REGISTER_OP_DEF("InnerProduct", InnerProductDef);
-BKS_REGISTER_KERNEL("InnerProduct", ::bks::DeviceKind::cpu, InnerProductKernel, "oneDNN", 10, nullptr);
+BKS_REGISTER_KERNEL_FOR("InnerProduct", ::bks::DeviceKind::cpu, InnerProductKernel, "oneDNN", 10, nullptr,
+                        {::bks::Precision::fp32, ::bks::Precision::bf16, ::bks::Precision::int8});
 
 }  // namespace bks

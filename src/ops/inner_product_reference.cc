@@ -25,7 +25,7 @@ InnerProductSetup inner_product_setup(const OpContext& c) {
 
 // f32 only, no post-ops.
 bool reference_supports(const OpInit& i) {
-  return !i.bf16 && !inner_product_setup(OpContext{i.node, i.where, i.phase}).deploy_only;
+  return !inner_product_setup(OpContext{i.node, i.where, i.phase}).deploy_only;
 }
 
 class InnerProductReference final : public Kernel {

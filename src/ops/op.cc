@@ -14,7 +14,7 @@ Kernel::Kernel(const OpInit& init)
       seed_(init.seed),
       backend_(init.backend),
       constant_params_(init.constant_params),
-      bf16_(init.bf16) {}
+      bf16_(init.precision() == Precision::bf16) {}
 
 Kernel::~Kernel() = default;
 
@@ -53,12 +53,17 @@ bool KernelRegistry::has(const std::string& type) const { return !entries(type).
 
 std::unique_ptr<Kernel> KernelRegistry::create(const OpInit& init) const {
   DeviceKind dev = init.backend.device().kind;
-  bool any_for_device = false;
+  bool any_for_device = false, any_for_precision = false;
   for (const Entry& e : entries_) {
     if (e.type != init.node.type || e.device != dev) continue;
     any_for_device = true;
+    if (!e.computes(init.precision())) continue;
+    any_for_precision = true;
     if (!e.supports || e.supports(init)) return e.make(init);
   }
+  if (any_for_device && !any_for_precision)
+    input_error("{}: no {} kernel of {} computes in {}", init.where, init.backend.device().str(), init.node.type,
+                precision_name(init.precision()));
   if (any_for_device)
     input_error("{}: no {} kernel of {} supports this layer's settings", init.where, init.backend.device().str(),
                 init.node.type);

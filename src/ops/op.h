@@ -10,6 +10,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,9 +33,9 @@ struct OpInit {
   // The parameters never change after the first forward (inference sessions): ops may keep
   // them in their kernels' layouts, converted once.
   bool constant_params = false;
-  // Inference in bfloat16: convolutions and inner products compute in bf16 (values between
-  // ops stay f32 and are converted at each such op).
-  bool bf16 = false;
+  // The arithmetic the node computes in (deploy sets it; kernels are registered for the
+  // precisions they compute).
+  Precision precision() const { return node.deploy.precision; }
 };
 
 struct OpCall {
@@ -118,7 +119,7 @@ class Kernel {
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const OpInit&)>;
 
-// Kernels by (op type, device), in order of preference.
+// Kernels by (op type, device, precision), in order of preference.
 class KernelRegistry {
  public:
   static KernelRegistry& get();
@@ -129,10 +130,12 @@ class KernelRegistry {
     int priority;                                 // higher first; reference kernels lowest
     std::function<bool(const OpInit&)> supports;  // null: every node
     KernelFactory make;
+    std::vector<Precision> precisions{Precision::fp32};  // what it computes in
+    bool computes(Precision p) const { return std::find(precisions.begin(), precisions.end(), p) != precisions.end(); }
   };
   void add(Entry e);
-  // The preferred kernel for init.node on init.backend's device; InputError naming the node
-  // when its type is unknown or no kernel supports it.
+  // The preferred kernel for init.node on init.backend's device in the node's precision;
+  // InputError naming the node when its type is unknown or no kernel supports it.
   std::unique_ptr<Kernel> create(const OpInit& init) const;
   // The entries for a type, in order of preference.
   std::vector<const Entry*> entries(const std::string& type) const;
@@ -146,16 +149,22 @@ struct KernelRegistrar {
   explicit KernelRegistrar(KernelRegistry::Entry e) { KernelRegistry::get().add(std::move(e)); }
 };
 
-#define BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)         \
-  static ::bks::KernelRegistrar bks_kernel_registrar_##line(::bks::KernelRegistry::Entry{ \
-      type, dev, name, priority, supports, [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); }})
-#define BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, line) \
-  BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, line)
-// Registers a kernel class for an op type on a device. Among the kernels whose `supports`
-// (a callable taking const OpInit&, or nullptr for all nodes) accepts a node, the highest
-// `priority` runs it; reference kernels register with kReferencePriority.
+#define BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, precisions, line) \
+  static ::bks::KernelRegistrar bks_kernel_registrar_##line(                                  \
+      ::bks::KernelRegistry::Entry{type, dev, name, priority, supports,                       \
+                                   [](const ::bks::OpInit& i) { return std::make_unique<cls>(i); }, precisions})
+#define BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, precisions, line) \
+  BKS_REGISTER_KERNEL_IMPL2(type, dev, cls, name, priority, supports, precisions, line)
+// Registers a kernel class for an op type on a device, computing in fp32. Among the kernels
+// for the node's precision whose `supports` (a callable taking const OpInit&, or nullptr for
+// all nodes) accepts a node, the highest `priority` runs it; reference kernels register
+// with kReferencePriority.
 #define BKS_REGISTER_KERNEL(type, dev, cls, name, priority, supports) \
-  BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, __LINE__)
+  BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, {::bks::Precision::fp32}, __LINE__)
+// The same for a kernel computing in each of `precisions` (a braced list of Precision).
+#define BKS_REGISTER_KERNEL_FOR(type, dev, cls, name, priority, supports, ...)                                    \
+  BKS_REGISTER_KERNEL_IMPL(type, dev, cls, name, priority, supports, (std::vector<::bks::Precision> __VA_ARGS__), \
+                           __LINE__)
 constexpr int kReferencePriority = 0;
 
 }  // namespace bks

@@ -86,6 +86,7 @@ std::string describe_graph(const DeployModel& m) {
     std::string fused;
     if (node.deploy.fusion.residual_sum) fused += " +sum";
     if (node.deploy.fusion.relu) fused += " +relu";
+    if (node.deploy.precision != Precision::fp32) fused += fmt::format(" [{}]", precision_name(node.deploy.precision));
     s += fmt::format("  {:<18} {:<20} {} -> {}{}\n", node.type, node.name, in.empty() ? "()" : in, out, fused);
   }
   return s;

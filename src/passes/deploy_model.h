@@ -56,6 +56,10 @@ PassReport fuse_residual(DeployModel& m);
 // becomes a post-op.
 PassReport fuse_relu(DeployModel& m);
 
+// bf16 inference: every Convolution and InnerProduct computes in bf16 (node.deploy.precision;
+// values between nodes stay f32).
+PassReport compute_in_bf16(Graph& g);
+
 // All of the above, in order. `after_each` sees the model after every pass (for
 // --print-graph); the graph is verified after each.
 std::vector<PassReport> run_deploy_passes(

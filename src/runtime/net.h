@@ -32,7 +32,6 @@ struct NetOptions {
   // Parameters are fixed once the first forward runs (inference): kernels may convert
   // weights to their own layouts once instead of on every call.
   bool constant_params = false;
-  bool bf16 = false;  // inference only: see OpInit::bf16
 };
 
 class Net {

@@ -1,4 +1,4 @@
-#include "engine/precision.h"
+#include "graph/precision.h"
 
 #include "core/error.h"
 

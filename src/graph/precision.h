@@ -1,5 +1,6 @@
-// The arithmetic a deployed graph runs in. Parsed once, where text comes in (the command
-// line, a bundle's metadata); everything past that edge passes the enum.
+// The arithmetic a deployed graph, and each of its nodes, runs in. Parsed once, where text
+// comes in (the command line, a bundle's metadata); everything past that edge passes the
+// enum.
 #pragma once
 
 #include <string>
