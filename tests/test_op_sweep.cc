@@ -17,6 +17,7 @@
 #include <numeric>
 #include <ostream>
 
+#include "conv_oracle.h"
 #include "core/rng.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
@@ -57,51 +58,12 @@ Tensor scalar(double v) {
   return t;
 }
 
-// Convolution and Deconvolution: the fields of convolution_param the cases use.
-struct ConvSpec {
-  int64_t oc, kh, kw, sh, sw, ph, pw, dh, dw, group;
-  bool bias;
-};
-
-std::string conv_layer(const char* type, const ConvSpec& k) {
-  return fmt::format(
-      "type: '{}' convolution_param {{ num_output: {} kernel_h: {} kernel_w: {} stride_h: {} stride_w: {} pad_h: {} "
-      "pad_w: {} dilation: {} dilation: {} group: {} bias_term: {} }}",
-      type, k.oc, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.group, k.bias ? "true" : "false");
-}
-
-// y[n][o][oy][ox] = b[o] + sum over the group's channels c and taps (i, j) of
-//   w[o][c][i][j] * x[n][c][oy * sh - ph + i * dh][ox * sw - pw + j * dw]   (zero outside x)
 Oracle convolution(ConvSpec k) {
   return [k](const OpHarness& h) {
-    const Tensor &x = h.in[0], &w = h.params[0];
-    int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
-    int64_t oh = (H + 2 * k.ph - (k.dh * (k.kh - 1) + 1)) / k.sh + 1;
-    int64_t ow = (W + 2 * k.pw - (k.dw * (k.kw - 1) + 1)) / k.sw + 1;
-    int64_t icg = c / k.group, ocg = k.oc / k.group;
-    Tensor y({n, k.oc, oh, ow});
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t o = 0; o < k.oc; ++o)
-        for (int64_t yy = 0; yy < oh; ++yy)
-          for (int64_t xx = 0; xx < ow; ++xx) {
-            double s = k.bias ? h.params[1].f32()[o] : 0.0;
-            for (int64_t ci = 0; ci < icg; ++ci)
-              for (int64_t i = 0; i < k.kh; ++i)
-                for (int64_t j = 0; j < k.kw; ++j) {
-                  int64_t iy = yy * k.sh - k.ph + i * k.dh, ix = xx * k.sw - k.pw + j * k.dw;
-                  if (iy < 0 || ix < 0 || iy >= H || ix >= W) continue;
-                  s += static_cast<double>(w.f32()[((o * icg + ci) * k.kh + i) * k.kw + j]) *
-                       at4(x, b, (o / ocg) * icg + ci, iy, ix);
-                }
-            y.f32()[((b * k.oc + o) * oh + yy) * ow + xx] = static_cast<float>(s);
-          }
-    return std::vector<Tensor>{y};
+    return std::vector<Tensor>{naive_conv(h.in[0], h.params[0], k.bias ? &h.params[1] : nullptr, k)};
   };
 }
 
-// Transposed convolution as a scatter: input pixel x[n][c][iy][ix] adds
-//   w[c][o'][i][j] * x  to  y[n][group * ocg + o'][iy * sh - ph + i * dh][ix * sw - pw + j * dw]
-// (dropped outside y), y starting from the bias.
 Oracle deconvolution(ConvSpec k) {
   return [k](const OpHarness& h) {
     const Tensor &x = h.in[0], &w = h.params[0];

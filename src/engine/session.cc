@@ -6,7 +6,7 @@
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
-#include "ops/shape_inference.h"
+#include "ops/op_def.h"
 
 namespace bks {
 
@@ -41,18 +41,21 @@ std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, Graph graph, const 
   r->net = std::make_unique<Net>(std::move(graph), proto::TEST, r->store, *r->backend, 1, options);
   // Data fed in another way (a dataset to score on) must have the items the bundle takes;
   // otherwise the first mismatch would surface as a weight of the wrong shape.
-  Graph inputs = b.graph;
-  infer_shapes(inputs, proto::TEST);
-  for (const Node& n : inputs.nodes) {
+  // The bundle's inputs take the shapes their definition gives (no other node is needed).
+  for (int k = 0; k < static_cast<int>(b.graph.nodes.size()); ++k) {
+    const Node& n = b.graph.nodes[k];
     if (!op_traits(n).external_input) continue;
-    for (int v : n.outputs) {
-      const Value& want = inputs.values[v];
-      int u = r->net->graph().find_value(want.name);
+    std::vector<Shape> takes(n.outputs.size());
+    op_def(b.graph, k).infer(OpContext{n, b.graph.describe(k), proto::TEST}, {}, takes);
+    for (size_t j = 0; j < takes.size(); ++j) {
+      const std::string& name = b.graph.values[n.outputs[j]].name;
+      int u = r->net->graph().find_value(name);
       if (u < 0) continue;
       const Shape& got = r->net->graph().values[u].shape;
-      if (got.size() != want.shape.size() || !std::equal(got.begin() + 1, got.end(), want.shape.begin() + 1))
-        input_error("{}: the data gives '{}' items of shape {} but the bundle takes {} (batch first)", source,
-                    want.name, shape_str(got), shape_str(want.shape));
+      const Shape& want = takes[j];
+      if (got.size() != want.size() || !std::equal(got.begin() + 1, got.end(), want.begin() + 1))
+        input_error("{}: the data gives '{}' items of shape {} but the bundle takes {} (batch first)", source, name,
+                    shape_str(got), shape_str(want));
     }
   }
   copy_bundle_weights(b, source, r->store);

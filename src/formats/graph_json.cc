@@ -12,6 +12,12 @@ using nlohmann::json;
 
 namespace {
 
+// Whether j is of `type`, an integer counting as a number (JSON writes 1.0 as 1).
+bool has_type(const json& j, json::value_t type) {
+  return j.type() == type || (type == json::value_t::number_float && j.is_number()) ||
+         (type == json::value_t::number_integer && j.is_number_integer());
+}
+
 json deploy_to_json(const NodeDeploy& d) {
   json j = json::object();
   if (d.precision != Precision::fp32) j["precision"] = precision_name(d.precision);
@@ -110,9 +116,7 @@ class JsonReader final : public AttrVisitor {
   const json* find(const char* n, json::value_t type, const char* what) {
     auto it = in_.find(n);
     if (it == in_.end()) return nullptr;
-    bool ok = it->type() == type || (type == json::value_t::number_float && it->is_number()) ||
-              (type == json::value_t::number_integer && it->is_number_integer());
-    if (!ok) fail_(fmt::format("attribute '{}' is not {}", n, what));
+    if (!has_type(*it, type)) fail_(fmt::format("attribute '{}' is not {}", n, what));
     return &*it;
   }
   const json& in_;
@@ -131,9 +135,7 @@ struct Reader {
     if (!o.is_object()) fail("{} is not an object", what);
     auto it = o.find(key);
     if (it == o.end()) fail("{} has no '{}'", what, key);
-    bool ok = it->type() == type || (type == json::value_t::number_float && it->is_number()) ||
-              (type == json::value_t::number_integer && it->is_number_integer());
-    if (!ok) fail("{}: '{}' has the wrong type ({})", what, key, it->type_name());
+    if (!has_type(*it, type)) fail("{}: '{}' has the wrong type ({})", what, key, it->type_name());
     return *it;
   }
   float number(const json& o, const char* key, const std::string& what) const {
@@ -231,7 +233,7 @@ Graph graph_from_json(const std::string& text, const std::string& source) {
     n.name = r.member(o, "name", json::value_t::string, what).get<std::string>();
     what = fmt::format("node {} '{}'", i, n.name);
     n.type = r.member(o, "type", json::value_t::string, what).get<std::string>();
-    n.where = fmt::format("{}: layer '{}'", source, n.name);
+    n.where = source;  // Graph::describe adds the layer's name and type
     n.inputs = r.indices(r.member(o, "inputs", json::value_t::array, what), g.values.size(), what);
     n.outputs = r.indices(r.member(o, "outputs", json::value_t::array, what), g.values.size(), what);
     if (o.contains("loss_weight")) {

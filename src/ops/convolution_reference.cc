@@ -8,27 +8,18 @@
 namespace bks {
 namespace {
 
-// Everything these kernels read from the node, in one place: the window (kernel, stride,
-// pad, dilation, group) and bias_term of its ConvAttrs, and whether deploy gave it
-// something only the oneDNN kernel implements (fused post-ops, INT8).
+// What these kernels read from the node: the window (kernel, stride, pad, dilation, group)
+// the definition checked, and bias_term.
 struct ConvSetup {
   ConvGeometry window;  // kh..group; the shapes come from reshape()
   bool bias = false;
-  bool deploy_only = false;
 };
 
-ConvSetup conv_setup(const OpContext& c) {
-  ConvSetup a;
-  a.window = parse_conv_layer(c);
-  a.bias = c.node.attrs.as<ConvAttrs>().bias_term;
-  const NodeDeploy& d = c.node.deploy;
-  a.deploy_only = d.fusion.any() || d.int8_input_threshold > 0.f || d.int8_output_threshold > 0.f;
-  return a;
-}
+ConvSetup conv_setup(const OpContext& c) { return {parse_conv_layer(c), c.node.attrs.as<ConvAttrs>().bias_term}; }
 
-// No post-ops or INT8 (and, registered for fp32, no bf16): deploy's decisions are left to
-// the oneDNN kernel.
-bool reference_supports(const OpInit& i) { return !conv_setup(OpContext{i.node, i.where, i.phase}).deploy_only; }
+// No post-ops (and, registered for fp32, neither bf16 nor INT8): deploy's decisions are
+// left to the oneDNN kernel.
+bool reference_supports(const OpInit& i) { return !i.node.deploy.fusion.any(); }
 
 // The convolution from `src` (N, C, H, W) to `dst` (N, OC, OH, OW) through `window`; the
 // output size rule is the definition's (the shapes arrive from shape inference).

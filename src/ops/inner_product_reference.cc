@@ -7,35 +7,18 @@
 namespace bks {
 namespace {
 
-// Everything this kernel reads from the node, in one place (its InnerProductAttrs and what
-// deploy decided for it).
-struct InnerProductSetup {
-  int axis = 1;
-  bool transpose = false;  // weights stored (k, n) instead of (n, k)
-  bool bias = false;
-  bool deploy_only = false;  // fused post-ops or INT8: the oneDNN kernel's alone
-};
-
-InnerProductSetup inner_product_setup(const OpContext& c) {
-  const InnerProductAttrs& p = c.node.attrs.as<InnerProductAttrs>();
-  const NodeDeploy& d = c.node.deploy;
-  return {static_cast<int>(p.axis), p.transpose, p.bias_term,
-          d.fusion.any() || d.int8_input_threshold > 0.f || d.int8_output_threshold > 0.f};
-}
-
-// f32 only, no post-ops.
-bool reference_supports(const OpInit& i) {
-  return !inner_product_setup(OpContext{i.node, i.where, i.phase}).deploy_only;
-}
+// No post-ops (and, registered for fp32, neither bf16 nor INT8): deploy's decisions are
+// left to the oneDNN kernel.
+bool reference_supports(const OpInit& i) { return !i.node.deploy.fusion.any(); }
 
 class InnerProductReference final : public Kernel {
  public:
-  explicit InnerProductReference(const OpInit& i) : Kernel(i), setup_(inner_product_setup(context())) {}
+  explicit InnerProductReference(const OpInit& i) : Kernel(i), attrs_(i.node.attrs.as<InnerProductAttrs>()) {}
 
   // x is viewed as m items of k features; y as m items of n outputs.
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     int nd = static_cast<int>(in[0].size());
-    int axis = canonical_axis(setup_.axis, nd, "inner_product_param.axis");
+    int axis = canonical_axis(attrs_.axis, nd, "inner_product_param.axis");
     m_ = shape_count(in[0], 0, axis);
     k_ = shape_count(in[0], axis, nd);
     n_ = out[0].back();
@@ -44,7 +27,7 @@ class InnerProductReference final : public Kernel {
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     const float* w = c.params[0]->f32();
-    const float* b = setup_.bias ? c.params[1]->f32() : nullptr;
+    const float* b = attrs_.bias_term ? c.params[1]->f32() : nullptr;
     float* y = c.out[0]->f32();
     for (int64_t i = 0; i < m_; ++i)
       for (int64_t o = 0; o < n_; ++o) {
@@ -67,7 +50,7 @@ class InnerProductReference final : public Kernel {
           dw[w_at(o, f)] = static_cast<float>(acc);
         }
     }
-    if (setup_.bias && c.param_grad[1]) {  // db[o] = sum_i dy[i][o]
+    if (attrs_.bias_term && c.param_grad[1]) {  // db[o] = sum_i dy[i][o]
       float* db = c.param_grad[1]->f32();
       for (int64_t o = 0; o < n_; ++o) {
         double acc = 0.0;
@@ -90,9 +73,9 @@ class InnerProductReference final : public Kernel {
 
  private:
   // Where W[o][f] is stored: (n, k), or (k, n) when transposed.
-  int64_t w_at(int64_t o, int64_t f) const { return setup_.transpose ? f * n_ + o : o * k_ + f; }
+  int64_t w_at(int64_t o, int64_t f) const { return attrs_.transpose ? f * n_ + o : o * k_ + f; }
 
-  InnerProductSetup setup_;
+  InnerProductAttrs attrs_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
 };
 

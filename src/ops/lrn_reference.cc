@@ -17,21 +17,9 @@
 namespace bks {
 namespace {
 
-// Everything this kernel reads from the node, in one place (its LRNAttrs).
-struct LRNSetup {
-  int64_t size = 5;
-  double alpha = 1, beta = 0.75, k = 1;
-  bool across = true;
-};
-
-LRNSetup lrn_setup(const OpContext& c) {
-  const LRNAttrs& p = c.node.attrs.as<LRNAttrs>();
-  return {p.local_size, p.alpha, p.beta, p.k, p.region == LRNAttrs::across_channels};
-}
-
 class LRNReference final : public Kernel {
  public:
-  explicit LRNReference(const OpInit& i) : Kernel(i), a_(lrn_setup(context())) {}
+  explicit LRNReference(const OpInit& i) : Kernel(i), a_(i.node.attrs.as<LRNAttrs>()) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     n_ = in[0][0];
@@ -76,14 +64,15 @@ class LRNReference final : public Kernel {
  private:
   int64_t at(int64_t n, int64_t ch, int64_t y, int64_t x) const { return ((n * c_ + ch) * h_ + y) * w_ + x; }
   double window_count() const {
-    return a_.across ? static_cast<double>(a_.size) : static_cast<double>(a_.size * a_.size);
+    return a_.region == LRNAttrs::across_channels ? static_cast<double>(a_.local_size)
+                                                  : static_cast<double>(a_.local_size * a_.local_size);
   }
 
   // Calls f(index) for every element in the window of (n, ch, y, x), clipped to the tensor.
   template <class F>
   void for_window(int64_t n, int64_t ch, int64_t y, int64_t x, F&& f) const {
-    int64_t half = a_.size / 2;
-    if (a_.across) {
+    int64_t half = a_.local_size / 2;
+    if (a_.region == LRNAttrs::across_channels) {
       for (int64_t cc = std::max<int64_t>(ch - half, 0); cc <= std::min(ch + half, c_ - 1); ++cc) f(at(n, cc, y, x));
       return;
     }
@@ -92,7 +81,7 @@ class LRNReference final : public Kernel {
   }
 
   void compute_scales(const float* x) {
-    double k = a_.across ? a_.k : 1.0;
+    double k = a_.region == LRNAttrs::across_channels ? a_.k : 1.0;
     for (int64_t n = 0; n < n_; ++n)
       for (int64_t ch = 0; ch < c_; ++ch)
         for (int64_t iy = 0; iy < h_; ++iy)
@@ -103,7 +92,7 @@ class LRNReference final : public Kernel {
           }
   }
 
-  LRNSetup a_;
+  LRNAttrs a_;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0;
   std::vector<double> scale_;  // per element, from the last compute_scales()
 };

@@ -13,14 +13,35 @@
 #include "ops/pooling_tiled.h"
 
 namespace bks {
-namespace {
 
-// Pooling's attributes, checked; errors name the field. kh/kw are 0 for global pooling
-// (the window is the input's plane, see pool_geometry()).
-struct PoolAttrs {
-  bool global = false, max = true, ceil = true;
-  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
-};
+PoolWindow pool_window(const OpContext& c) {
+  const PoolingAttrs& p = c.node.attrs.as<PoolingAttrs>();
+  PoolWindow a;
+  if (p.method == PoolingAttrs::stochastic) c.fail("STOCHASTIC pooling is not supported");
+  if (p.method != PoolingAttrs::max && p.method != PoolingAttrs::ave) c.fail("unknown pooling method {}", p.method);
+  a.global = p.global;
+  auto pair = [&](const std::vector<int64_t>& v, const char* what, int64_t& h, int64_t& w) {
+    if (v.size() != 2) c.fail("pooling_param: {} needs a height and a width", what);
+    h = v[0];
+    w = v[1];
+  };
+  if (!a.global) {
+    pair(p.kernel, "the kernel size", a.kh, a.kw);
+    if (a.kh <= 0 || a.kw <= 0) c.fail("kernel size must be positive");
+  } else if (!p.kernel.empty()) {
+    c.fail("global_pooling takes no kernel size");
+  }
+  pair(p.pad, "pad", a.ph, a.pw);
+  if (a.ph < 0 || a.pw < 0) c.fail("pad must not be negative");
+  pair(p.stride, "stride", a.sh, a.sw);
+  if (a.sh <= 0 || a.sw <= 0) c.fail("stride must be positive");
+  if (a.global && (a.ph || a.pw || a.sh != 1 || a.sw != 1)) c.fail("global_pooling takes no pad and stride 1");
+  a.max = p.method == PoolingAttrs::max;
+  a.ceil = p.ceil;
+  return a;
+}
+
+namespace {
 
 constexpr const char* kPoolMethods[] = {"MAX", "AVE", "STOCHASTIC"};
 
@@ -77,35 +98,8 @@ void pooling_to_caffe(const PoolingAttrs& a, proto::LayerParameter& l) {
   p->set_round_mode(a.ceil ? proto::PoolingParameter::CEIL : proto::PoolingParameter::FLOOR);
 }
 
-PoolAttrs pool_attrs(const OpContext& c) {
-  const PoolingAttrs& p = c.node.attrs.as<PoolingAttrs>();
-  PoolAttrs a;
-  if (p.method == PoolingAttrs::stochastic) c.fail("STOCHASTIC pooling is not supported");
-  if (p.method != PoolingAttrs::max && p.method != PoolingAttrs::ave) c.fail("unknown pooling method {}", p.method);
-  a.global = p.global;
-  auto pair = [&](const std::vector<int64_t>& v, const char* what, int64_t& h, int64_t& w) {
-    if (v.size() != 2) c.fail("pooling_param: {} needs a height and a width", what);
-    h = v[0];
-    w = v[1];
-  };
-  if (!a.global) {
-    pair(p.kernel, "the kernel size", a.kh, a.kw);
-    if (a.kh <= 0 || a.kw <= 0) c.fail("kernel size must be positive");
-  } else if (!p.kernel.empty()) {
-    c.fail("global_pooling takes no kernel size");
-  }
-  pair(p.pad, "pad", a.ph, a.pw);
-  if (a.ph < 0 || a.pw < 0) c.fail("pad must not be negative");
-  pair(p.stride, "stride", a.sh, a.sw);
-  if (a.sh <= 0 || a.sw <= 0) c.fail("stride must be positive");
-  if (a.global && (a.ph || a.pw || a.sh != 1 || a.sw != 1)) c.fail("global_pooling takes no pad and stride 1");
-  a.max = p.method == PoolingAttrs::max;
-  a.ceil = p.ceil;
-  return a;
-}
-
 // Output extent of one spatial axis, with Caffe's rounding.
-int64_t pool_out_size(const PoolAttrs& a, int64_t in, int64_t k, int64_t s, int64_t p) {
+int64_t pool_out_size(const PoolWindow& a, int64_t in, int64_t k, int64_t s, int64_t p) {
   int64_t o;
   if (a.ceil)
     o = static_cast<int64_t>(std::ceil(static_cast<double>(in + 2 * p - k) / s)) + 1;
@@ -122,7 +116,7 @@ struct PoolGeometry {
   int64_t n, c, h, w, kh, kw, oh, ow;
 };
 
-PoolGeometry pool_geometry(const OpContext& c, const PoolAttrs& a, const Shape& in) {
+PoolGeometry pool_geometry(const OpContext& c, const PoolWindow& a, const Shape& in) {
   c.expect_ndim(in, 4, 4, "bottom");
   PoolGeometry g{in[0], in[1], in[2], in[3], a.kh, a.kw, 0, 0};
   if (a.global) {
@@ -139,9 +133,9 @@ PoolGeometry pool_geometry(const OpContext& c, const PoolAttrs& a, const Shape& 
 class PoolingDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
-  void check(const OpContext& c) const override { pool_attrs(c); }
+  void check(const OpContext& c) const override { pool_window(c); }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
-    PoolGeometry g = pool_geometry(c, pool_attrs(c), in[0]);
+    PoolGeometry g = pool_geometry(c, pool_window(c), in[0]);
     out[0] = {g.n, g.c, g.oh, g.ow};
   }
   // Max pooling keeps the winners' positions (oneDNN's workspace or our argmax), average
@@ -162,7 +156,7 @@ class PoolingKernel final : public Kernel {
  public:
   explicit PoolingKernel(const OpInit& init)
       : Kernel(init),
-        attrs_(pool_attrs(context())),
+        attrs_(pool_window(context())),
         max_(attrs_.max),
         sh_(attrs_.sh),
         sw_(attrs_.sw),
@@ -488,7 +482,7 @@ class PoolingKernel final : public Kernel {
     });
   }
 
-  PoolAttrs attrs_;
+  PoolWindow attrs_;
   bool max_ = true, use_dnnl_ = true, channels_last_ = false;
   bool tiled_ = false;     // max pooling whose windows tile the input (see pooling_tiled.h)
   int64_t src_block_ = 0;  // the tiled kernel's input: 0 NHWC, 8/16 nChw8c/nChw16c

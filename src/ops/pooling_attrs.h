@@ -19,4 +19,14 @@ struct PoolingAttrs final : AttrsOf<PoolingAttrs> {
   void visit(AttrVisitor& v) override;
 };
 
+struct OpContext;
+
+// A node's pooling window, resolved and checked (errors name the field). kh/kw are 0 for
+// global pooling: the window is then the input's plane.
+struct PoolWindow {
+  bool global = false, max = true, ceil = true;
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
+};
+PoolWindow pool_window(const OpContext& c);
+
 }  // namespace bks

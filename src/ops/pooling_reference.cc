@@ -16,32 +16,9 @@
 namespace bks {
 namespace {
 
-// Everything this kernel reads from the node, in one place (its PoolingAttrs, checked by
-// the definition). kh/kw are 0 for global pooling (the window is then the input's plane).
-struct PoolingSetup {
-  bool max = true, global = false;
-  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
-};
-
-PoolingSetup pooling_setup(const OpContext& c) {
-  const PoolingAttrs& p = c.node.attrs.as<PoolingAttrs>();
-  PoolingSetup a;
-  a.max = p.method == PoolingAttrs::max;
-  a.global = p.global;
-  if (!a.global) {
-    a.kh = p.kernel.at(0);
-    a.kw = p.kernel.at(1);
-  }
-  a.sh = p.stride.at(0);
-  a.sw = p.stride.at(1);
-  a.ph = p.pad.at(0);
-  a.pw = p.pad.at(1);
-  return a;
-}
-
 class PoolingReference final : public Kernel {
  public:
-  explicit PoolingReference(const OpInit& i) : Kernel(i), a_(pooling_setup(context())) {}
+  explicit PoolingReference(const OpInit& i) : Kernel(i), a_(pool_window(context())) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     n_ = in[0][0];
@@ -119,7 +96,7 @@ class PoolingReference final : public Kernel {
             (ye - ys) * (xe - xs)};
   }
 
-  PoolingSetup a_;
+  PoolWindow a_;  // the definition's, checked
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0, kh_ = 0, kw_ = 0;
   std::vector<int64_t> argmax_;  // MAX: each output's winner within its plane
   std::vector<double> dx_;       // backward's sums, rounded to float once
