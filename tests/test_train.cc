@@ -2,9 +2,18 @@
 // the accuracy LeNet must reach.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
 #include "core/log.h"
@@ -79,7 +88,7 @@ TEST(Train, NaNLossStopsAndKeepsLastSnapshot) {
   // Every snapshot written is complete and loadable.
   int n = 0;
   for (auto& e : fs::directory_iterator(fs::path(dir) / "snapshots")) {
-    EXPECT_NE(e.path().extension(), ".tmp");
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
     EXPECT_NO_THROW(load_safetensors(e.path().string())) << e.path();
     ++n;
   }
@@ -103,6 +112,102 @@ TEST(Train, LenetReachesAccuracyOnFashionMnist) {
   }
   EXPECT_GE(train_lines, 1);
   EXPECT_EQ(test_lines, 2) << "at iteration 0 and 1000";
+}
+
+// `bakusoku train ARGS`, output to `log`; its pid.
+pid_t spawn_train(const std::vector<std::string>& args, const std::string& log) {
+  std::fflush(stdout);  // or the child writes this process's buffered output again
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    if (!f || dup2(fileno(stdout), 2) < 0) _exit(127);
+    std::vector<char*> argv{const_cast<char*>(BKS_BINARY), const_cast<char*>("train")};
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(BKS_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The newest snapshot's solver state in `dir`, after checking that every state written is
+// whole: it loads, and so do the weights it names.
+std::string newest_whole_snapshot(const fs::path& dir) {
+  int64_t newest = -1;
+  std::string path;
+  for (auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".solverstate") continue;
+    TensorFile state = load_safetensors(e.path().string());  // throws when torn
+    EXPECT_TRUE(fs::exists(dir / state.metadata.at("weights"))) << e.path();
+    load_safetensors((dir / state.metadata.at("weights")).string());
+    int64_t it = std::stoll(state.metadata.at("iter"));
+    if (it > newest) newest = it, path = e.path().string();
+  }
+  return path;
+}
+
+// kill -9 at random moments (many land inside a snapshot, written every 2 iterations):
+// the newest snapshot always resumes, no file is ever torn, and the last run leaves no
+// temporary behind and a metrics file without repeated iterations.
+TEST(Train, KillNineAtRandomPointsAlwaysResumes) {
+  const std::string solver =
+      solver_file("kill", "max_iter: 100000 snapshot: 2 test_iter: 1 test_interval: 50 display: 5\n");
+  const fs::path dir = fs::temp_directory_path() / "bks_kill";
+  const std::string log = (fs::temp_directory_path() / "bks_kill.log").string();
+  fs::remove_all(dir);
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> delay_ms(300, 2500);
+  std::string newest;
+  int rounds_with_snapshot = 0, mid_write = 0;
+  for (int round = 0; round < 12; ++round) {
+    std::vector<std::string> args{"--solver", solver, "--out", dir.string(), "--threads", "1", "--keep-snapshots", "3"};
+    if (!newest.empty())
+      args.insert(args.end(), {"--snapshot", newest});
+    else
+      fs::remove_all(dir);  // killed before its first snapshot: start afresh
+    pid_t pid = spawn_train(args, log);
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    int status = 0;
+    // Still running means it resumed: a snapshot it could not read ends it with exit 2.
+    ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "seed " << seed << ", round " << round << ": ended early:\n"
+                                                 << read_file(log, "log");
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    if (!fs::exists(dir / "snapshots")) continue;
+    for (auto& e : fs::directory_iterator(dir / "snapshots"))
+      mid_write += e.path().filename().string().find(".tmp-") != std::string::npos;
+    ASSERT_NO_THROW(newest = newest_whole_snapshot(dir / "snapshots")) << "seed " << seed << ", round " << round;
+    rounds_with_snapshot += !newest.empty();
+  }
+  ASSERT_GE(rounds_with_snapshot, 8) << "too few rounds got as far as a snapshot";
+  std::printf("kill -9 x12 (seed %u): %d landed while a snapshot file was being written\n", seed, mid_write);
+  // The last run ends by itself, 10 iterations after the newest snapshot.
+  TensorFile state = load_safetensors(newest);
+  const int64_t from = std::stoll(state.metadata.at("iter"));
+  const std::string final_solver = solver_file(
+      "kill_final", fmt::format("max_iter: {} snapshot: 2 test_iter: 1 test_interval: 50 display: 5\n", from + 10));
+  pid_t pid =
+      spawn_train({"--solver", final_solver, "--out", dir.string(), "--threads", "1", "--snapshot", newest}, log);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(log, "log");
+  for (const fs::path& d : {dir, dir / "snapshots"})
+    for (auto& e : fs::directory_iterator(d))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path() << " was left behind";
+  // Every line whole; train records at increasing iterations (superseded ones dropped at resume).
+  std::ifstream m(dir / "metrics.jsonl");
+  std::string line;
+  int64_t last_train = -1, last_test = -1;
+  while (std::getline(m, line)) {
+    nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(r.is_discarded()) << "torn line: " << line;
+    int64_t& last = r["phase"] == "test" ? last_test : last_train;
+    EXPECT_GT(r["iter"].get<int64_t>(), last) << "repeated: " << line;
+    last = r["iter"].get<int64_t>();
+  }
+  EXPECT_EQ(last_train, from + 10);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--out", opt->out_dir, "Run directory (default runs/<net>-<UTC time>)");
   cmd->add_option("--threads", opt->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--gpu", opt->gpu, "GPU id (needs a CUDA build)");
+  cmd->add_option("--keep-snapshots", opt->keep_snapshots, "Keep only the newest N snapshots (default: all)")
+      ->check(CLI::NonNegativeNumber);
   return [opt] {
     if (opt->gpu >= 0) input_error("--gpu {}: this build of bakusoku has no CUDA backend", opt->gpu);
     install_interrupt_handler();

@@ -1,8 +1,10 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <google/protobuf/message.h>
 
 #include "core/error.h"
@@ -33,9 +36,31 @@ void write_file_atomic(const std::string& path, const std::string& data) {
   write_file_atomic(path, std::vector<std::string_view>{data});
 }
 
+namespace {
+
+constexpr std::string_view kTempMarker = ".tmp-";
+
+// "<path>.tmp-<pid>-<n>": unique per writer, so two writers of one file never share a
+// temporary, and a later start can tell whose it was (remove_stale_temporaries).
+std::string temporary_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("{}{}{}-{}", path, kTempMarker, ::getpid(), counter++);
+}
+
+// Makes the rename itself durable: without it a crash can lose the new directory entry.
+void sync_directory(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string tmp = temporary_name(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) runtime_error("{}: cannot write ({})", tmp, std::strerror(errno));
   for (std::string_view data : pieces) {
     size_t done = 0;
@@ -59,6 +84,22 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     ::unlink(tmp.c_str());
     runtime_error("{}: cannot rename into place ({})", path, std::strerror(errno));
   }
+  sync_directory(path);
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    size_t at = name.rfind(kTempMarker);
+    if (at == std::string::npos || !e.is_regular_file(ec)) continue;
+    // The writer's pid: a temporary of a live process is still being written.
+    long pid = std::strtol(name.c_str() + at + kTempMarker.size(), nullptr, 10);
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    if (std::filesystem::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 FileKind detect_file_kind(const std::string& path) {

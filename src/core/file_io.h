@@ -16,10 +16,14 @@ namespace bks {
 std::string read_file(const std::string& path, const char* what);
 // Reads a binary protobuf file (Caffe's .binaryproto / .caffemodel) into `msg`.
 void read_binary_proto(const std::string& path, google::protobuf::Message& msg);
-// Writes atomically: temporary file, fsync, rename.
+// Writes atomically: a temporary file of this process beside `path`, fsync, rename, fsync
+// of the directory. A crash leaves `path` old or new, never partial.
 void write_file_atomic(const std::string& path, const std::string& data);
 // The same for a file made of pieces, written in order without joining them in memory.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+// Deletes the temporaries that writers killed mid-write left in `dir` (those of processes
+// no longer alive); returns how many.
+int remove_stale_temporaries(const std::string& dir);
 
 // What a file holds, by its first bytes: IDX (raw or gzip), HDF5, text, ...
 enum class FileKind { missing, idx, gzip, hdf5, text, directory, unknown };

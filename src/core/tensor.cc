@@ -36,6 +36,31 @@ const char* dtype_name(DType t) {
 
 std::string Device::str() const { return kind == DeviceKind::cpu ? "cpu" : fmt::format("cuda:{}", index); }
 
+bool checked_product(const std::vector<int64_t>& dims, int64_t limit, int64_t& product) {
+  product = 1;
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(product, d, &product) || product > limit) return false;
+  return true;
+}
+
+std::string shape_problem(const Shape& s, size_t elem_bytes) {
+  const int64_t limit = kMaxTensorBytes / static_cast<int64_t>(std::max<size_t>(elem_bytes, 1));
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return fmt::format("shape {} has a negative dimension", shape_str(s));
+    // Zero dimensions count as 1 here: the other dimensions' products must not overflow either.
+    if (__builtin_mul_overflow(n, std::max<int64_t>(d, 1), &n) || n > limit)
+      return fmt::format("shape {} is too large (over {} GiB of {}-byte elements)", shape_str(s), kMaxTensorBytes >> 30,
+                         elem_bytes);
+  }
+  return {};
+}
+
+void check_shape(const Shape& s, size_t elem_bytes, const std::string& what) {
+  std::string problem = shape_problem(s, elem_bytes);
+  if (!problem.empty()) throw InputError(what + ": " + problem);
+}
+
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;
@@ -67,11 +92,13 @@ Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
 Storage::~Storage() { std::free(ptr_); }
 
 Tensor::Tensor(Shape shape, DType dtype, Device dev) : shape_(std::move(shape)), dtype_(dtype) {
+  check_shape(shape_, dtype_size(dtype_), "tensor");
   storage_ = std::make_shared<Storage>(bytes(), dev);
 }
 
 void Tensor::reshape(const Shape& shape, size_t phys_bytes, std::optional<DType> dtype) {
   Device dev = device();
+  check_shape(shape, dtype_size(dtype ? *dtype : dtype_), "tensor");
   shape_ = shape;
   if (dtype) dtype_ = *dtype;
   phys_bytes_ = phys_bytes > bytes() ? phys_bytes : 0;

@@ -29,6 +29,17 @@ struct Device {
 };
 
 using Shape = std::vector<int64_t>;
+// The largest tensor bakusoku allocates: 64 GiB. A shape beyond it is an input error (a
+// crafted file or a typo), found before anything is allocated.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 36;
+// Why `s` is not a shape a tensor of `elem_bytes`-byte elements may have (a negative
+// dimension, or more than kMaxTensorBytes even counting 0 dimensions as 1, so that no
+// product of its dimensions can overflow); empty when it is one.
+std::string shape_problem(const Shape& s, size_t elem_bytes);
+// InputError "<what>: <problem>" when shape_problem finds one.
+void check_shape(const Shape& s, size_t elem_bytes, const std::string& what);
+// The product of `dims`; false when a factor is negative or it exceeds `limit`.
+bool checked_product(const std::vector<int64_t>& dims, int64_t limit, int64_t& product);
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);
 // Product of dims [begin, end).

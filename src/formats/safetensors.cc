@@ -71,8 +71,11 @@ TensorFile load_safetensors(const std::string& path) {
   std::vector<std::pair<size_t, std::string>> order;
   for (auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      if (v.is_object())
-        for (auto& [k, m] : v.items()) tf.metadata[k] = m.is_string() ? m.get<std::string>() : m.dump();
+      if (!v.is_object()) input_error("{}: __metadata__ must be an object of strings", path);
+      for (auto& [k, m] : v.items()) {
+        if (!m.is_string()) input_error("{}: __metadata__ '{}' must be a string", path, k);
+        tf.metadata[k] = m.get<std::string>();
+      }
       continue;
     }
     DType dt;
@@ -86,13 +89,20 @@ TensorFile load_safetensors(const std::string& path) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) input_error("{}: tensor '{}': bad shape", path, name);
       shape.push_back(d.get<int64_t>());
     }
-    auto b = v["data_offsets"][0].get<uint64_t>(), e = v["data_offsets"][1].get<uint64_t>();
-    Tensor t(shape, dt);
-    if (e < b || e > data_size || e - b != t.bytes())
+    std::string problem = shape_problem(shape, dtype_size(dt));
+    if (!problem.empty()) input_error("{}: tensor '{}': {}", path, name, problem);
+    const auto& offsets = v["data_offsets"];
+    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      input_error("{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
+    auto b = offsets[0].get<uint64_t>(), e = offsets[1].get<uint64_t>();
+    // The byte range is checked against the file before the tensor is allocated.
+    const uint64_t want = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt);
+    if (e < b || e > data_size || e - b != want)
       input_error(
           "{}: corrupt safetensors file: tensor '{}' byte range [{}, {}) does not fit shape {} or the file "
           "({} data bytes)",
           path, name, b, e, shape_str(shape), data_size);
+    Tensor t(shape, dt);
     std::memcpy(t.raw(), bytes.data() + data_start + b, t.bytes());
     order.emplace_back(b, name);
     tf.tensors.emplace_back(name, std::move(t));

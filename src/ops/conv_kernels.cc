@@ -86,11 +86,15 @@ void conv_to_caffe(const ConvAttrs& a, proto::LayerParameter& l) {
 ConvGeometry parse_conv_layer(const OpContext& c) {
   const ConvAttrs& a = c.node.attrs.as<ConvAttrs>();
   if (a.num_output <= 0) c.fail("convolution_param.num_output must be positive");
+  // Caffe's fields are 32-bit; the bound also keeps the output-size arithmetic from overflowing.
+  constexpr int64_t kMax = INT32_MAX;
+  if (a.num_output > kMax || a.group > kMax) c.fail("convolution_param: num_output and group must be at most {}", kMax);
   auto pair = [&](const std::vector<int64_t>& v, const char* field, int64_t& h, int64_t& w) {
     if (v.size() != 2)
       c.fail("convolution_param: {} has {} values; only 2-d convolution is supported", field, v.size());
     h = v[0];
     w = v[1];
+    if (h > kMax || w > kMax) c.fail("convolution_param: {} must be at most {}", field, kMax);
   };
   ConvGeometry g;
   pair(a.kernel, "kernel_size", g.kh, g.kw);

@@ -24,6 +24,8 @@ PoolWindow pool_window(const OpContext& c) {
     if (v.size() != 2) c.fail("pooling_param: {} needs a height and a width", what);
     h = v[0];
     w = v[1];
+    // Caffe's fields are 32-bit; the bound also keeps the output-size arithmetic from overflowing.
+    if (h > INT32_MAX || w > INT32_MAX) c.fail("pooling_param: {} must be at most {}", what, INT32_MAX);
   };
   if (!a.global) {
     pair(p.kernel, "the kernel size", a.kh, a.kw);

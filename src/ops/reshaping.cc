@@ -291,7 +291,9 @@ class ReshapeDef final : public ViewDef {
       r.push_back(d);
     }
     r.insert(r.end(), s.begin() + end, s.end());
-    int64_t have = shape_numel(s), got = shape_numel(r);
+    int64_t have = shape_numel(s), got = 0;
+    if (!checked_product(r, kMaxTensorBytes, got))
+      c.fail("reshape_param.shape gives {}, too large a shape", shape_str(r));
     if (infer_at >= 0) {
       if (got == 0 || have % got) c.fail("cannot reshape {} to {} with an inferred axis", shape_str(s), shape_str(r));
       r[infer_at] = have / got;

@@ -41,8 +41,13 @@ std::vector<Shape> input_shapes(const Graph& g, int n) {
 void infer_node_shapes(Graph& g, int n, Phase phase) {
   const Node& node = g.nodes[n];
   std::vector<Shape> out(node.outputs.size());
-  op_def(g, n).infer(OpContext{node, g.describe(n), phase}, input_shapes(g, n), out);
-  for (size_t j = 0; j < out.size(); ++j) g.values[node.outputs[j]].shape = out[j];
+  OpContext c{node, g.describe(n), phase};
+  op_def(g, n).infer(c, input_shapes(g, n), out);
+  // Every later product of these dimensions (kernels, the planner) relies on this bound.
+  for (size_t j = 0; j < out.size(); ++j) {
+    check_shape(out[j], sizeof(float), fmt::format("{}: top '{}'", c.where, g.values[node.outputs[j]].name));
+    g.values[node.outputs[j]].shape = out[j];
+  }
 }
 
 void infer_shapes(Graph& g, Phase phase) {

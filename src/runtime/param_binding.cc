@@ -11,7 +11,11 @@ namespace bks {
 
 ParamDecls declared_params(const Graph& g, Phase phase) {
   return [&g, phase](int n) {
-    return op_def(g, n).params(OpContext{g.nodes[n], g.describe(n), phase}, input_shapes(g, n));
+    OpContext c{g.nodes[n], g.describe(n), phase};
+    std::vector<ParamDecl> decls = op_def(g, n).params(c, input_shapes(g, n));
+    for (size_t i = 0; i < decls.size(); ++i)
+      check_shape(decls[i].shape, sizeof(float), fmt::format("{}: parameter blob {}", c.where, i));
+    return decls;
   };
 }
 

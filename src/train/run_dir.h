@@ -13,6 +13,15 @@ namespace bks {
 void make_run_dir(const std::string& dir);
 std::string utc_timestamp();  // 20261130-041500
 
+// Resuming at iteration `iter`: removes from metrics.jsonl what the resumed run writes again
+// (records after `iter`, and the test at `iter`, which runs again first) and any line a
+// kill left torn. Rewritten atomically; returns the number of lines dropped.
+int drop_superseded_metrics(const std::string& path, int64_t iter);
+
+// Keeps the newest `keep` snapshots (iter_N.safetensors + iter_N.solverstate) in `dir`;
+// returns how many were deleted. keep <= 0 keeps all.
+int prune_snapshots(const std::string& dir, int keep);
+
 // Appends one JSON object per line to metrics.jsonl, flushed as written.
 class MetricsWriter {
  public:

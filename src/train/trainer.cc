@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -25,6 +26,17 @@
 namespace bks {
 namespace fs = std::filesystem;
 namespace {
+
+// A non-negative integer the solver state's metadata holds (iter, seed); InputError naming
+// the file and key when it is not one.
+int64_t metadata_integer(const TensorFile& state, const char* key, const std::string& path) {
+  const std::string& text = state.metadata.at(key);
+  int64_t v = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0)
+    input_error("{}: corrupt solver state: metadata '{}' is '{}', not a non-negative integer", path, key, text);
+  return v;
+}
 
 struct NetSources {
   NetLoad train;
@@ -147,7 +159,7 @@ void TrainerImpl::setup() {
   if (sp_.random_seed() >= 0) {
     seed_ = static_cast<uint64_t>(sp_.random_seed());
   } else if (state.metadata.count("seed")) {
-    seed_ = std::stoull(state.metadata["seed"]);
+    seed_ = static_cast<uint64_t>(metadata_integer(state, "seed", opt_.snapshot));
   } else {
     seed_ = std::random_device{}();
   }
@@ -164,6 +176,10 @@ void TrainerImpl::setup() {
     input_error("{}: already holds a run (metrics.jsonl); choose another --out, or resume it with --snapshot",
                 run_dir_);
   make_run_dir(run_dir_);
+  // What a writer killed mid-write left behind (the files it was replacing are intact).
+  for (const fs::path& d : {fs::path(run_dir_), fs::path(run_dir_) / "snapshots"})
+    if (int n = remove_stale_temporaries(d.string()))
+      log::debug("{}: removed {} stale temporary file(s)", d.string(), n);
   log::set_file((fs::path(run_dir_) / "log.txt").string());
   log::info("Run directory: {}", run_dir_);
   if (sp_.has_snapshot_prefix())
@@ -201,8 +217,11 @@ void TrainerImpl::setup() {
     std::string wpath = (fs::path(opt_.snapshot).parent_path() / state.metadata["weights"]).string();
     load_weights(wpath, store_);
     solver_->load_state(state, store_, opt_.snapshot);
-    iter_ = std::stoll(state.metadata["iter"]);
+    iter_ = metadata_integer(state, "iter", opt_.snapshot);
     log::info("Resumed from {} at iteration {}", opt_.snapshot, iter_);
+    const std::string metrics = (fs::path(run_dir_) / "metrics.jsonl").string();
+    if (int n = drop_superseded_metrics(metrics, iter_))
+      log::info("{}: dropped {} record(s) after iteration {}; this run writes them again", metrics, n, iter_);
   }
 
   // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
@@ -269,6 +288,8 @@ void TrainerImpl::snapshot() {
                     {"solver_type", solver_->type()}});
   last_snapshot_ = (dir / sname).string();
   log::info("Snapshot at iteration {}: {}", iter_, (dir / wname).string());
+  if (int n = prune_snapshots(dir.string(), opt_.keep_snapshots))
+    log::debug("Removed {} older snapshot(s), keeping the newest {}", n, opt_.keep_snapshots);
 }
 
 TrainResult TrainerImpl::run() {

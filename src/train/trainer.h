@@ -16,7 +16,8 @@ struct TrainOptions {
   int threads = 0;       // 0: all cores
   int gpu = -1;          // -1: CPU
   std::string command_line;
-  bool progress = true;  // print progress and test results to stdout
+  bool progress = true;    // print progress and test results to stdout
+  int keep_snapshots = 0;  // keep the newest N snapshots; 0 keeps all (Caffe's behaviour)
 };
 
 struct TrainResult {
