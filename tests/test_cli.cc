@@ -92,6 +92,21 @@ TEST(Cli, CorruptWeightsExitTwo) {
   EXPECT_NE(r.output.find(w), std::string::npos) << r.output;
 }
 
+// A solver state whose metadata is not a number: one line naming the file and key, exit 2
+// (it was std::stoull's "stoull", exit 1).
+TEST(Cli, CorruptSolverStateMetadataExitsTwo) {
+  std::string header = R"({"__metadata__":{"iter":"3","weights":"w.safetensors","seed":"x"}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  std::string state = write_temp("badmeta.solverstate", bytes + header);
+  std::string solver =
+      write_temp("badmeta_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 5\n");
+  auto r = run_cmd("train --solver " + solver + " --snapshot " + state + " --out " +
+                   (fs::temp_directory_path() / "bks_cli_badmeta").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(state + ": corrupt solver state: metadata 'seed'"), std::string::npos) << r.output;
+}
+
 TEST(Cli, TimePrintsLayersAndWritesTrace) {
   std::string trace = (fs::temp_directory_path() / "bks_cli_trace.json").string();
   auto r = run_cmd("time --model " + kLenet + " --iterations 2 --threads 1 --trace " + trace);
