@@ -67,6 +67,8 @@ TEST(ShapeLimits, ProductsThatOverflowAreRefused) {
   EXPECT_TRUE(checked_product({3, 5}, 15, p));
   EXPECT_EQ(p, 15);
   EXPECT_THROW(Tensor({int64_t{1} << 33, int64_t{1} << 33}), InputError);
+  // More than the machine's memory (1 TiB here) is a clear error, not the OOM killer.
+  EXPECT_THROW(Storage(size_t{1} << 40, Device{}), RuntimeError);
 }
 
 TEST(ShapeLimits, InputDimensionsThatWrapNameTheLayer) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 namespace bks {
 
@@ -83,6 +84,12 @@ int canonical_axis(int64_t axis, int ndim, const char* what) {
 
 Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
   BKS_CHECK(dev.kind == DeviceKind::cpu, "device {} storage needs the CUDA backend", dev.str());
+  // Zero-filling more than the machine holds would end in the kernel's OOM killer, silently.
+  static const double physical =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (physical > 0 && static_cast<double>(bytes) > physical)
+    runtime_error("cannot allocate {:.1f} GB: this machine has {:.1f} GB of memory (a smaller batch_size needs less)",
+                  bytes / 1e9, physical / 1e9);
   size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   ptr_ = std::aligned_alloc(64, rounded);
   if (!ptr_) throw std::bad_alloc();
