@@ -6,10 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "caffe.pb.h"
 #include "core/file_io.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "data/transform.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
@@ -245,6 +247,29 @@ TEST(Weights, ReadsCaffemodel) {
   EXPECT_EQ(s.at(1).data.f32()[1], 8.f);
 }
 
+// A blob's shape is checked against the values the file holds before anything of that size
+// is allocated (found by the caffemodel fuzz harness).
+TEST(Weights, CaffemodelShapeBeyondItsValuesIsAnInputError) {
+  for (int64_t dim : {int64_t{1} << 40, int64_t{-3}}) {
+    proto::NetParameter net;
+    auto* layer = net.add_layer();
+    layer->set_name("ip");
+    auto* w = layer->add_blobs();
+    w->mutable_shape()->add_dim(dim);
+    w->mutable_shape()->add_dim(1 << 20);
+    w->add_data(1.f);
+    std::ofstream(tmp("huge.caffemodel"), std::ios::binary) << net.SerializeAsString();
+    ParamStore s;
+    s.add("ip.0", "", {2, 3}, true);
+    try {
+      load_weights(tmp("huge.caffemodel"), s);
+      ADD_FAILURE() << "no error for dimension " << dim;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 'ip' blob 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
 void write_idx(const fs::path& p, const std::vector<int>& dims, const std::vector<uint8_t>& data, bool gz) {
   std::string s = {0, 0, 8, static_cast<char>(dims.size())};
   for (int d : dims)
@@ -339,6 +364,126 @@ TEST(Hdf5, WrittenBytesReadBackAsBytes) {
   EXPECT_EQ(ds->fields[0].u8(2)[3], 220);
   EXPECT_EQ(ds->fields[1].dtype, DType::f32);
   EXPECT_EQ(ds->fields[1].f32(0)[0], 2.f);
+}
+
+// The InputError `f` throws (failing when it throws none).
+std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
+}
+
+TEST(Idx, DeclaredSizesAreCheckedBeforeAllocating) {
+  // 24 bytes whose dimensions multiply past 2^64: once wrapped to 0 bytes, then written far
+  // out of bounds while reordering to channels-first.
+  const uint32_t big = 1u << 28;
+  write_idx(tmp("o-images-idx3-ubyte"), {1, static_cast<int>(big), static_cast<int>(big), static_cast<int>(big)},
+            {1, 2, 3, 4}, false);
+  write_idx(tmp("o-labels-idx1-ubyte"), {1}, {0}, false);
+  ASSERT_EQ(fs::file_size(tmp("o-images-idx3-ubyte")), 24u);
+  std::string e = input_error_of([] { read_idx_pair(tmp("o-images-idx3-ubyte"), tmp("o-labels-idx1-ubyte")); });
+  EXPECT_NE(e.find(tmp("o-images-idx3-ubyte").string()), std::string::npos) << e;
+  EXPECT_NE(e.find("declare more than"), std::string::npos) << e;
+  // 10 MB declared by a 120-byte file: refused by size before 10 MB are allocated.
+  write_idx(tmp("s-images-idx3-ubyte"), {10000, 1000}, std::vector<uint8_t>(100), false);
+  e = input_error_of([] { read_idx_pair(tmp("s-images-idx3-ubyte"), tmp("o-labels-idx1-ubyte")); });
+  EXPECT_NE(e.find("the file has only 100"), std::string::npos) << e;
+  // gzip: no more than deflate can expand the compressed bytes to.
+  write_idx(tmp("z-images-idx3-ubyte.gz"), {100000, 1000}, std::vector<uint8_t>(10), true);
+  e = input_error_of([] { read_idx_pair(tmp("z-images-idx3-ubyte.gz"), tmp("o-labels-idx1-ubyte")); });
+  EXPECT_NE(e.find("more than"), std::string::npos) << e;
+  EXPECT_NE(e.find("compressed bytes can hold"), std::string::npos) << e;
+  // Within that bound but short: truncated, read in steps.
+  write_idx(tmp("y-images-idx3-ubyte.gz"), {100, 100}, std::vector<uint8_t>(5000), true);
+  e = input_error_of([] { read_idx_pair(tmp("y-images-idx3-ubyte.gz"), tmp("o-labels-idx1-ubyte")); });
+  EXPECT_NE(e.find("truncated while reading the data (5000 of 10000 bytes)"), std::string::npos) << e;
+}
+
+// An HDF5 file with one dataset per entry of `shapes` (never written unless `data` is given),
+// `chunk`: chunked layout with this many samples a chunk (deflated when `deflate`).
+void write_h5(const fs::path& p, const std::vector<std::pair<std::string, std::vector<hsize_t>>>& shapes,
+              hid_t type = H5T_NATIVE_FLOAT, hsize_t chunk = 0, bool deflate = false,
+              const std::vector<float>* data = nullptr) {
+  hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  for (const auto& [name, dims] : shapes) {
+    hid_t s = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t plist = H5Pcreate(H5P_DATASET_CREATE);
+    if (chunk) {
+      std::vector<hsize_t> c(dims);
+      c[0] = chunk;
+      H5Pset_chunk(plist, static_cast<int>(c.size()), c.data());
+      if (deflate) H5Pset_deflate(plist, 9);
+    }
+    hid_t d = H5Dcreate2(f, name.c_str(), type, s, H5P_DEFAULT, plist, H5P_DEFAULT);
+    EXPECT_GE(d, 0) << name;
+    if (data) H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data->data());
+    H5Dclose(d);
+    H5Pclose(plist);
+    H5Sclose(s);
+  }
+  H5Fclose(f);
+}
+
+TEST(Hdf5, DeclaredSizesAreCheckedAgainstTheStoredBytes) {
+  auto error_reading = [](const fs::path& p) {
+    return input_error_of([&] { read_hdf5(p.string(), {"data", "label"}); });
+  };
+  // No samples: refused by the reader, and by the loader (it took indices modulo 0).
+  write_h5(tmp("empty.h5"), {{"data", {0, 3}}, {"label", {0}}});
+  std::string e = error_reading(tmp("empty.h5"));
+  EXPECT_NE(e.find("dataset 'data' has no samples"), std::string::npos) << e;
+  auto none = std::make_shared<Dataset>();
+  none->source = "empty.h5";
+  none->fields.push_back({"data", {3}, DType::f32, {}});
+  e = input_error_of([&] { BatchLoader(none, {0}, std::nullopt, LoaderOptions{}); });
+  EXPECT_NE(e.find("empty.h5: the dataset has no samples"), std::string::npos) << e;
+  // 13 GB declared by a 1.6 KB file that stores none of it.
+  write_h5(tmp("huge.h5"), {{"data", {3300000, 1000}}, {"label", {3300000}}});
+  EXPECT_LT(fs::file_size(tmp("huge.h5")), 4096u);
+  e = error_reading(tmp("huge.h5"));
+  EXPECT_NE(e.find("declare 13200000000 bytes but the file stores only 0"), std::string::npos) << e;
+  // Dimensions whose product wraps past 2^64 (to 0 bytes), in a chunked dataset.
+  write_h5(tmp("wrap.h5"), {{"data", {hsize_t{1} << 32, hsize_t{1} << 32, 4}}}, H5T_NATIVE_UCHAR, 1);
+  e = error_reading(tmp("wrap.h5"));
+  EXPECT_NE(e.find(tmp("wrap.h5").string() + ": dataset 'data': dimensions"), std::string::npos) << e;
+  EXPECT_NE(e.find("declare more than 64 GiB"), std::string::npos) << e;
+  // Compressed: at most what deflate can expand the stored bytes to.
+  write_h5(tmp("bomb.h5"), {{"data", {1 << 20, 1000}}}, H5T_NATIVE_FLOAT, 1024, true);
+  e = error_reading(tmp("bomb.h5"));
+  EXPECT_NE(e.find("compressed fields may decode to at most 1032x"), std::string::npos) << e;
+  // ... while real compressed data reads.
+  std::vector<float> values(64 * 10, 0.5f), labels(64, 1.f);
+  write_h5(tmp("gz_data.h5"), {{"data", {64, 10}}}, H5T_NATIVE_FLOAT, 16, true, &values);
+  auto ok = read_hdf5(tmp("gz_data.h5").string(), {"data"});
+  EXPECT_EQ(ok->size, 64);
+  EXPECT_EQ(ok->fields[0].f32(63)[9], 0.5f);
+  // Not numbers; a zero sample dimension.
+  hid_t str = H5Tcopy(H5T_C_S1);
+  H5Tset_size(str, 8);
+  write_h5(tmp("strings.h5"), {{"data", {4}}}, str);
+  H5Tclose(str);
+  e = error_reading(tmp("strings.h5"));
+  EXPECT_NE(e.find("dataset 'data' holds strings, not numbers"), std::string::npos) << e;
+  write_h5(tmp("flat.h5"), {{"data", {4, 0}}});
+  e = error_reading(tmp("flat.h5"));
+  EXPECT_NE(e.find("dataset 'data': dimension 1 is 0"), std::string::npos) << e;
+}
+
+TEST(Hdf5, ListsRefuseFilesWhoseTypesDiffer) {
+  // Bytes in one file, floats in the next: one buffer cannot hold both.
+  DatasetField bytes{"data", {2}, DType::u8, {1, 2, 3, 4}};
+  write_hdf5(tmp("u8.h5").string(), {bytes}, 2);
+  std::vector<float> floats{1, 2, 3, 4};
+  write_h5(tmp("f32.h5"), {{"data", {2, 2}}}, H5T_NATIVE_FLOAT, 0, false, &floats);
+  std::ofstream(tmp("mixed.txt")) << tmp("u8.h5").string() << "\n" << tmp("f32.h5").string() << "\n";
+  std::string e = input_error_of([] { open_hdf5_list(tmp("mixed.txt"), {"data"}); });
+  EXPECT_NE(e.find("dataset 'data' holds floats in " + tmp("f32.h5").string() + " but unsigned bytes before"),
+            std::string::npos)
+      << e;
 }
 
 TEST(Transform, MeanFileScaleCropMirror) {

@@ -7,16 +7,23 @@
 #include <stb_image_write.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <thread>
 
+#include "server/images.h"
 #include "server/process.h"
+#include "server/task_queue.h"
 
 namespace {
 
@@ -351,6 +358,7 @@ TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {
   ASSERT_TRUE(wait_for([&] { return get(c, job).value("attempts", 0) == 2 && job_state(c, id) == "running"; }, 60));
   std::ifstream out(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt");
   std::string log((std::istreambuf_iterator<char>(out)), {});
+  EXPECT_NE(log.find("--keep-snapshots 5"), std::string::npos) << "the dashboard keeps the newest 5 by default";
   EXPECT_NE(log.find("--snapshot " + (fs::path(dir) / "jobs" / std::to_string(id) / "run" / "snapshots").string() +
                      "/iter_" + std::to_string(last) + ".solverstate"),
             std::string::npos)
@@ -406,6 +414,45 @@ TEST(ServerApi, RestartAfterTheServerDiedMidJob) {
   std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_NE(text.find("Resumed from"), std::string::npos);
   EXPECT_NE(text.find("iter_" + std::to_string(last) + ".solverstate"), std::string::npos);
+}
+
+// A valid grey PNG of `w` x `h` black pixels: tens of KB that decode to w * h bytes (a
+// decompression bomb when large).
+std::string png_of_zeros(uint32_t w, uint32_t h) {
+  auto be32 = [](uint32_t v) {
+    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                       static_cast<char>(v)};
+  };
+  std::string png = "\x89PNG\r\n\x1a\n";
+  auto chunk = [&](const std::string& type, const std::string& data) {
+    const std::string body = type + data;
+    png += be32(static_cast<uint32_t>(data.size())) + body;
+    png += be32(static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()), body.size())));
+  };
+  chunk("IHDR", be32(w) + be32(h) + std::string("\x08\x00\x00\x00\x00", 5));  // 8-bit grey
+  z_stream z{};
+  deflateInit(&z, 9);
+  const std::string row(w + 1, '\0');  // filter "none", then the pixels
+  std::string idat, out(1 << 16, '\0');
+  auto pump = [&](int flush) {
+    int rc = Z_OK;
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(out.data());
+      z.avail_out = static_cast<uInt>(out.size());
+      rc = deflate(&z, flush);
+      idat.append(out.data(), out.size() - z.avail_out);
+    } while (z.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+  };
+  for (uint32_t y = 0; y < h; ++y) {
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(row.data()));
+    z.avail_in = static_cast<uInt>(row.size());
+    pump(Z_NO_FLUSH);
+  }
+  pump(Z_FINISH);
+  deflateEnd(&z);
+  chunk("IDAT", idat);
+  chunk("IEND", "");
+  return png;
 }
 
 TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
@@ -481,6 +528,12 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
            {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"lr_policy", "cosine"}}}}, st);
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_solver["field"], "lr_policy");
+  // A snapshot every iteration filled disks: the interval is bounded.
+  json flood =
+      call(c, "POST", "/api/models",
+           {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"snapshot_epochs", 0.0001}}}}, st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(flood["field"], "snapshot_epochs");
   json bad_lr = call(c, "POST", "/api/models",
                      {{"name", "m"}, {"network", "lenet"}, {"dataset_id", ds}, {"solver", {{"base_lr", -1}}}}, st);
   EXPECT_EQ(st, 400);
@@ -534,6 +587,12 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   ASSERT_TRUE(r) << "the server answers an oversized upload";
   EXPECT_EQ(r->status, 413);
   EXPECT_EQ(json::parse(r->body, nullptr, false).value("field", ""), "image") << r->body;
+  // A small file declaring more pixels than are decoded: refused from its header.
+  httplib::MultipartFormDataItems bomb{{"image", png_of_zeros(8200, 8200), "bomb.png", "image/png"}};
+  r = c.Post(job + "/classify", bomb);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413) << r->body;
+  EXPECT_NE(r->body.find("8200 x 8200 pixels"), std::string::npos) << r->body;
   call(c, "GET", "/api/status", {}, st);
   EXPECT_EQ(st, 200) << "the server is still up";
 }
@@ -700,6 +759,489 @@ TEST(ServerProcess, ExitReasonsInWords) {
   EXPECT_NE(exit_reason(SIGSEGV, "").find("segmentation fault"), std::string::npos);
   EXPECT_EQ(exit_reason(1 << 8, "error: training diverged: loss is nan at iteration 7\n"),
             "failed (exit code 1): training diverged: loss is nan at iteration 7");
+}
+
+// ---- Hardening (issue 10): request bodies, cross-site requests, size budgets, races ----
+
+// A request with headers of our choosing (a browser's Origin, a rebound Host name).
+httplib::Result raw(httplib::Client& c, const std::string& method, const std::string& path,
+                    const httplib::Headers& headers, const std::string& body = "",
+                    const std::string& type = "application/json") {
+  if (method == "GET") return c.Get(path, headers);
+  if (method == "DELETE") return c.Delete(path, headers);
+  return c.Post(path, headers, body, type);
+}
+
+std::string field_of(const httplib::Result& r) {
+  return r ? json::parse(r->body, nullptr, false).value("field", "") : "(no answer)";
+}
+
+std::string error_of(const httplib::Result& r) {
+  return r ? json::parse(r->body, nullptr, false).value("error", "") : "(no answer)";
+}
+
+// A body nested 60,000 objects deep (360 KB) used to overflow a server thread's stack (the
+// JSON DOM is copied and freed recursively) and kill the server; a body too large is
+// refused too.
+TEST(ServerHardening, DeepOrHugeJsonBodiesAreRefusedAndTheServerStaysUp) {
+  Server s(temp_dir("nested"));
+  auto c = s.client();
+  std::string deep;
+  for (int i = 0; i < 60000; ++i) deep += R"({"a":)";
+  deep += "1" + std::string(60000, '}');
+  for (const char* path : {"/api/models", "/api/lr_schedule", "/api/datasets", "/api/models/validate"}) {
+    auto r = c.Post(path, R"({"name": "m", "network": "lenet", "dataset_id": 1, "solver": )" + deep + "}",
+                    "application/json");
+    ASSERT_TRUE(r) << path << ": the server died";
+    EXPECT_EQ(r->status, 400) << path << ": " << r->body;
+    EXPECT_EQ(field_of(r), "body") << r->body;
+    EXPECT_NE(error_of(r).find("64 levels"), std::string::npos) << r->body;
+  }
+  // 64 levels are allowed: the field reader names what is wrong instead.
+  const std::string at_limit = std::string(63, '[') + std::string(63, ']');
+  auto ok_depth =
+      c.Post("/api/lr_schedule", R"({"iterations_per_epoch": 10, "solver": )" + at_limit + "}", "application/json");
+  ASSERT_TRUE(ok_depth);
+  EXPECT_EQ(ok_depth->status, 400);
+  EXPECT_EQ(field_of(ok_depth), "solver") << ok_depth->body;
+  // Brackets inside strings do not count.
+  json quoted{{"iterations_per_epoch", 10}, {"solver", {{"type", std::string(100, '[')}}}};
+  auto in_string = c.Post("/api/lr_schedule", quoted.dump(), "application/json");
+  ASSERT_TRUE(in_string);
+  EXPECT_EQ(field_of(in_string), "type") << in_string->body;
+  // Larger than the limit for JSON bodies (4 MiB), below the upload limit (16 MB).
+  auto big = c.Post("/api/models/validate", json{{"prototxt", std::string(5 << 20, ' ')}}.dump(), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413) << big->body;
+  EXPECT_EQ(field_of(big), "body");
+  int st = 0;
+  call(c, "GET", "/api/status", {}, st);
+  EXPECT_EQ(st, 200) << "the server is still up";
+}
+
+// CSRF and DNS rebinding against the token-less loopback default: a page elsewhere may not
+// post (text/plain, a foreign Origin, a multipart upload), a rebound name may not read.
+TEST(ServerHardening, CrossSiteRequestsAndForeignHostNamesAreRefused) {
+  Server s(temp_dir("origin"));
+  auto c = s.client();
+  const std::string port = std::to_string(s.port());
+  const json schedule{{"iterations_per_epoch", 10}, {"solver", json::object()}};
+
+  // A cross-site form or fetch without a preflight: text/plain.
+  auto plain = raw(c, "POST", "/api/models", {}, R"({"name":"m","network":"lenet","dataset_id":1})", "text/plain");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 415) << plain->body;
+  EXPECT_EQ(field_of(plain), "Content-Type");
+  EXPECT_TRUE(get(c, "/api/models").empty());
+
+  struct Case {
+    std::string method, path;
+    httplib::Headers headers;
+    int status;
+    std::string field;
+  };
+  const httplib::Headers evil{{"Origin", "http://evil.example"}};
+  std::vector<Case> cases{
+      {"POST", "/api/lr_schedule", evil, 403, "Origin"},
+      {"GET", "/api/status", evil, 403, "Origin"},
+      {"POST", "/api/lr_schedule", {{"Origin", "null"}}, 403, "Origin"},
+      {"POST", "/api/lr_schedule", {{"Origin", "http://127.0.0.1:1"}}, 403, "Origin"},
+      {"DELETE", "/api/jobs/1", evil, 403, "Origin"},
+      {"GET", "/api/status", {{"Host", "attacker.example:" + port}}, 403, "Host"},
+      {"GET", "/api/status", {{"Host", "attacker.example"}}, 403, "Host"},
+      {"GET", "/api/status", {{"Host", "127.0.0.1.nip.io:" + port}}, 403, "Host"},
+      {"GET", "/api/status", {{"Host", "127.0.0.1:1"}}, 403, "Host"},
+      // The dashboard's own pages, under each loopback name.
+      {"POST", "/api/lr_schedule", {{"Origin", "http://127.0.0.1:" + port}}, 200, ""},
+      {"GET", "/api/status", {{"Host", "localhost:" + port}, {"Origin", "http://localhost:" + port}}, 200, ""},
+      {"POST", "/api/lr_schedule", {{"Host", "[::1]:" + port}, {"Origin", "http://[::1]:" + port}}, 200, ""},
+      {"GET", "/api/status", {{"Host", "LocalHost:" + port}}, 200, ""},
+  };
+  for (const auto& k : cases) {
+    auto r = raw(c, k.method, k.path, k.headers, schedule.dump());
+    ASSERT_TRUE(r) << k.method << " " << k.path;
+    EXPECT_EQ(r->status, k.status) << k.method << " " << k.path << " " << k.headers.begin()->second << ": " << r->body;
+    EXPECT_EQ(field_of(r), k.field) << r->body;
+  }
+  // A multipart upload from another site (classify) is refused before anything is read.
+  httplib::MultipartFormDataItems form{{"image", "not really a png", "x.png", "image/png"}};
+  auto upload = c.Post("/api/jobs/1/classify", evil, form);
+  ASSERT_TRUE(upload);
+  EXPECT_EQ(upload->status, 403) << upload->body;
+  EXPECT_EQ(field_of(upload), "Origin");
+  // Pages load under any name (they hold no data); only the API checks.
+  auto page = raw(c, "GET", "/", {{"Host", "attacker.example"}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+
+  // With a token, which protects every call, any name may read; a foreign page still may
+  // not change anything, token or not.
+  Server t(temp_dir("origin_token"), {"--token", "s3cret"});
+  auto tc = t.client("s3cret");
+  const std::string tport = std::to_string(t.port());
+  std::vector<Case> token_cases{
+      {"GET", "/api/status", {{"Host", "dashboard.lan:" + tport}}, 200, ""},
+      {"GET", "/api/status", evil, 200, ""},
+      {"POST", "/api/lr_schedule", evil, 403, "Origin"},
+      {"DELETE", "/api/jobs/1", evil, 403, "Origin"},
+      {"POST",
+       "/api/lr_schedule",
+       {{"Host", "dashboard.lan:" + tport}, {"Origin", "http://dashboard.lan:" + tport}},
+       200,
+       ""},
+      {"POST",
+       "/api/lr_schedule",
+       {{"Host", "dashboard.lan:" + tport}, {"Origin", "http://evil.lan:" + tport}},
+       403,
+       "Origin"},
+  };
+  for (const auto& k : token_cases) {
+    auto r = raw(tc, k.method, k.path, k.headers, schedule.dump());
+    ASSERT_TRUE(r) << k.method << " " << k.path;
+    EXPECT_EQ(r->status, k.status) << k.method << " " << k.path << " " << k.headers.begin()->second << ": " << r->body;
+    EXPECT_EQ(field_of(r), k.field) << r->body;
+  }
+}
+
+// Integers beyond int64_t are refused naming their range (they used to wrap through an
+// undefined float-to-integer cast); a network too large for the server is refused by
+// validation, naming the layer, before its weights are allocated.
+TEST(ServerHardening, OutOfRangeIntegersAndNetworksOverTheBudgetAreRefused) {
+  Server s(temp_dir("budget"));
+  auto c = s.client();
+  for (const char* id : {"9223372036854775808", "18446744073709551616", "-9223372036854775809", "1e300", "0"}) {
+    auto r = c.Post("/api/lr_schedule", std::string(R"({"solver": {}, "dataset_id": )") + id + "}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << id << ": " << r->body;
+    EXPECT_EQ(field_of(r), "dataset_id") << id << ": " << r->body;
+    EXPECT_NE(error_of(r).find("must be between 1 and 9223372036854775807"), std::string::npos)
+        << id << ": " << r->body;
+  }
+  const auto net = [](const std::string& layer) {
+    return "layer { name: 'big' " + layer +
+           " }\nlayer { name: 'ip' type: 'InnerProduct' bottom: 'big' top: 'ip' inner_product_param { num_output: 2 } "
+           "}\nlayer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+  };
+  struct Case {
+    std::string layer, limit;
+  };
+  std::vector<Case> cases{
+      // 400,000 x 784 weights: 1.2 GB of parameters.
+      {"type: 'InnerProduct' bottom: 'data' top: 'big' inner_product_param { num_output: 400000 }", "2^28 floats"},
+      // Few weights, but 100,000 x 28 x 28 floats of output per image.
+      {"type: 'Convolution' bottom: 'data' top: 'big' convolution_param { num_output: 100000 kernel_size: 1 }",
+       "2^26 floats"},
+  };
+  for (const auto& k : cases) {
+    int st = 0;
+    json j = call(c, "POST", "/api/models/validate", {{"prototxt", net(k.layer)}}, st);
+    EXPECT_EQ(st, 413) << j.dump();
+    EXPECT_EQ(j.value("field", ""), "prototxt") << j.dump();
+    EXPECT_NE(j.value("error", "").find("layer 'big'"), std::string::npos) << j.dump();
+    EXPECT_NE(j.value("error", "").find(k.limit), std::string::npos) << j.dump();
+  }
+  // Within the budget: validated as before.
+  json fine = post(c, "/api/models/validate",
+                   {{"prototxt", net("type: 'InnerProduct' bottom: 'data' top: 'big' inner_product_param { "
+                                     "num_output: 1000 }")}});
+  EXPECT_TRUE(fine.value("ok", false)) << fine.dump();
+  json shared = post(c, "/api/models/validate",
+                     {{"prototxt",
+                       "layer { name: 'a' type: 'InnerProduct' bottom: 'data' top: 'a' param { name: 'w' } "
+                       "inner_product_param { num_output: 784 bias_term: false } }\n"
+                       "layer { name: 'b' type: 'InnerProduct' bottom: 'a' top: 'b' param { name: 'w' } "
+                       "inner_product_param { num_output: 10 bias_term: false } }\n"}});
+  EXPECT_FALSE(shared.value("ok", true)) << "a shared blob of another shape is still an error";
+  EXPECT_NE(shared.value("error", "").find("layer 'b'"), std::string::npos) << shared.dump();
+}
+
+// Several DELETEs of one job or one model at once: one deletes it, the others find nothing
+// (404), none fails halfway (it used to answer 400 when the job went between its lookup and
+// its removal).
+TEST(ServerHardening, ConcurrentDeletesAnswer404) {
+  std::string dir = temp_dir("delete_race");
+  Server s(dir);
+  auto c = s.client();
+  fs::path images = fs::path(dir) / "imports" / "tiny";
+  for (const char* label : {"a", "b"}) {
+    fs::create_directories(images / label);
+    for (int i = 0; i < 4; ++i) {
+      std::vector<uint8_t> px(8 * 8, static_cast<uint8_t>(label[0] == 'a' ? 30 + i : 200 + i));
+      ASSERT_TRUE(stbi_write_png((images / label / ("i" + std::to_string(i) + ".png")).c_str(), 8, 8, 1, px.data(), 8));
+    }
+  }
+  json d = post(c, "/api/datasets",
+                {{"name", "tiny"},
+                 {"source", "folder"},
+                 {"root", images.string()},
+                 {"width", 8},
+                 {"height", 8},
+                 {"color", "grayscale"},
+                 {"val_percent", 25}},
+                201);
+  const std::string ds = "/api/datasets/" + std::to_string(d["id"].get<int64_t>());
+  ASSERT_TRUE(wait_for([&] { return get(c, ds).value("status", "") == "done"; }, 60)) << get(c, ds).dump();
+  const std::string tiny =
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 2 } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+  // A sweep of 16 learning rates: 16 jobs.
+  const json rates{0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12, 0.13, 0.14, 0.15, 0.16};
+  const auto new_model = [&](const std::string& prototxt, int want) {
+    return post(c, "/api/models",
+                {{"name", "m"},
+                 {"network", "custom"},
+                 {"prototxt", prototxt},
+                 {"dataset_id", d["id"]},
+                 {"solver", {{"base_lr", rates}, {"epochs", 1000}, {"batch_size", 2}}}},
+                want);
+  };
+  // Model creation checks the same budget as validation.
+  json too_big = new_model(
+      "layer { name: 'huge' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: "
+      "5000000 } }\n",
+      413);
+  EXPECT_NE(too_big.value("error", "").find("layer 'huge'"), std::string::npos) << too_big.dump();
+
+  // All at once: each thread's connection is open before any sends its DELETE.
+  const auto delete_at_once = [&](const std::string& path) {
+    constexpr int kThreads = 8;
+    std::vector<int> status(kThreads, 0);
+    std::vector<std::thread> threads;
+    std::atomic<int> ready{0};
+    for (int k = 0; k < kThreads; ++k)
+      threads.emplace_back([&, k] {
+        auto w = s.client();
+        int st = 0;
+        call(w, "GET", "/api/status", {}, st);
+        ++ready;
+        while (ready < kThreads) std::this_thread::yield();
+        call(w, "DELETE", path, {}, status[k]);
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(std::count(status.begin(), status.end(), 200), 1) << path;
+    EXPECT_EQ(std::count(status.begin(), status.end(), 404), kThreads - 1) << path;
+  };
+  json m = new_model(tiny, 201);
+  ASSERT_EQ(m["jobs"].size(), 16u);
+  // Each job once it runs (one slot: in turn), so removing it takes a while (its training
+  // process is killed and waited for) and the other DELETEs arrive meanwhile.
+  for (const json& j : m["jobs"]) {
+    const std::string path = "/api/jobs/" + std::to_string(j["id"].get<int64_t>());
+    ASSERT_TRUE(wait_for([&] { return get(c, path).contains("pid"); }, 60)) << get(c, path).dump();
+    delete_at_once(path);
+  }
+  for (int round = 0; round < 3; ++round)
+    delete_at_once("/api/models/" + std::to_string(new_model(tiny, 201)["id"].get<int64_t>()));
+  EXPECT_EQ(get(c, "/api/models").size(), 1u);
+}
+
+// Writes an IDX file of unsigned bytes: `dims`, then `data`.
+void write_idx_file(const fs::path& p, const std::vector<uint32_t>& dims, const std::string& data) {
+  std::string b{0, 0, 8, static_cast<char>(dims.size())};
+  for (uint32_t d : dims)
+    for (int k = 3; k >= 0; --k) b.push_back(static_cast<char>((d >> (8 * k)) & 0xff));
+  std::ofstream(p, std::ios::binary) << b << data;
+}
+
+// Datasets are packed in a child: a crafted file fails its dataset with the reader's message
+// and the server answers on. Files reached through links must stay in the import folders.
+TEST(ServerApi, CraftedOrEscapingDatasetsFailTheirJobNotTheServer) {
+  const std::string dir = temp_dir("crafted"), outside = temp_dir("crafted_outside");
+  Server s(dir);
+  auto c = s.client();
+  const fs::path imports = fs::path(dir) / "imports";
+  fs::create_directories(outside);
+  auto wait_state = [&](int64_t id, const std::string& want) {
+    const std::string path = "/api/datasets/" + std::to_string(id);
+    EXPECT_TRUE(wait_for([&] { return get(c, path).value("status", "") == want; }, 60)) << get(c, path).dump();
+    return get(c, path);
+  };
+  // 24 bytes whose dimensions multiply past 2^64.
+  write_idx_file(imports / "crafted-images-idx3-ubyte", {1, 1u << 28, 1u << 28, 1u << 28}, "abcd");
+  write_idx_file(imports / "crafted-labels-idx1-ubyte", {1}, "\x01");
+  json d =
+      post(c, "/api/datasets",
+           {{"name", "crafted"}, {"source", "idx"}, {"train_images", (imports / "crafted-images-idx3-ubyte").string()}},
+           201);
+  json failed = wait_state(d["id"], "failed");
+  const std::string reason = failed.value("reason", "");
+  EXPECT_NE(reason.find("crafted-images-idx3-ubyte: corrupt IDX file"), std::string::npos) << failed.dump();
+  EXPECT_EQ(get(c, "/api/status").value("slots", 0), 1) << "the server still answers";
+
+  // The labels file beside the images is a link to a file outside: refused at once.
+  write_idx_file(imports / "linked-images-idx3-ubyte", {1, 2, 2}, "abcd");
+  write_idx_file(fs::path(outside) / "secret-labels", {1}, "\x01");
+  fs::create_symlink(fs::path(outside) / "secret-labels", imports / "linked-labels-idx1-ubyte");
+  int st = 0;
+  json refused = call(
+      c, "POST", "/api/datasets",
+      {{"name", "linked"}, {"source", "idx"}, {"train_images", (imports / "linked-images-idx3-ubyte").string()}}, st);
+  EXPECT_EQ(st, 400) << refused.dump();
+  EXPECT_EQ(refused.value("field", ""), "train_images") << refused.dump();
+  EXPECT_NE(refused.value("error", "").find("linked-labels-idx1-ubyte"), std::string::npos) << refused.dump();
+
+  // An image folder whose class folder, or one image, links outside: fails naming the link.
+  std::vector<uint8_t> px(4 * 4, 100);
+  for (const fs::path& d :
+       {imports / "a" / "cats", imports / "b" / "cats", imports / "b" / "dogs", fs::path(outside) / "dogs"}) {
+    fs::create_directories(d);
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE(stbi_write_png((d / ("img" + std::to_string(i) + ".png")).c_str(), 4, 4, 1, px.data(), 4));
+  }
+  fs::create_symlink(fs::path(outside) / "dogs", imports / "a" / "dogs");
+  fs::create_symlink(fs::path(outside) / "dogs" / "img0.png", imports / "b" / "dogs" / "img9.png");
+  for (const auto& [root, link] : {std::pair{"a", "a/dogs"}, std::pair{"b", "b/dogs/img9.png"}}) {
+    json f = post(
+        c, "/api/datasets",
+        {{"name", root}, {"source", "folder"}, {"root", (imports / root).string()}, {"width", 4}, {"height", 4}}, 201);
+    json why = wait_state(f["id"], "failed");
+    EXPECT_NE(why.value("reason", "").find((imports / link).string() + ": "), std::string::npos) << why.dump();
+    EXPECT_NE(why.value("reason", "").find("outside the folders datasets may come from"), std::string::npos)
+        << why.dump();
+  }
+}
+
+// Images are measured from their header before decoding: a bomb is refused, not decoded.
+TEST(ServerImages, DecompressionBombsAreRefusedBeforeDecoding) {
+  using bks::server::decode_chw;
+  using bks::server::Decoded;
+  std::vector<uint8_t> chw;
+  std::string why;
+  const std::string bomb = png_of_zeros(8200, 8200);  // 67 Mpixel in tens of KB
+  EXPECT_LT(bomb.size(), 200u << 10);
+  EXPECT_EQ(decode_chw(bomb, 1, 28, 28, chw, why), Decoded::too_large) << why;
+  EXPECT_NE(why.find("8200 x 8200 pixels"), std::string::npos) << why;
+  EXPECT_TRUE(chw.empty());
+  EXPECT_EQ(decode_chw(png_of_zeros(16, 16), 1, 28, 28, chw, why), Decoded::ok) << why;
+  EXPECT_EQ(chw.size(), 28u * 28u);
+  EXPECT_EQ(decode_chw("not an image", 1, 28, 28, chw, why), Decoded::not_an_image);
+}
+
+// The HTTP workers grow with the connections open (each holds one while it lives), up to
+// their bound, and the extra ones end once idle.
+TEST(ServerPool, GrowsOnDemandUpToItsBoundThenShrinks) {
+  using namespace std::chrono_literals;
+  bks::server::PoolLimits limits;
+  limits.min_threads = 1;
+  limits.max_threads = 4;
+  limits.max_queued = 8;
+  limits.idle_timeout = 50ms;
+  bks::server::ElasticThreadPool pool(limits);
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool release = false;
+  auto task = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    ++started;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  const auto until = [&](int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, 60s, [&] { return started >= n; });
+  };
+  // Four tasks that each wait for the others: they all run only if the pool grew to four.
+  for (int i = 0; i < 4; ++i) pool.enqueue(task);
+  EXPECT_TRUE(until(4)) << "started " << started << " of 4 with " << pool.threads() << " threads";
+  // Two more wait in the queue: never a fifth thread.
+  for (int i = 0; i < 2; ++i) pool.enqueue(task);
+  EXPECT_EQ(pool.threads(), 4u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(until(6));
+  EXPECT_TRUE(wait_for([&] { return pool.threads() == 1; }, 60)) << pool.threads() << " threads stay";
+  pool.shutdown();
+  EXPECT_EQ(pool.threads(), 0u);
+  EXPECT_EQ(pool.peak_threads(), 4u);
+}
+
+// Live charts have a budget of their own (--max-viewers): more viewers than the old fixed
+// pool of 32 workers all stream while the API still answers, and one beyond the budget gets
+// 503 with Retry-After at once instead of waiting for a worker; a viewer that leaves frees
+// its place.
+TEST(ServerLoad, ManyViewersLeaveTheApiAnsweringAndOneTooManyGets503) {
+  constexpr int kViewers = 40;
+  Server s(temp_dir("viewers"), {"--max-viewers", std::to_string(kViewers)});
+  auto c = s.client();
+  json d = post(c, "/api/datasets",
+                {{"name", "small"}, {"source", "idx"}, {"train_images", kTest}, {"val_percent", 10}}, 201);
+  const std::string ds = "/api/datasets/" + std::to_string(d.value("id", int64_t{0}));
+  ASSERT_TRUE(wait_for([&] { return get(c, ds).value("status", "") == "done"; }, 120)) << get(c, ds).dump();
+  // A job that trains for longer than the test: its streams stay open.
+  int64_t id = model(c, d.value("id", int64_t{0}), 1000, 0)["jobs"][0]["id"];
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "running"; }, 60)) << get(c, job).dump();
+
+  std::atomic<bool> leave{false};
+  std::atomic<int> streaming{0};
+  std::vector<std::thread> viewers;
+  for (int k = 0; k < kViewers; ++k)
+    viewers.emplace_back([&] {
+      auto v = s.client();
+      v.set_read_timeout(30, 0);  // a running job sends its usage every second
+      bool counted = false;
+      v.Get(job + "/events", [&](const char*, size_t) {
+        if (!counted) ++streaming;
+        counted = true;
+        return !leave.load();
+      });
+    });
+  struct Leave {  // the viewers go however the test ends
+    std::atomic<bool>& leave;
+    std::vector<std::thread>& threads;
+    ~Leave() {
+      leave = true;
+      for (auto& t : threads) t.join();
+    }
+  } leave_at_end{leave, viewers};
+  ASSERT_TRUE(wait_for([&] { return streaming.load() == kViewers; }, 60)) << streaming.load() << " streaming";
+
+  auto api = s.client();
+  api.set_read_timeout(30, 0);
+  auto status = api.Get("/api/status");
+  ASSERT_TRUE(status) << "the API answers with " << kViewers << " viewers open";
+  EXPECT_EQ(status->status, 200);
+
+  // One viewer too many: told so at once, as JSON, with when to come back.
+  int refused = 0;
+  std::string retry_after, body;
+  api.Get(
+      job + "/events",
+      [&](const httplib::Response& r) {
+        refused = r.status;
+        retry_after = r.get_header_value("Retry-After");
+        return r.status != 200;  // a stream would never end: stop reading it
+      },
+      [&](const char* data, size_t n) {
+        body.append(data, n);
+        return true;
+      });
+  EXPECT_EQ(refused, 503);
+  EXPECT_FALSE(retry_after.empty());
+  json err = json::parse(body, nullptr, false);
+  ASSERT_TRUE(err.is_object()) << body;
+  EXPECT_NE(err.value("error", "").find("--max-viewers"), std::string::npos) << body;
+
+  // The viewers leave; their places come back (the server notices at its next write).
+  leave = true;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        int st = 0;
+        s.client().Get(
+            job + "/events",
+            [&](const httplib::Response& r) {
+              st = r.status;
+              return false;
+            },
+            [](const char*, size_t) { return false; });
+        return st == 200;
+      },
+      60))
+      << "a viewer is let in again once the others have gone";
 }
 
 }  // namespace

@@ -438,6 +438,7 @@ async function newModelPage() {
       <div><label>Momentum</label><input type="number" step="any" name="momentum" value="0.9"><div class="error" data-error-for="momentum"></div></div>
       <div><label>Weight decay</label><input type="number" step="any" name="weight_decay" value="0.0005"><div class="error" data-error-for="weight_decay"></div></div>
       <div><label>Snapshot every (epochs)</label><input type="number" step="any" name="snapshot_epochs" value="1"><div class="error" data-error-for="snapshot_epochs"></div></div>
+      <div><label>Keep newest snapshots (0: all)</label><input type="number" step="1" name="keep_snapshots" value="5"><div class="error" data-error-for="keep_snapshots"></div></div>
     </div>
     <h2>Learning rate schedule</h2><div class="chart"><canvas id="lr-preview"></canvas></div>
     <div class="error" data-error-for=""></div><div class="error" data-error-for="solver"></div><div class="error" data-error-for="type"></div><div class="error" data-error-for="lr_policy"></div>
@@ -449,7 +450,8 @@ async function newModelPage() {
   const solverOf = () => {
     const solver = { type: form.type.value, base_lr: list(form.base_lr.value), batch_size: list(form.batch_size.value), epochs: Number(form.epochs.value),
       lr_policy: form.lr_policy.value, gamma: Number(form.gamma.value), step_epochs: Number(form.step_epochs.value), power: Number(form.power.value),
-      momentum: Number(form.momentum.value), weight_decay: Number(form.weight_decay.value), snapshot_epochs: Number(form.snapshot_epochs.value) };
+      momentum: Number(form.momentum.value), weight_decay: Number(form.weight_decay.value), snapshot_epochs: Number(form.snapshot_epochs.value),
+      keep_snapshots: Number(form.keep_snapshots.value) };
     if (solver.lr_policy === 'multistep') solver.stepvalue_epochs = list(form.stepvalue_epochs.value);
     return solver;
   };

@@ -17,5 +17,6 @@ Runner add_device_query(CLI::App& app);
 Runner add_deploy(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_pack_dataset(CLI::App& app);
 
 }  // namespace bks::cli

@@ -2,6 +2,7 @@
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted.
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "cli/commands.h"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   add("deploy", bks::cli::add_deploy);
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
+  add("pack-dataset", bks::cli::add_pack_dataset);
 
   try {
     app.parse(argc, argv);
@@ -53,6 +55,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const bks::RuntimeError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Readers check declared sizes against their input first; this is a real shortage.
+    std::fprintf(stderr, "error: out of memory (the network or its data need more than this machine has)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

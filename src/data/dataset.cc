@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -88,8 +89,17 @@ std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, cons
         if (part->fields[i].sample_shape != all->fields[i].sample_shape)
           input_error("{}: dataset '{}' has sample shape {} in {} but {} before", list_file, fields[i],
                       shape_str(part->fields[i].sample_shape), f, shape_str(all->fields[i].sample_shape));
+        // Bytes in one file and floats in another cannot share one buffer.
+        auto kind = [](DType t) { return t == DType::u8 ? "unsigned bytes" : "floats"; };
+        if (part->fields[i].dtype != all->fields[i].dtype)
+          input_error("{}: dataset '{}' holds {} in {} but {} before", list_file, fields[i],
+                      kind(part->fields[i].dtype), f, kind(all->fields[i].dtype));
         auto& dst = all->fields[i].bytes;
-        dst.insert(dst.end(), part->fields[i].bytes.begin(), part->fields[i].bytes.end());
+        try {
+          dst.insert(dst.end(), part->fields[i].bytes.begin(), part->fields[i].bytes.end());
+        } catch (const std::bad_alloc&) {
+          input_error("{}: not enough memory to add dataset '{}' of {}", list_file, fields[i], f);
+        }
       }
       all->size += part->size;
     }

@@ -4,6 +4,11 @@
 // cached Fashion-MNIST costs 47 MB, not 188; HDF5 fields are float, or bytes when stored as
 // unsigned bytes. The reader is chosen by
 // the file's content, not its name.
+//
+// Readers trust no header for memory: every declared size is checked (overflow included)
+// against the bytes the file really holds before anything is allocated, and every failure
+// (a corrupt file, a library error, not enough memory) is an InputError naming the file and
+// the field.
 #pragma once
 
 #include <memory>
@@ -14,6 +19,13 @@
 #include "core/tensor.h"
 
 namespace bks {
+
+// Deflate (gzip, HDF5's deflate filter) expands at most about 1032:1: compressed data
+// declaring more than this many bytes per stored byte is corrupt or a decompression bomb.
+constexpr int64_t kMaxDecompressionRatio = 1032;
+// A compressed (filtered) HDF5 field may decode to at most 16 GiB: HDF5's filters other than
+// deflate have no such bound, and unwritten chunks read as fill values.
+constexpr int64_t kMaxCompressedHdf5FieldBytes = int64_t{16} << 30;
 
 struct DatasetField {
   std::string name;

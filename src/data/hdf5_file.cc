@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <new>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -36,6 +38,10 @@ struct Hdf5Api {
   decltype(&H5Screate_simple) screate_simple;
   decltype(&H5Dcreate2) dcreate;
   decltype(&H5Dwrite) dwrite;
+  decltype(&H5Dget_storage_size) dget_storage_size;
+  decltype(&H5Dget_create_plist) dget_create_plist;
+  decltype(&H5Pget_nfilters) pget_nfilters;
+  decltype(&H5Pclose) pclose;
   hid_t native_float, native_uchar;
 };
 
@@ -73,6 +79,10 @@ const Hdf5Api& hdf5() {
     a.screate_simple = reinterpret_cast<decltype(a.screate_simple)>(sym("H5Screate_simple"));
     a.dcreate = reinterpret_cast<decltype(a.dcreate)>(sym("H5Dcreate2"));
     a.dwrite = reinterpret_cast<decltype(a.dwrite)>(sym("H5Dwrite"));
+    a.dget_storage_size = reinterpret_cast<decltype(a.dget_storage_size)>(sym("H5Dget_storage_size"));
+    a.dget_create_plist = reinterpret_cast<decltype(a.dget_create_plist)>(sym("H5Dget_create_plist"));
+    a.pget_nfilters = reinterpret_cast<decltype(a.pget_nfilters)>(sym("H5Pget_nfilters"));
+    a.pclose = reinterpret_cast<decltype(a.pclose)>(sym("H5Pclose"));
     a.open();
     // A program that links HDF5 itself holds the live copy of these variables (a copy
     // relocation), so the global scope is searched before the library's own symbol.
@@ -88,55 +98,128 @@ const Hdf5Api& hdf5() {
   return api;
 }
 
+// An HDF5 identifier, closed when it goes out of scope (also when a check throws).
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+const char* type_class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_STRING: return "strings";
+    case H5T_COMPOUND: return "compound records";
+    case H5T_ENUM: return "enumerations";
+    case H5T_ARRAY: return "arrays";
+    case H5T_VLEN: return "variable-length values";
+    case H5T_REFERENCE: return "references";
+    case H5T_OPAQUE: return "opaque bytes";
+    default: return "values of an unsupported type";
+  }
+}
+
+// Stored bytes `stored` may decode to at most this many bytes through HDF5's filters.
+int64_t filtered_limit(hsize_t stored) {
+  int64_t bound = 0;
+  if (stored > static_cast<hsize_t>(INT64_MAX) ||
+      __builtin_mul_overflow(static_cast<int64_t>(stored), kMaxDecompressionRatio, &bound))
+    bound = INT64_MAX;
+  return std::min(bound, kMaxCompressedHdf5FieldBytes);
+}
+
+// One HDF5 dataset as a field. Every size is checked against what the file really stores
+// before anything is allocated. `samples`: the sample count of the fields read before (-1:
+// none yet); set to this one's.
+DatasetField read_field(const Hdf5Api& h5, hid_t file, const std::string& path, const std::string& name,
+                        int64_t& samples) {
+  Handle d(h5.dopen(file, name.c_str(), H5P_DEFAULT), h5.dclose);
+  if (!d.ok()) input_error("{}: no dataset '{}' in the HDF5 file", path, name);
+  Handle space(h5.dget_space(d.get()), h5.sclose);
+  const int nd = space.ok() ? h5.sndims(space.get()) : -1;
+  if (nd < 0) input_error("{}: dataset '{}': cannot read its dimensions (corrupt HDF5 file)", path, name);
+  if (nd < 1) input_error("{}: dataset '{}' has no sample axis", path, name);
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  if (h5.sdims(space.get(), dims.data(), nullptr) < 0)
+    input_error("{}: dataset '{}': cannot read its dimensions (corrupt HDF5 file)", path, name);
+  Shape shape;
+  for (int i = 0; i < nd; ++i) {
+    if (dims[i] > static_cast<hsize_t>(kMaxTensorBytes))
+      input_error("{}: dataset '{}': dimension {} is {}, too large", path, name, i, dims[i]);
+    shape.push_back(static_cast<int64_t>(dims[i]));
+  }
+  if (shape[0] == 0) input_error("{}: dataset '{}' has no samples", path, name);
+  for (int i = 1; i < nd; ++i)
+    if (shape[i] == 0) input_error("{}: dataset '{}': dimension {} is 0", path, name, i);
+  if (samples >= 0 && shape[0] != samples)
+    input_error("{}: dataset '{}' has {} samples but the others have {}", path, name, shape[0], samples);
+  samples = shape[0];
+
+  Handle type(h5.dget_type(d.get()), h5.tclose);
+  const H5T_class_t cls = type.ok() ? h5.tget_class(type.get()) : H5T_NO_CLASS;
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT)
+    input_error("{}: dataset '{}' holds {}, not numbers", path, name, type_class_name(cls));
+  const size_t file_elem = h5.tget_size(type.get());
+  if (file_elem == 0) input_error("{}: dataset '{}': cannot read its element type (corrupt HDF5 file)", path, name);
+  // Unsigned bytes (images as bakusoku serve packs them) stay bytes in memory; every
+  // other type is read as float.
+  const bool bytes = cls == H5T_INTEGER && file_elem == 1 && h5.tget_sign(type.get()) == H5T_SGN_NONE;
+  DatasetField f;
+  f.name = name;
+  f.dtype = bytes ? DType::u8 : DType::f32;
+  f.sample_shape.assign(shape.begin() + 1, shape.end());
+  const size_t mem_elem = dtype_size(f.dtype);
+
+  int64_t count = 0;
+  if (!checked_product(shape, kMaxTensorBytes / static_cast<int64_t>(std::max(file_elem, mem_elem)), count))
+    input_error("{}: dataset '{}': dimensions {} declare more than {} GiB", path, name, shape_str(shape),
+                kMaxTensorBytes >> 30);
+  const int64_t file_bytes = count * static_cast<int64_t>(file_elem);
+  const int64_t mem_bytes = count * static_cast<int64_t>(mem_elem);
+  const hsize_t stored = h5.dget_storage_size(d.get());
+  Handle plist(h5.dget_create_plist(d.get()), h5.pclose);
+  const bool filtered = plist.ok() && h5.pget_nfilters(plist.get()) > 0;
+  if (filtered) {
+    if (std::max(file_bytes, mem_bytes) > filtered_limit(stored))
+      input_error(
+          "{}: dataset '{}': dimensions {} declare {} bytes but the file stores {} compressed bytes (compressed "
+          "fields may decode to at most {}x their stored size and {} GiB)",
+          path, name, shape_str(shape), file_bytes, stored, kMaxDecompressionRatio, kMaxCompressedHdf5FieldBytes >> 30);
+  } else if (static_cast<hsize_t>(file_bytes) > stored) {
+    input_error("{}: dataset '{}': dimensions {} declare {} bytes but the file stores only {}", path, name,
+                shape_str(shape), file_bytes, stored);
+  }
+  try {
+    f.bytes.resize(static_cast<size_t>(mem_bytes));
+  } catch (const std::bad_alloc&) {
+    input_error("{}: dataset '{}': not enough memory for its {} bytes", path, name, mem_bytes);
+  }
+  if (h5.dread(d.get(), bytes ? h5.native_uchar : h5.native_float, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.bytes.data()) < 0)
+    input_error("{}: cannot read dataset '{}' as {} (corrupt HDF5 file, or a filter this HDF5 lacks)", path, name,
+                bytes ? "bytes" : "float");
+  return f;
+}
+
 }  // namespace
 
 std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<std::string>& fields) {
   const Hdf5Api& h5 = hdf5();
-  hid_t file = h5.fopen(path.c_str(), kReadOnly, H5P_DEFAULT);
-  if (file < 0) input_error("{}: cannot open as HDF5", path);
+  Handle file(h5.fopen(path.c_str(), kReadOnly, H5P_DEFAULT), h5.fclose);
+  if (!file.ok()) input_error("{}: cannot open as HDF5", path);
   auto ds = std::make_shared<Dataset>();
   ds->source = path;
   ds->format = "hdf5";
   ds->size = -1;
-  for (const auto& name : fields) {
-    hid_t d = h5.dopen(file, name.c_str(), H5P_DEFAULT);
-    if (d < 0) {
-      h5.fclose(file);
-      input_error("{}: no dataset '{}' in the HDF5 file", path, name);
-    }
-    hid_t space = h5.dget_space(d);
-    int nd = h5.sndims(space);
-    std::vector<hsize_t> dims(std::max(nd, 1));
-    h5.sdims(space, dims.data(), nullptr);
-    h5.sclose(space);
-    if (nd < 1) {
-      h5.dclose(d);
-      h5.fclose(file);
-      input_error("{}: dataset '{}' has no sample axis", path, name);
-    }
-    DatasetField f;
-    f.name = name;
-    // Unsigned bytes (images as bakusoku serve packs them) stay bytes in memory; every
-    // other type is read as float.
-    hid_t type = h5.dget_type(d);
-    bool bytes = h5.tget_class(type) == H5T_INTEGER && h5.tget_size(type) == 1 && h5.tget_sign(type) == H5T_SGN_NONE;
-    h5.tclose(type);
-    f.dtype = bytes ? DType::u8 : DType::f32;
-    for (int i = 1; i < nd; ++i) f.sample_shape.push_back(static_cast<int64_t>(dims[i]));
-    int64_t n = static_cast<int64_t>(dims[0]);
-    f.bytes.resize(static_cast<size_t>(n * f.sample_numel()) * dtype_size(f.dtype));
-    herr_t st = h5.dread(d, bytes ? h5.native_uchar : h5.native_float, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.bytes.data());
-    h5.dclose(d);
-    if (st < 0) {
-      h5.fclose(file);
-      input_error("{}: cannot read dataset '{}' as float", path, name);
-    }
-    if (ds->size >= 0 && n != ds->size)
-      input_error("{}: dataset '{}' has {} samples but the others have {}", path, name, n, ds->size);
-    ds->size = n;
-    ds->fields.push_back(std::move(f));
-  }
-  h5.fclose(file);
+  for (const auto& name : fields) ds->fields.push_back(read_field(h5, file.get(), path, name, ds->size));
   return ds;
 }
 

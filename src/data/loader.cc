@@ -4,11 +4,16 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/error.h"
+
 namespace bks {
 
 BatchLoader::BatchLoader(std::shared_ptr<const Dataset> ds, std::vector<int> fields, std::optional<Transform> transform,
                          LoaderOptions opt)
     : ds_(std::move(ds)), fields_(std::move(fields)), transform_(std::move(transform)), opt_(std::move(opt)) {
+  // Sample indices are taken modulo the dataset's size, and samples split a batch evenly.
+  if (ds_->size <= 0) input_error("{}: the dataset has no samples", ds_->source);
+  if (opt_.batch <= 0) input_error("{}: batch size must be positive, got {}", opt_.name, opt_.batch);
   for (size_t i = 0; i < fields_.size(); ++i) {
     const auto& f = ds_->fields[fields_[i]];
     Shape s{opt_.batch};

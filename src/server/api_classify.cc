@@ -5,6 +5,7 @@
 //   POST /api/jobs/<id>/evaluate   {"split": "val"}: accuracy, per class, confusion matrix
 #include <fmt/format.h>
 
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 
@@ -25,11 +26,11 @@ ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
   const fs::path dir = c.scheduler.job_dir(job["id"]);
   int64_t iter = -1;
   if (req.has_param("iter")) {
-    try {
-      iter = std::stoll(req.get_param_value("iter"));
-    } catch (const std::exception&) {
-      throw ApiError(400, "iter", "'iter' must be an integer");
-    }
+    // All of it a number ("12abc" is not iteration 12), and one that fits.
+    const std::string text = req.get_param_value("iter");
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), iter);
+    if (ec != std::errc() || end != text.data() + text.size() || iter < 0)
+      throw ApiError(400, "iter", "'iter' must be a non-negative integer");
   } else {
     auto snaps = snapshot_files((dir / "run").string(), "safetensors");
     if (!snaps.empty()) iter = snaps.back().first;
@@ -58,10 +59,13 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
     if (!req.has_file("image")) throw ApiError(400, "image", "upload the image as multipart field 'image'");
     std::vector<uint8_t> chw;
     std::string why;
-    if (!decode_chw(req.get_file_value("image").content, static_cast<int>(in.shape.at(0)),
-                    static_cast<int>(in.shape.at(1)), static_cast<int>(in.shape.at(2)), chw, why))
-      throw ApiError(400, "image", fmt::format("not a PNG or JPEG image ({})", why));
-    return chw;
+    switch (decode_chw(req.get_file_value("image").content, static_cast<int>(in.shape.at(0)),
+                       static_cast<int>(in.shape.at(1)), static_cast<int>(in.shape.at(2)), chw, why)) {
+      case Decoded::ok: return chw;
+      case Decoded::too_large: throw ApiError(413, "image", fmt::format("the image is too large: {}", why));
+      case Decoded::not_an_image: break;
+    }
+    throw ApiError(400, "image", fmt::format("not a PNG or JPEG image ({})", why));
   }
   json body = body_object(req);
   std::string split = string_field(body, "split", false, 10);
@@ -82,15 +86,16 @@ void add_classify_routes(httplib::Server& s, Context& c) {
   // One image in, through the top-5 or through every layer.
   for (auto [verb, look] :
        {std::pair{"classify", &Classifier::classify_pixels}, std::pair{"visualize", &Classifier::visualize}})
-    s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb, [&c, look](const httplib::Request& req, httplib::Response& res) {
-      handle(res, [&] {
-        json out;
-        ClassifyInput in = resolve(c, req, out);
-        std::vector<uint8_t> img = request_image(req, in, out);
-        out.update((c.classifier.*look)(in, img.data()));
-        return out;
-      });
-    });
+    s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb,
+           [&c, look = look](const httplib::Request& req, httplib::Response& res) {
+             handle(res, [&] {
+               json out;
+               ClassifyInput in = resolve(c, req, out);
+               std::vector<uint8_t> img = request_image(req, in, out);
+               out.update((c.classifier.*look)(in, img.data()));
+               return out;
+             });
+           });
   s.Post(R"(/api/jobs/(\d+)/evaluate)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       json out;

@@ -45,7 +45,27 @@ int64_t integer_field(const json& body, const std::string& name, int64_t lo, int
   const json& v = body[name];
   if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
     throw ApiError(400, name, fmt::format("'{}' must be an integer", name));
-  return static_cast<int64_t>(checked_number(v, name, static_cast<double>(lo), static_cast<double>(hi)));
+  const auto out_of_range = [&] {
+    return ApiError(400, name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, v.dump()));
+  };
+  // Compared exactly: as doubles, INT64_MAX rounds up to 2^63, and casting 2^63 (or more) to
+  // int64_t is undefined.
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (hi < 0 || u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) throw out_of_range();
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) {
+    const auto i = v.get<int64_t>();
+    if (i < lo || i > hi) throw out_of_range();
+    return i;
+  }
+  const double x = v.get<double>();
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  if (!std::isfinite(x) || x < -kTwoTo63 || x >= kTwoTo63) throw out_of_range();
+  const auto i = static_cast<int64_t>(x);
+  if (i < lo || i > hi) throw out_of_range();
+  return i;
 }
 
 std::vector<double> number_list_field(const json& body, const std::string& name, double lo, double hi, double fallback,

@@ -1,8 +1,16 @@
 // Server-Sent Events for one job: each new metrics record ("metric"), the job whenever it
 // changes ("job"), its process's CPU use and memory every second while it runs ("usage"),
 // then "end". Every watcher has its own reader, so two browsers both see it live.
+//
+// A stream holds one of the server's HTTP workers while it is open (cpp-httplib runs the
+// content provider on the connection's thread), so streams have their own budget
+// (--max-viewers): the worker pool is sized for that many viewers plus the API, and a viewer
+// beyond it gets 503 with Retry-After instead of a worker the API needs.
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -16,13 +24,43 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The job is described again at least this often even when nothing announced a change.
+constexpr double kDescribeEverySeconds = 5.0;
+
+struct ViewerBudget {
+  explicit ViewerBudget(int max) : max(max) {}
+  const int max;
+  std::atomic<int> open{0};
+};
+
+// One open stream's share of the budget, given back when the stream's state goes.
+class Seat {
+ public:
+  explicit Seat(std::shared_ptr<ViewerBudget> b) : budget_(std::move(b)) {}
+  ~Seat() { budget_->open.fetch_sub(1); }
+  Seat(const Seat&) = delete;
+  Seat& operator=(const Seat&) = delete;
+
+ private:
+  std::shared_ptr<ViewerBudget> budget_;
+};
+
+std::unique_ptr<Seat> take_seat(const std::shared_ptr<ViewerBudget>& b) {
+  int open = b->open.load();
+  do {
+    if (open >= b->max) return nullptr;
+  } while (!b->open.compare_exchange_weak(open, open + 1));
+  return std::make_unique<Seat>(b);
+}
+
 struct Watch {
   int64_t id;
   fs::path metrics;
+  std::unique_ptr<Seat> seat;
   std::streamoff pos = 0;  // bytes of the metrics file already sent
-  std::string last_job;
-  uint64_t version = ~0ull;
-  double last_usage = 0, last_cpu = -1, last_ping = 0;
+  std::string last_job, state;
+  uint64_t described_version = ~0ull;  // the scheduler's version when the job was last read
+  double described_at = 0, last_usage = 0, last_cpu = -1, last_ping = 0;
 };
 
 bool send(httplib::DataSink& sink, const std::string& event, const std::string& data) {
@@ -30,9 +68,14 @@ bool send(httplib::DataSink& sink, const std::string& event, const std::string& 
   return sink.write(msg.data(), msg.size());
 }
 
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // New complete lines of the metrics file since the last call.
 std::vector<json> new_records(Watch& w) {
   std::vector<json> out;
+  std::error_code ec;
+  const auto size = fs::file_size(w.metrics, ec);
+  if (ec || static_cast<std::streamoff>(size) <= w.pos) return out;  // nothing new: skip opening it
   std::ifstream in(w.metrics, std::ios::binary);
   if (!in) return out;
   in.seekg(w.pos);
@@ -47,58 +90,76 @@ std::vector<json> new_records(Watch& w) {
   return out;
 }
 
+// One wake of a stream: what is new since the last. False when the viewer has gone.
+bool stream_step(Context& c, Watch& w, httplib::DataSink& sink) {
+  const uint64_t seen = c.scheduler.version();
+  const std::vector<json> records = new_records(w);
+  for (const json& r : records)
+    if (!send(sink, "metric", dump(r))) return false;
+  const double now = now_seconds();
+  // The job changes only when the scheduler says so or new records move its progress;
+  // reading the store on every wake of every viewer is what hundreds of viewers cannot afford.
+  if (!records.empty() || seen != w.described_version || now - w.described_at >= kDescribeEverySeconds) {
+    auto job = c.store.get("jobs", w.id);
+    if (!job) {
+      send(sink, "end", "{\"deleted\":true}");
+      sink.done();
+      return true;
+    }
+    w.described_version = seen;
+    w.described_at = now;
+    w.state = job->value("state", "");
+    std::string text = dump(describe_job(c, *job, false));  // with its progress
+    if (text != w.last_job) {
+      if (!send(sink, "job", text)) return false;
+      w.last_job = std::move(text);
+    }
+  }
+  if (w.state == "running" && now - w.last_usage >= 1.0) {
+    pid_t pid = c.scheduler.pid(w.id);
+    double cpu = 0, rss = 0;
+    if (pid > 0 && process_usage(pid, cpu, rss)) {
+      double percent = w.last_cpu >= 0 ? 100.0 * (cpu - w.last_cpu) / (now - w.last_usage) : 0.0;
+      if (!send(sink, "usage", dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}}))) return false;
+      w.last_cpu = cpu;
+    }
+    w.last_usage = now;
+  }
+  if (w.state != "queued" && w.state != "running") {
+    for (const json& r : new_records(w)) send(sink, "metric", dump(r));  // what the last moment wrote
+    send(sink, "end", dump({{"state", w.state}}));
+    sink.done();
+    return true;
+  }
+  if (now - w.last_ping > 15) {  // a comment line keeps proxies from closing the stream
+    if (!sink.write(": ping\n\n", 8)) return false;
+    w.last_ping = now;
+  }
+  c.scheduler.wait_for_change(seen, 500);
+  return sink.is_writable();
+}
+
 }  // namespace
 
-void add_event_routes(httplib::Server& s, Context& c) {
-  s.Get(R"(/api/jobs/(\d+)/events)", [&c](const httplib::Request& req, httplib::Response& res) {
+void add_event_routes(httplib::Server& s, Context& c, int max_viewers) {
+  auto budget = std::make_shared<ViewerBudget>(max_viewers);
+  s.Get(R"(/api/jobs/(\d+)/events)", [&c, budget](const httplib::Request& req, httplib::Response& res) {
     handle_raw(res, [&] {
       json job = row(c, "jobs", req);
       auto w = std::make_shared<Watch>();
+      w->seat = take_seat(budget);
+      if (!w->seat) {
+        res.set_header("Retry-After", "10");
+        throw ApiError(503, "",
+                       fmt::format("{} live charts are open, the most this server streams at once (bakusoku serve "
+                                   "--max-viewers); close one or try again later",
+                                   budget->max));
+      }
       w->id = job["id"];
       w->metrics = fs::path(c.scheduler.job_dir(w->id)) / "run" / "metrics.jsonl";
       res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider("text/event-stream", [&c, w](size_t, httplib::DataSink& sink) {
-        const auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
-        uint64_t seen = c.scheduler.version();
-        for (const json& r : new_records(*w))
-          if (!send(sink, "metric", dump(r))) return false;
-        auto job = c.store.get("jobs", w->id);
-        if (!job) {
-          send(sink, "end", "{\"deleted\":true}");
-          sink.done();
-          return true;
-        }
-        std::string text = dump(describe_job(c, *job, false));  // with its progress
-        if (text != w->last_job) {
-          if (!send(sink, "job", text)) return false;
-          w->last_job = text;
-        }
-        const std::string state = job->value("state", "");
-        const double now = now_seconds();
-        if (state == "running" && now - w->last_usage >= 1.0) {
-          pid_t pid = c.scheduler.pid(w->id);
-          double cpu = 0, rss = 0;
-          if (pid > 0 && process_usage(pid, cpu, rss)) {
-            double percent = w->last_cpu >= 0 ? 100.0 * (cpu - w->last_cpu) / (now - w->last_usage) : 0.0;
-            if (!send(sink, "usage", dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}})))
-              return false;
-            w->last_cpu = cpu;
-          }
-          w->last_usage = now;
-        }
-        if (state != "queued" && state != "running") {
-          for (const json& r : new_records(*w)) send(sink, "metric", dump(r));  // what the last moment wrote
-          send(sink, "end", dump({{"state", state}}));
-          sink.done();
-          return true;
-        }
-        if (now - w->last_ping > 15) {  // a comment line keeps proxies from closing the stream
-          if (!sink.write(": ping\n\n", 8)) return false;
-          w->last_ping = now;
-        }
-        c.scheduler.wait_for_change(seen, 500);
-        return sink.is_writable();
-      });
+      res.set_chunked_content_provider("text/event-stream",
+                                       [&c, w](size_t, httplib::DataSink& sink) { return stream_step(c, *w, sink); });
     });
   });
 }

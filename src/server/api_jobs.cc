@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/error.h"
@@ -24,13 +25,25 @@ int64_t job_id(const httplib::Request& req) {
   }
 }
 
+// Runs a scheduler call on job `id` that row() found. A second request may delete the job
+// in between (the scheduler then throws InputError "no job"): that is a 404 like any
+// missing job; other refusals (the job's state does not allow it) are 409.
+json on_existing_job(Context& c, int64_t id, const std::function<json()>& change) {
+  try {
+    return change();
+  } catch (const InputError& e) {
+    if (!c.store.get("jobs", id)) throw ApiError(404, "", fmt::format("no job {}", id));
+    throw ApiError(409, "", e.what());
+  }
+}
+
 // Every record of a metrics file; lines that are not JSON objects (a run killed mid-write)
 // are skipped.
 json read_metrics(const fs::path& file) {
   json out = json::array();
   std::ifstream in(file);
   for (std::string line; std::getline(in, line);) {
-    json j = json::parse(line, nullptr, false);
+    json j = parse_bounded_json(line);
     if (!j.is_discarded() && j.is_object()) out.push_back(std::move(j));
   }
   return out;
@@ -45,20 +58,26 @@ json describe_job(Context& c, json job, bool full) {
     std::string tail = tail_file((dir / "run" / "metrics.jsonl").string(), 4096);
     json last_train, last_test;
     for (const auto& line : last_lines(tail, 40)) {
-      json r = json::parse(line, nullptr, false);
+      json r = parse_bounded_json(line);
       if (r.is_discarded() || !r.is_object()) continue;
       (r.value("phase", "") == "test" ? last_test : last_train) = r;
     }
     if (!last_train.is_null()) {
       job["last_train"] = last_train;
-      double max_iter = job.value("max_iter", 0.0);
-      if (max_iter > 0) job["progress"] = std::min(1.0, last_train.value("iter", 0.0) / max_iter);
+      // A record without a numeric iteration (a child writing garbage) gives no progress
+      // rather than a type error.
+      const double max_iter = job.value("max_iter", 0.0);
+      if (max_iter > 0 && last_train.contains("iter") && last_train["iter"].is_number())
+        job["progress"] = std::min(1.0, last_train["iter"].get<double>() / max_iter);
     }
     if (!last_test.is_null()) job["last_test"] = last_test;
     if (full) {
       json snaps = json::array();
-      for (auto& [iter, path] : snapshot_files((dir / "run").string(), "safetensors"))
-        snaps.push_back({{"iter", iter}, {"bytes", fs::file_size(path)}});
+      for (auto& [iter, path] : snapshot_files((dir / "run").string(), "safetensors")) {
+        std::error_code ec;  // a snapshot the trainer just replaced: left out, not a 500
+        const auto bytes = fs::file_size(path, ec);
+        if (!ec) snaps.push_back({{"iter", iter}, {"bytes", bytes}});
+      }
       job["snapshots"] = snaps;
     }
   }
@@ -92,14 +111,11 @@ void add_job_routes(httplib::Server& s, Context& c) {
   // State changes the scheduler refuses (InputError: not in a state that allows it): 409.
   for (auto [verb, change] : {std::pair{"abort", &Scheduler::abort}, std::pair{"resume", &Scheduler::resume}})
     s.Post(std::string(R"(/api/jobs/(\d+)/)") + verb,
-           [&c, change](const httplib::Request& req, httplib::Response& res) {
+           [&c, change = change](const httplib::Request& req, httplib::Response& res) {
              handle(res, [&] {
                row(c, "jobs", req);
-               try {
-                 return (c.scheduler.*change)(job_id(req));
-               } catch (const InputError& e) {
-                 throw ApiError(409, "", e.what());
-               }
+               const int64_t id = job_id(req);
+               return on_existing_job(c, id, [&] { return (c.scheduler.*change)(id); });
              });
            });
   s.Post(R"(/api/jobs/(\d+)/clone)", [&c](const httplib::Request& req, httplib::Response& res) {
@@ -108,7 +124,8 @@ void add_job_routes(httplib::Server& s, Context& c) {
         [&] {
           json j = row(c, "jobs", req);
           if (j.value("kind", "") != "train") throw ApiError(409, "", "only training jobs can be cloned");
-          return c.scheduler.clone(job_id(req));
+          const int64_t id = job_id(req);
+          return on_existing_job(c, id, [&] { return c.scheduler.clone(id); });
         },
         201);
   });
@@ -117,8 +134,12 @@ void add_job_routes(httplib::Server& s, Context& c) {
       json j = row(c, "jobs", req);
       if (j.value("kind", "") == "dataset")
         throw ApiError(409, "", "this job packs a dataset; delete the dataset instead");
-      c.scheduler.remove(job_id(req));
-      return json{{"deleted", j["id"]}};
+      const int64_t id = job_id(req);
+      on_existing_job(c, id, [&] {
+        c.scheduler.remove(id);
+        return json();
+      });
+      return json{{"deleted", id}};
     });
   });
   s.Get(R"(/api/jobs/(\d+)/metrics)", [&c](const httplib::Request& req, httplib::Response& res) {

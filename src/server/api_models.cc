@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/error.h"
 #include "server/graph_svg.h"
 #include "server/http.h"
 #include "server/models.h"
@@ -154,6 +155,7 @@ void add_model_routes(httplib::Server& s, Context& c) {
                      {"group", name},
                      {"params", {{"base_lr", p.lr}, {"batch_size", p.batch}}},
                      {"iterations_per_epoch", iterations_per_epoch(p.batch, d)},
+                     {"keep_snapshots", solver["keep_snapshots"]},
                      {"max_iter", std::max<int64_t>(1, std::llround(solver["epochs"].get<double>() *
                                                                     iterations_per_epoch(p.batch, d)))},
                      {"files", {{"net.prototxt", p.net}, {"solver.prototxt", p.solver}}}};
@@ -184,9 +186,16 @@ void add_model_routes(httplib::Server& s, Context& c) {
   s.Delete(R"(/api/models/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       json m = with_jobs(c, row(c, "models", req));
-      for (const json& j : m["jobs"]) c.scheduler.remove(j["id"]);
-      c.store.remove("models", m["id"]);
-      return json{{"deleted", m["id"]}};
+      for (const json& j : m["jobs"]) {
+        try {
+          c.scheduler.remove(j["id"]);
+        } catch (const InputError&) {
+          // Already gone: a second DELETE of this model (or of the job) got there first.
+        }
+      }
+      const int64_t id = m["id"];
+      if (!c.store.remove("models", id)) throw ApiError(404, "", fmt::format("no model {}", id));
+      return json{{"deleted", id}};
     });
   });
 }

@@ -13,7 +13,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "server/datasets.h"
+#include "server/connections.h"
+#include "server/dataset_job.h"
 #include "server/http.h"
 
 namespace bks::server {
@@ -42,6 +43,8 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 int serve(ServeOptions o) {
   if (o.port < 0 || o.port > 65535) input_error("--port must be between 0 and 65535, got {}", o.port);
+  if (o.max_viewers < 1 || o.max_viewers > 100000)
+    input_error("--max-viewers must be between 1 and 100000, got {}", o.max_viewers);
   if (!loopback(o.host) && o.token.empty()) o.token = random_token();
   std::error_code ec;
   fs::create_directories(fs::path(o.data_dir) / "imports", ec);
@@ -64,30 +67,31 @@ int serve(ServeOptions o) {
   Store store((fs::path(o.data_dir) / "bakusoku.db").string());
   std::vector<std::string> roots{(fs::path(o.data_dir) / "imports").string()};
   for (const auto& r : o.import_roots) roots.push_back(r);
-  Scheduler scheduler(
-      store, cfg,
-      [&](const json& job, const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
-        auto d = store.get("datasets", job.at("dataset_id").get<int64_t>());
-        if (!d) throw InputError("its dataset was deleted");
-        pack_dataset((*d)["spec"],
-                     (fs::path(o.data_dir) / "datasets" / std::to_string((*d)["id"].get<int64_t>())).string(), progress,
-                     cancelled);
-      });
+  Scheduler scheduler(store, cfg,
+                      [&](const json& job, const std::string& job_dir, const std::function<void(double)>& progress,
+                          const std::atomic<bool>& cancelled) {
+                        auto d = store.get("datasets", job.at("dataset_id").get<int64_t>());
+                        if (!d) throw InputError("its dataset was deleted");
+                        // In a child: a dataset file that crashes its reader must not take the server down.
+                        const std::string out =
+                            (fs::path(o.data_dir) / "datasets" / std::to_string((*d)["id"].get<int64_t>())).string();
+                        pack_in_child({cfg.binary, (*d)["spec"], out, roots, job_dir}, progress, cancelled);
+                      });
   Classifier classifier;
   Context ctx{store, scheduler, classifier, roots, o.data_dir};
 
   httplib::Server http;
-  http.new_task_queue = [] { return new httplib::ThreadPool(32); };  // live charts hold a thread each
+  ServerConnections connections(http, o.max_viewers);  // workers, keep-alive, socket options
   http.set_payload_max_length(16 << 20);
-  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
-  // server share the port silently and take half the requests.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
   const std::string token = o.token;
   http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
-    if (token.empty() || req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    // Before the token: a request from another site is refused even when it carries one.
+    if (auto refusal = cross_site_refusal(req, !token.empty())) {
+      reply_error(res, *refusal);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (token.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string given = req.get_param_value("token");
     std::string auth = req.get_header_value("Authorization");
     if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
@@ -123,7 +127,7 @@ int serve(ServeOptions o) {
   add_dataset_routes(http, ctx);
   add_model_routes(http, ctx);
   add_job_routes(http, ctx);
-  add_event_routes(http, ctx);
+  add_event_routes(http, ctx, o.max_viewers);
   add_classify_routes(http, ctx);
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
@@ -140,6 +144,8 @@ int serve(ServeOptions o) {
   } else if (!http.bind_to_port(o.host, port)) {
     input_error("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, port);
   }
+  if (!connections.raise_backlog())
+    log::warn("bakusoku serve: cannot raise the listen backlog; bursts of connections may wait");
   std::string url =
       fmt::format("http://{}:{}/", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, port);
   fmt::print("bakusoku serve: {}{}\n", url, o.token.empty() ? "" : "?token=" + o.token);

@@ -16,6 +16,7 @@ struct ServeOptions {
   int threads = 0;                        // threads per training job (0: cores / slots)
   std::vector<std::string> import_roots;  // folders datasets may come from (besides <data>/imports)
   std::string binary;                     // bakusoku, for training children
+  int max_viewers = 500;                  // live-chart streams at once (each holds an HTTP worker)
 };
 
 // Serves until SIGINT or SIGTERM, then stops the jobs it runs (they snapshot) and returns

@@ -4,12 +4,14 @@
 #include <stb_image_write.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -27,6 +29,49 @@ const std::vector<std::string>& fashion_mnist_classes() {
   return names;
 }
 
+namespace {
+
+// The largest width or height a packed dataset has.
+constexpr int64_t kMaxPackedSide = 512;
+
+// `p` with every link and ".." resolved, when that exists and lies inside one of `roots`.
+std::optional<fs::path> resolved_inside(const fs::path& p, const std::vector<std::string>& roots) {
+  std::error_code ec;
+  fs::path real = fs::canonical(p, ec);
+  if (ec) return std::nullopt;
+  for (const auto& r : roots) {
+    fs::path root = fs::weakly_canonical(r, ec);
+    if (ec) continue;
+    auto rel = real.lexically_relative(root);
+    if (!rel.empty() && *rel.begin() != "..") return real;
+  }
+  return std::nullopt;
+}
+
+// The real path of `p`, a file packing reads; InputError naming it when it is missing or
+// leads (through a link) outside the import folders.
+fs::path checked_source(const fs::path& p, const std::vector<std::string>& roots, const char* what) {
+  std::error_code ec;
+  if (!fs::exists(p, ec)) throw InputError(fmt::format("{}: {} not found", p.string(), what));
+  auto real = resolved_inside(p, roots);
+  if (!real)
+    throw InputError(fmt::format("{}: {} leads to {}, outside the folders datasets may come from ({})", p.string(),
+                                 what, fs::weakly_canonical(p, ec).string(), fmt::join(roots, ", ")));
+  return *real;
+}
+
+// The labels file an IDX images file implies must be inside the import folders too.
+void check_labels_beside(const json& spec, const char* field, const std::vector<std::string>& roots) {
+  const fs::path labels = idx_labels_path(spec[field].get<std::string>());
+  std::error_code ec;
+  if (fs::exists(labels, ec) && !resolved_inside(labels, roots))
+    throw ApiError(400, field,
+                   fmt::format("'{}': its labels file {} leads outside the folders datasets may come from", field,
+                               labels.string()));
+}
+
+}  // namespace
+
 json validate_dataset_spec(const json& body, const std::vector<std::string>& roots) {
   json spec;
   spec["name"] = string_field(body, "name", true, 100);
@@ -37,7 +82,7 @@ json validate_dataset_spec(const json& body, const std::vector<std::string>& roo
   // they should change (otherwise the files' own).
   auto geometry = [&](bool defaults) {
     for (const char* f : {"width", "height"})
-      if (defaults || body.contains(f)) spec[f] = integer_field(body, f, 4, 512, 28);
+      if (defaults || body.contains(f)) spec[f] = integer_field(body, f, 4, kMaxPackedSide, 28);
     std::string color = string_field(body, "color", false, 20);
     if (color.empty() && defaults) color = "grayscale";
     if (!color.empty() && color != "grayscale" && color != "color")
@@ -46,8 +91,11 @@ json validate_dataset_spec(const json& body, const std::vector<std::string>& roo
   };
   if (source == "idx") {
     spec["train_images"] = path_field(body, "train_images", roots, false);
-    if (body.contains("test_images") && !body["test_images"].is_null())
+    check_labels_beside(spec, "train_images", roots);
+    if (body.contains("test_images") && !body["test_images"].is_null()) {
       spec["test_images"] = path_field(body, "test_images", roots, false);
+      check_labels_beside(spec, "test_images", roots);
+    }
     geometry(false);
   } else if (source == "folder") {
     spec["root"] = path_field(body, "root", roots, true);
@@ -113,10 +161,17 @@ void append_as(const uint8_t* chw, const Shape& from, const Shape& to, std::vect
   }
 }
 
-void from_idx(const json& spec, Packing& p, const std::function<void(double)>& progress,
-              const std::atomic<bool>& cancelled) {
+// An IDX images file and the labels file beside it, both checked to be inside `roots`.
+std::shared_ptr<Dataset> read_idx_inside(const std::string& images, const std::vector<std::string>& roots) {
+  const fs::path real = checked_source(images, roots, "IDX images file");
+  const fs::path labels = checked_source(idx_labels_path(real.string()), roots, "IDX labels file");
+  return read_idx_pair(real.string(), labels.string());
+}
+
+void from_idx(const json& spec, const std::vector<std::string>& roots, Packing& p,
+              const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
   std::string images = spec["train_images"];
-  auto train = read_idx_pair(images, idx_labels_path(images));
+  auto train = read_idx_inside(images, roots);
   const DatasetField& d = *train->field("data");
   const DatasetField& l = *train->field("label");
   const Shape& stored = d.sample_shape;
@@ -125,6 +180,11 @@ void from_idx(const json& spec, Packing& p, const std::function<void(double)>& p
   // The packed shape: the files' own, or the width, height and colour asked for.
   p.shape = {spec.contains("color") ? (spec["color"] == "color" ? 3 : 1) : stored[0], spec.value("height", stored[1]),
              spec.value("width", stored[2])};
+  // As large as the dashboard packs (the width and height fields' limit): the mean image
+  // alone costs 8 bytes a value.
+  if (p.shape[1] > kMaxPackedSide || p.shape[2] > kMaxPackedSide)
+    throw InputError(fmt::format("{}: images are {} x {}; give a width and height of at most {} to resize them", images,
+                                 stored[2], stored[1], kMaxPackedSide));
   int max_label = 0;
   for (int64_t i = 0; i < train->size; ++i) max_label = std::max<int>(max_label, l.u8(i)[0]);
   progress(0.2);
@@ -135,7 +195,7 @@ void from_idx(const json& spec, Packing& p, const std::function<void(double)>& p
   };
   if (spec.contains("test_images")) {
     std::string t = spec["test_images"];
-    auto test = read_idx_pair(t, idx_labels_path(t));
+    auto test = read_idx_inside(t, roots);
     if (test->field("data")->sample_shape != stored)
       throw InputError(fmt::format("{}: test images are {} but training images are {}", t,
                                    shape_str(test->field("data")->sample_shape), shape_str(stored)));
@@ -152,27 +212,43 @@ void from_idx(const json& spec, Packing& p, const std::function<void(double)>& p
   progress(0.6);
 }
 
-void from_folder(const json& spec, Packing& p, const std::function<void(double)>& progress,
-                 const std::atomic<bool>& cancelled) {
-  const fs::path root = spec["root"].get<std::string>();
+// The bytes of one image file, refused (naming it) when larger than an image can be.
+std::string read_image_file(const fs::path& file) {
+  std::error_code ec;
+  const auto bytes = fs::file_size(file, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot read ({})", file.string(), ec.message()));
+  if (bytes > kMaxImageFileBytes)
+    throw InputError(fmt::format("{}: {} bytes; image files of at most {} MB are read", file.string(), bytes,
+                                 kMaxImageFileBytes >> 20));
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", file.string()));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void from_folder(const json& spec, const std::vector<std::string>& roots, Packing& p,
+                 const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
+  const fs::path root = checked_source(spec["root"].get<std::string>(), roots, "image folder");
   const int w = spec["width"], h = spec["height"], c = spec["color"] == "color" ? 3 : 1;
   p.shape = {c, h, w};
   std::vector<std::pair<std::string, std::vector<fs::path>>> classes;
+  // Every class folder and image is read through its real path, which must stay inside the
+  // import folders: a link to anywhere else is refused, naming it.
   for (const auto& e : fs::directory_iterator(root)) {
     if (!e.is_directory()) continue;
+    const fs::path folder = checked_source(e.path(), roots, "class folder");
     std::vector<fs::path> files;
-    for (const auto& f : fs::directory_iterator(e.path())) {
+    for (const auto& f : fs::directory_iterator(folder)) {
       std::string ext = f.path().extension().string();
       std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-      if (f.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg")) files.push_back(f.path());
+      if (f.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg"))
+        files.push_back(checked_source(f.path(), roots, "image"));
     }
     std::sort(files.begin(), files.end());
     if (!files.empty()) classes.emplace_back(e.path().filename().string(), std::move(files));
   }
   std::sort(classes.begin(), classes.end());
   if (classes.size() < 2)
-    throw ApiError(400, "root",
-                   fmt::format("{} needs at least two class folders holding .png or .jpg images", root.string()));
+    throw InputError(fmt::format("{} needs at least two class folders holding .png or .jpg images", root.string()));
   size_t total = 0, done = 0;
   for (auto& [name, files] : classes) total += files.size();
   const int pct = spec.value("val_percent", 10);
@@ -185,10 +261,13 @@ void from_folder(const json& spec, Packing& p, const std::function<void(double)>
     for (size_t k = 0; k < files.size(); ++k) {
       check(cancelled);
       Split& s = k < n_val ? p.val : p.train;
-      std::ifstream in(files[k], std::ios::binary);
       std::string why;
-      if (!decode_chw(std::string(std::istreambuf_iterator<char>(in), {}), c, h, w, s.data, why))
-        throw InputError(fmt::format("{}: not a readable PNG or JPEG image ({})", files[k].string(), why));
+      switch (decode_chw(read_image_file(files[k]), c, h, w, s.data, why)) {
+        case Decoded::ok: break;
+        case Decoded::too_large: throw InputError(fmt::format("{}: image too large: {}", files[k].string(), why));
+        case Decoded::not_an_image:
+          throw InputError(fmt::format("{}: not a readable PNG or JPEG image ({})", files[k].string(), why));
+      }
       s.labels.push_back(static_cast<float>(label));
       progress(0.8 * static_cast<double>(++done) / static_cast<double>(total));
     }
@@ -223,15 +302,15 @@ void write_png(const fs::path& file, const uint8_t* chw, const Shape& shape) {
 
 }  // namespace
 
-void pack_dataset(const json& spec, const std::string& dir_name, const std::function<void(double)>& progress,
-                  const std::atomic<bool>& cancelled) {
+void pack_dataset(const json& spec, const std::string& dir_name, const std::vector<std::string>& roots,
+                  const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
   const fs::path dir = dir_name;
   fs::create_directories(dir / "thumbs");
   Packing p;
   if (spec.value("source", "") == "idx")
-    from_idx(spec, p, progress, cancelled);
+    from_idx(spec, roots, p, progress, cancelled);
   else
-    from_folder(spec, p, progress, cancelled);
+    from_folder(spec, roots, p, progress, cancelled);
   if (spec.contains("class_names")) {
     auto names = spec["class_names"].get<std::vector<std::string>>();
     for (size_t i = 0; i < names.size() && i < p.classes.size(); ++i) p.classes[i] = names[i];

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "server/store.h"
 
@@ -17,9 +19,15 @@ namespace bks::server {
 // ApiError naming the field. `roots`: the folders source files may come from.
 json validate_dataset_spec(const json& body, const std::vector<std::string>& roots);
 
-// Packs the dataset `spec` into `dir`. Progress in [0, 1]; stops (throwing) when cancelled.
-void pack_dataset(const json& spec, const std::string& dir, const std::function<void(double)>& progress,
-                  const std::atomic<bool>& cancelled);
+// Image files larger than this are refused before they are read.
+constexpr uintmax_t kMaxImageFileBytes = uintmax_t{256} << 20;
+
+// Packs the dataset `spec` into `dir`. Every file read (IDX labels beside their images, each
+// class folder and image of a folder, through links) must lie inside `roots`; InputError
+// naming it otherwise. Progress in [0, 1]; stops (throwing) when cancelled. The server runs
+// this in a child process (bakusoku pack-dataset, see dataset_job.h), never in itself.
+void pack_dataset(const json& spec, const std::string& dir, const std::vector<std::string>& roots,
+                  const std::function<void(double)>& progress, const std::atomic<bool>& cancelled);
 
 // Names of Fashion-MNIST's ten classes, in label order.
 const std::vector<std::string>& fashion_mnist_classes();

@@ -7,12 +7,14 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/api_error.h"
 #include "server/classify.h"
 #include "server/jobs.h"
 #include "server/models.h"
+#include "server/request_guard.h"
 #include "server/store.h"
 
 namespace bks::server {
@@ -26,12 +28,23 @@ struct Context {
 };
 
 void reply(httplib::Response& res, int status, const json& body);
+// {"error": ..., "field": ...} with the error's status.
+void reply_error(httplib::Response& res, const ApiError& e);
 // Runs `f` and replies with its result (status 200, or `ok_status`), or with the error it
 // threw: ApiError as given, InputError 400, anything else 500.
 void handle(httplib::Response& res, const std::function<json()>& f, int ok_status = 200);
 // The same for handlers that write the response themselves (files, images, streams).
 void handle_raw(httplib::Response& res, const std::function<void()>& f);
-// The request body as a JSON object (ApiError 400 when it is not one).
+// Bounds on JSON a request sends: nlohmann's DOM copies and frees values recursively, so a
+// body nested thousands of levels deep would overflow a server thread's stack; no API body
+// needs more than a few levels. The size bound leaves room for a 1 MiB prototxt, escaped.
+constexpr int kMaxJsonDepth = 64;
+constexpr size_t kMaxJsonBodyBytes = size_t{4} << 20;
+// JSON text parsed only when it nests at most kMaxJsonDepth levels; a discarded value when
+// it nests deeper or is not JSON (for files the server reads back, e.g. metrics lines).
+json parse_bounded_json(std::string_view text);
+// The request body as a JSON object: ApiError 415 unless sent as application/json, 413 when
+// larger than kMaxJsonBodyBytes, 400 when nested deeper than kMaxJsonDepth or not an object.
 json body_object(const httplib::Request& req);
 // The numeric id captured by the route's first group (ApiError 404 when no such row).
 json row(Context& c, const std::string& table, const httplib::Request& req);
@@ -47,7 +60,8 @@ json describe_job(Context& c, json job, bool full);
 void add_dataset_routes(httplib::Server& s, Context& c);
 void add_model_routes(httplib::Server& s, Context& c);
 void add_job_routes(httplib::Server& s, Context& c);
-void add_event_routes(httplib::Server& s, Context& c);
+// At most `max_viewers` event streams at once; one more gets 503 with Retry-After.
+void add_event_routes(httplib::Server& s, Context& c, int max_viewers);
 void add_classify_routes(httplib::Server& s, Context& c);
 void add_static_routes(httplib::Server& s);
 

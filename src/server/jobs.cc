@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -26,7 +27,12 @@ std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& r
   for (const auto& e : fs::directory_iterator(fs::path(run) / "snapshots", ec)) {
     std::smatch m;
     std::string f = e.path().filename().string();
-    if (std::regex_match(f, m, name)) out.emplace_back(std::stoll(m[1]), e.path().string());
+    if (!std::regex_match(f, m, name)) continue;
+    // A number too large for an iteration is no snapshot of ours (and must not throw).
+    int64_t iter = 0;
+    const std::string digits = m[1];
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), iter);
+    if (ec == std::errc() && end == digits.data() + digits.size()) out.emplace_back(iter, e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -127,10 +133,16 @@ void Scheduler::start_job(json& job) {
   auto r = std::make_unique<Running>();
   const fs::path dir = job_dir(id);
   if (job.value("kind", "") == "train") {
-    std::vector<std::string> argv{config_.binary, "train",
-                                  "--solver",     (dir / "solver.prototxt").string(),
-                                  "--out",        (dir / "run").string(),
-                                  "--threads",    std::to_string(config_.threads_per_job)};
+    std::vector<std::string> argv{config_.binary,
+                                  "train",
+                                  "--solver",
+                                  (dir / "solver.prototxt").string(),
+                                  "--out",
+                                  (dir / "run").string(),
+                                  "--threads",
+                                  std::to_string(config_.threads_per_job),
+                                  "--keep-snapshots",
+                                  std::to_string(job.value("keep_snapshots", 5))};
     std::string from = job.value("resume_from", "");
     if (!from.empty()) {
       argv.push_back("--snapshot");
@@ -143,7 +155,7 @@ void Scheduler::start_job(json& job) {
   } else {
     Running* raw = r.get();
     json copy = job;
-    r->thread = std::thread([this, raw, copy, id] {
+    r->thread = std::thread([this, raw, copy, id, dir] {
       double last = 0;
       auto progress = [&](double p) {
         double t = now_seconds();
@@ -156,7 +168,7 @@ void Scheduler::start_job(json& job) {
         }
       };
       try {
-        dataset_work_(copy, progress, raw->cancel);
+        dataset_work_(copy, dir.string(), progress, raw->cancel);
       } catch (const std::exception& e) {
         raw->error = e.what();
       }

@@ -1,6 +1,7 @@
 // The job queue. A training job runs `bakusoku train` as a child process in its own
 // directory (<data>/jobs/<id>/: net.prototxt, solver.prototxt, output.txt, run/); a dataset
-// job runs in a server thread. Jobs wait for a free slot (CPU slots now; one per GPU later)
+// job is a server thread that runs its work (a `bakusoku pack-dataset` child, dataset_job.h)
+// in the same kind of directory. Jobs wait for a free slot (CPU slots now; one per GPU later)
 // and move queued -> running -> done | failed | aborted. Aborted and failed training jobs
 // resume from their last snapshot. Jobs left running by a server that stopped are failed
 // (and resumable) when the next one starts.
@@ -30,10 +31,12 @@ struct ServerConfig {
   int threads_per_job = 1;  // --threads of each training child
 };
 
-// What a dataset job does, in a server thread: report progress in [0, 1], stop early when
-// `cancelled` turns true; throws InputError / RuntimeError on failure.
-using DatasetWork = std::function<void(const json& job, const std::function<void(double)>& progress,
-                                       const std::atomic<bool>& cancelled)>;
+// What a dataset job does, in a server thread, with `job_dir` its directory: report progress
+// in [0, 1], stop early when `cancelled` turns true; throws InputError / RuntimeError on
+// failure.
+using DatasetWork =
+    std::function<void(const json& job, const std::string& job_dir, const std::function<void(double)>& progress,
+                       const std::atomic<bool>& cancelled)>;
 
 class Scheduler {
  public:

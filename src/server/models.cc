@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -152,21 +153,95 @@ NetLoad with_own_data(const std::string& text, const std::string& head) {
   return out;
 }
 
-// Checks the net in both phases (every layer's attributes, shapes and parameter blobs) to
-// find what is wrong, without building kernels.
-void build_both_phases(const NetLoad& nl) {
+// What a network may cost on this server. Validation and model creation check it from
+// shape inference alone, before anything is allocated, so a model too large for the machine
+// is refused naming the layer instead of taking gigabytes (and a training child that the
+// out-of-memory killer ends later).
+//  - Parameters: at most 2^28 floats in all (1 GiB of float32; training keeps three or four
+//    copies: weights, gradients, solver history).
+//  - Activations: at most 2^26 floats (256 MiB) per image summed over the net's blobs, at
+//    the batch size of its data layer.
+constexpr int64_t kMaxParameterFloats = int64_t{1} << 28;
+constexpr int64_t kMaxActivationFloatsPerImage = int64_t{1} << 26;
+
+std::string gib(int64_t floats) { return fmt::format("{:.2f} GiB", static_cast<double>(floats) * 4 / (1 << 30)); }
+
+// The checks bind_parameters() makes (no more 'param' specs than blobs, shared blobs of one
+// shape), without allocating the blobs, and the parameter budget (shared blobs count once).
+void check_parameters(const Graph& g, Phase phase, const std::string& field) {
+  const ParamDecls decls_of = declared_params(g, phase);
+  std::map<std::string, Shape> by_key, by_share;
+  int64_t total = 0;
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    const Node& node = g.nodes[n];
+    const std::vector<ParamDecl> decls = decls_of(n);
+    if (node.param_specs.size() > decls.size())
+      input_error("{}: {} 'param' specs given but the layer has {} parameter blob(s)", g.describe(n),
+                  node.param_specs.size(), decls.size());
+    for (size_t i = 0; i < decls.size(); ++i) {
+      const std::string key = fmt::format("{}.{}", node.name, i);
+      const std::string share = i < node.param_specs.size() ? node.param_specs[i].share_name : "";
+      const Shape* have = nullptr;
+      if (auto it = by_share.find(share); !share.empty() && it != by_share.end()) have = &it->second;
+      if (auto it = by_key.find(key); !have && it != by_key.end()) have = &it->second;
+      if (have) {
+        if (*have != decls[i].shape)
+          input_error("{}: parameter blob {} has shape {} but the shared/existing blob has {}", g.describe(n), i,
+                      shape_str(decls[i].shape), shape_str(*have));
+        continue;
+      }
+      by_key[key] = decls[i].shape;
+      if (!share.empty()) by_share[share] = decls[i].shape;
+      total += shape_numel(decls[i].shape);  // each below 2^62: shape inference checked it
+      if (total > kMaxParameterFloats)
+        throw ApiError(413, field,
+                       fmt::format("{}: the network's parameters reach {} floats ({}) here, over the server's limit "
+                                   "of 2^28 floats (1 GiB)",
+                                   g.describe(n), total, gib(total)));
+    }
+  }
+}
+
+// The activation budget: every blob the net computes (an in-place layer's output counts
+// with its input), per image of the batch the data layer reads.
+void check_activations(const Graph& g, const std::string& field) {
+  const int data = g.find_value("data");
+  const Shape& data_shape = data >= 0 ? g.values[data].shape : Shape{};
+  const int64_t batch = data_shape.empty() ? 1 : std::max<int64_t>(1, data_shape[0]);
+  std::map<std::string, int64_t> blobs;
+  int64_t total = 0;
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n)
+    for (int v : g.nodes[n].outputs) {
+      const int64_t size = shape_numel(g.values[v].shape);
+      int64_t& seen = blobs[g.values[v].name];
+      if (size <= seen) continue;
+      total += size - seen;
+      seen = size;
+      if (total / batch > kMaxActivationFloatsPerImage)
+        throw ApiError(413, field,
+                       fmt::format("{}: the network's blobs reach {} floats ({}) per image here, over the server's "
+                                   "limit of 2^26 floats (256 MiB) per image",
+                                   g.describe(n), total / batch, gib(total / batch)));
+    }
+}
+
+// Checks the net in both phases (every layer's attributes, shapes and parameter blobs, and
+// the size budget above) to find what is wrong, without building kernels or weights.
+void build_both_phases(const NetLoad& nl, const std::string& field) {
   for (auto phase : {proto::TRAIN, proto::TEST}) {
     proto::NetState st;
     st.set_phase(phase);
     Graph g = build_caffe_graph(nl, st);
     infer_shapes(g, phase);
-    ParamStore store;
-    bind_parameters(g, store, 1, declared_params(g, phase), /*fill=*/false);
+    check_parameters(g, phase, field);
+    check_activations(g, field);
   }
 }
 
+// The line an error names; 0 when none, or when the digits (which may come from the user's
+// own text, a layer name) do not fit an int.
 int line_of(const std::string& message) {
-  static const std::regex at(R"(custom\.prototxt:(\d+))");
+  static const std::regex at(R"(custom\.prototxt:(\d{1,9})(?!\d))");
   std::smatch m;
   return std::regex_search(message, m, at) ? std::stoi(m[1]) : 0;
 }
@@ -178,7 +253,9 @@ void check_builds(const std::string& text, const std::string& field) {
     NetLoad nl;
     nl.source = "network.prototxt";
     parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
-    build_both_phases(nl);
+    build_both_phases(nl, field);
+  } catch (const ApiError&) {
+    throw;
   } catch (const std::exception& e) {
     throw ApiError(400, field, e.what());
   }
@@ -202,10 +279,12 @@ std::string standard_network(const std::string& name, const DatasetView& d, int6
 std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch) {
   try {
     NetLoad nl = with_own_data(text, data_layers(d, batch));
-    build_both_phases(nl);
+    build_both_phases(nl, "prototxt");
     std::string out;
     google::protobuf::TextFormat::PrintToString(nl.param, &out);
     return out;
+  } catch (const ApiError&) {
+    throw;
   } catch (const std::exception& e) {
     throw ApiError(400, "prototxt", e.what());
   }
@@ -222,7 +301,9 @@ Validation validate_prototxt(const std::string& text, const std::vector<int64_t>
             "layer {{ name: \"data\" type: \"Input\" top: \"data\" top: \"label\" input_param {{ shape {{ dim: 2{} }} "
             "shape {{ dim: 2 }} }} }}\n",
             dims));
-    build_both_phases(nl);
+    build_both_phases(nl, "prototxt");
+  } catch (const ApiError&) {
+    throw;  // over the size budget: the request fails (413), it is not a verdict on the text
   } catch (const std::exception& e) {
     v.ok = false;
     v.error = e.what();
@@ -264,7 +345,13 @@ json validate_solver(const json& body) {
   s["momentum"] = number_field(body, "momentum", 0, 0.999, 0.9);
   s["weight_decay"] = number_field(body, "weight_decay", 0, 1, 0.0005);
   s["epochs"] = number_field(body, "epochs", 0.01, 1000, 1);
+  // 0: one snapshot, at the end. Otherwise no more often than every 0.01 epoch (and 50
+  // iterations, below): a snapshot per iteration filled disks.
   s["snapshot_epochs"] = number_field(body, "snapshot_epochs", 0, 1000, 1);
+  if (s["snapshot_epochs"].get<double>() > 0 && s["snapshot_epochs"].get<double>() < 0.01)
+    throw ApiError(400, "snapshot_epochs", "'snapshot_epochs' must be 0 (at the end only) or at least 0.01");
+  // The dashboard keeps the newest few snapshots of a job (the CLI keeps all unless told).
+  s["keep_snapshots"] = integer_field(body, "keep_snapshots", 0, 1000, 5);
   return s;
 }
 
@@ -298,8 +385,9 @@ std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t 
   t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(),
                    max_iter, std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
   const double snap = s["snapshot_epochs"].get<double>();
+  const int64_t min_interval = std::min<int64_t>(max_iter, 50);
   t += fmt::format("snapshot: {}\n",
-                   snap > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
+                   snap > 0 ? std::max(min_interval, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
   if (val_count > 0) {
     int64_t test_batch = std::min<int64_t>(100, val_count);
     t += fmt::format("test_iter: {}\ntest_interval: {}\n", (val_count + test_batch - 1) / test_batch,

@@ -33,7 +33,9 @@ void check_builds(const std::string& text, const std::string& field);
 // text; throws ApiError(400, "prototxt") with the line when it does not parse or build.
 std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch);
 // Parses and builds `text` (for the editor's validate button) without a dataset: data
-// layers become inputs of `shape`.
+// layers become inputs of `shape`. A network over the server's size budget (models.cc: 2^28
+// floats of parameters, 2^26 floats of blobs per image) throws ApiError 413 naming the
+// layer, as check_builds and custom_network do.
 Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape);
 
 // The solver settings of a model request, validated (ApiError naming the field).

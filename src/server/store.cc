@@ -88,11 +88,12 @@ void Store::put(const std::string& table, const json& doc) {
   if (sqlite3_step(st.s) != SQLITE_DONE) throw RuntimeError(path_ + ": " + sqlite3_errmsg(db_));
 }
 
-void Store::remove(const std::string& table, int64_t id) {
+bool Store::remove(const std::string& table, int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st(db_, std::string("DELETE FROM ") + checked_table(table) + " WHERE id = ?1", path_);
   sqlite3_bind_int64(st.s, 1, id);
   if (sqlite3_step(st.s) != SQLITE_DONE) throw RuntimeError(path_ + ": " + sqlite3_errmsg(db_));
+  return sqlite3_changes(db_) > 0;
 }
 
 }  // namespace bks::server

@@ -29,7 +29,7 @@ class Store {
   std::optional<json> get(const std::string& table, int64_t id);
   std::vector<json> list(const std::string& table);     // by id
   void put(const std::string& table, const json& doc);  // replaces the document doc["id"]
-  void remove(const std::string& table, int64_t id);
+  bool remove(const std::string& table, int64_t id);    // false when there was no such row
 
  private:
   void exec(const std::string& sql);
