@@ -40,7 +40,7 @@ ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
   if (!fs::exists(weights)) throw ApiError(400, "iter", fmt::format("no snapshot at iteration {}", iter));
   DatasetView d = dataset_view(c, job.value("dataset_id", int64_t{-1}), "dataset_id");
   std::ifstream info_in(fs::path(d.dir) / "info.json");
-  json info = json::parse(info_in, nullptr, false);
+  json info = parse_bounded_json(std::string(std::istreambuf_iterator<char>(info_in), {}));
   out["iter"] = iter;
   return {(dir / "net.prototxt").string(), weights.string(), d.shape,
           info.is_object() ? info["classes"].get<std::vector<std::string>>() : std::vector<std::string>(), d.dir};

@@ -26,7 +26,7 @@ json describe(Context& c, json d) {
     if (job->contains("reason")) d["reason"] = (*job)["reason"];
   }
   std::ifstream in(dataset_dir(c, d["id"]) / "info.json");
-  if (in) d["info"] = json::parse(in, nullptr, false);
+  if (in) d["info"] = parse_bounded_json(std::string(std::istreambuf_iterator<char>(in), {}));
   return d;
 }
 
@@ -99,7 +99,9 @@ void add_dataset_routes(httplib::Server& s, Context& c) {
         if (st == "running" || st == "queued") c.scheduler.abort(d["job_id"]);
         c.scheduler.remove(d["job_id"]);
       }
-      c.store.remove("datasets", d["id"]);
+      // A concurrent DELETE may have won since row() found it.
+      if (!c.store.remove("datasets", d["id"]))
+        throw ApiError(404, "", fmt::format("no dataset {}", d["id"].get<int64_t>()));
       std::error_code ec;
       fs::remove_all(dataset_dir(c, d["id"]), ec);
       return json{{"deleted", d["id"]}};

@@ -158,8 +158,15 @@ void add_event_routes(httplib::Server& s, Context& c, int max_viewers) {
       w->id = job["id"];
       w->metrics = fs::path(c.scheduler.job_dir(w->id)) / "run" / "metrics.jsonl";
       res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider("text/event-stream",
-                                       [&c, w](size_t, httplib::DataSink& sink) { return stream_step(c, *w, sink); });
+      // The provider runs after this handler has returned: it needs its own error boundary.
+      res.set_chunked_content_provider("text/event-stream", [&c, w](size_t, httplib::DataSink& sink) {
+        try {
+          return stream_step(c, *w, sink);
+        } catch (const std::exception& e) {
+          send(sink, "error", json{{"error", std::string("internal error: ") + e.what()}}.dump());
+          return false;
+        }
+      });
     });
   });
 }

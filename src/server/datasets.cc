@@ -15,6 +15,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 #include "server/api_error.h"
 #include "server/images.h"
@@ -353,8 +354,7 @@ void pack_dataset(const json& spec, const std::string& dir_name, const std::vect
   info["train_per_class"] = train_counts;
   info["val_per_class"] = val_counts;
   info["thumbnails"] = thumbs;
-  std::ofstream(dir / "info.json.tmp") << info.dump(1);
-  fs::rename(dir / "info.json.tmp", dir / "info.json");
+  write_file_atomic((dir / "info.json").string(), info.dump(1));
   progress(1.0);
 }
 
