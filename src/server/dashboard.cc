@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "server/connections.h"
 #include "server/dataset_job.h"
@@ -50,6 +51,9 @@ int serve(ServeOptions o) {
   fs::create_directories(fs::path(o.data_dir) / "imports", ec);
   if (ec) input_error("{}: cannot create the data directory ({})", o.data_dir, ec.message());
   o.data_dir = fs::canonical(o.data_dir).string();
+  // What packing children killed mid-write left (training runs clean their own at start).
+  for (const auto& d : fs::directory_iterator(fs::path(o.data_dir) / "datasets", ec))
+    if (d.is_directory(ec)) remove_stale_temporaries(d.path().string());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ServerConfig cfg;
   cfg.data_dir = o.data_dir;
