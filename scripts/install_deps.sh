@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev libomp-dev
   libdnnl-dev libopenblas-dev
   libprotobuf-dev protobuf-compiler
   zlib1g-dev libhdf5-dev

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds (warnings are errors), runs the whole
-# suite (CTest), then builds again under AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs the fast tests there.
+# suite (CTest), then builds again with clang under AddressSanitizer +
+# UndefinedBehaviorSanitizer and runs the fast tests and the fuzz harnesses there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -10,9 +10,13 @@ bash scripts/install_deps.sh
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
 bash scripts/build.sh -DBKS_WERROR=ON
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 900)
-# Sanitizers: the fast tests (ops, planner, parsers, executor, solvers, formats).
-echo "test: building under address,undefined sanitizers in build-asan/ (log: build-asan.log)"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBKS_SANITIZE=address,undefined \
-  -DBKS_WERROR=ON > build-asan.log 2>&1 || { cat build-asan.log; exit 1; }
-ninja -C build-asan -j "$(nproc)" >> build-asan.log 2>&1 || { tail -50 build-asan.log; exit 1; }
-(cd build-asan && ctest -j "$(nproc)" -L fast --output-on-failure --timeout 900)
+# Sanitizers and fuzzing in one clang tree (build-fuzz/): the fast tests (ops, planner,
+# parsers, executor, solvers, formats) under AddressSanitizer + UndefinedBehaviorSanitizer,
+# and each libFuzzer harness for a fixed number of inputs from its seed corpus
+# (tests/fuzz/; scripts/fuzz.sh runs them for longer).
+command -v clang++ > /dev/null || { echo "test: clang++ not found; scripts/install_deps.sh installs clang" >&2; exit 1; }
+echo "test: building with clang under address,undefined sanitizers and libFuzzer in build-fuzz/ (log: build-fuzz.log)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DBKS_SANITIZE=address,undefined -DBKS_FUZZ=ON -DBKS_WERROR=ON > build-fuzz.log 2>&1 || { cat build-fuzz.log; exit 1; }
+ninja -C build-fuzz -j "$(nproc)" >> build-fuzz.log 2>&1 || { tail -50 build-fuzz.log; exit 1; }
+(cd build-fuzz && ctest -j "$(nproc)" -L 'fast|fuzz' --output-on-failure --timeout 900)

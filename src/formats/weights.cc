@@ -1,5 +1,6 @@
 #include "formats/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "caffe.pb.h"
@@ -22,14 +23,19 @@ TensorFile read_caffemodel(const std::string& path) {
         s.assign(b.shape().dim().begin(), b.shape().dim().end());
       else
         s = {b.num(), b.channels(), b.height(), b.width()};
+      // The shape is the file's claim: check it against the values the file holds before
+      // allocating anything of that size.
+      check_shape(s, sizeof(float), fmt::format("{}: layer '{}' blob {}", path, layer.name(), i));
+      const int64_t n = shape_numel(s);
+      const bool floats = b.data_size() == n;
+      if (!floats && b.double_data_size() != n)
+        input_error("{}: layer '{}' blob {} holds {} values for shape {}", path, layer.name(), i,
+                    std::max(b.data_size(), b.double_data_size()), shape_str(s));
       Tensor t(s);
-      if (b.data_size() == t.numel())
+      if (floats && n > 0)  // an empty blob's data pointer may be null, which memcpy must not get
         std::memcpy(t.f32(), b.data().data(), t.bytes());
-      else if (b.double_data_size() == t.numel())
-        for (int64_t k = 0; k < t.numel(); ++k) t.f32()[k] = static_cast<float>(b.double_data(static_cast<int>(k)));
-      else
-        input_error("{}: layer '{}' blob {} holds {} values for shape {}", path, layer.name(), i, b.data_size(),
-                    shape_str(s));
+      else if (!floats)
+        for (int64_t k = 0; k < n; ++k) t.f32()[k] = static_cast<float>(b.double_data(static_cast<int>(k)));
       tf.tensors.emplace_back(fmt::format("{}.{}", layer.name(), i), std::move(t));
     }
   return tf;

@@ -56,7 +56,13 @@ proto::FillerParameter filler_to_caffe(const FillerSpec& s) {
 }
 
 void Attrs::wrong_type(const std::type_info& want) const {
-  runtime_error("attributes of type {} asked for as {}", p_ ? typeid(*p_).name() : "(none)", want.name());
+  // typeid of a named reference: clang warns that typeid(*p_) evaluates its operand.
+  const char* held = "(none)";
+  if (p_) {
+    const OpAttrs& attrs = *p_;
+    held = typeid(attrs).name();
+  }
+  runtime_error("attributes of type {} asked for as {}", held, want.name());
 }
 
 namespace {

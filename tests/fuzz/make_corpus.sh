@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# Regenerates the seed corpora in tests/fuzz/corpus/<harness>/ (committed; run this only to
+# change them). Python 3's standard library writes the binary seeds; the bundle seed comes
+# from `bakusoku deploy` (BAKUSOKU, default build/src/bakusoku); the JPEG and HDF5 seeds
+# from a small C program built against stb and libhdf5 (bakusoku's own dependencies).
+# Usage: tests/fuzz/make_corpus.sh [BAKUSOKU]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bakusoku=${1:-$root/build/src/bakusoku}
+out=$here/corpus
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,json_body}
+
+# Nets: the examples (data sources renamed to the fixtures the harness writes beside the
+# net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
+sed 's#source: ".*"#source: "images-idx3-ubyte"#' "$root/examples/fashion_mnist/lenet_train_test.prototxt" \
+  > "$out/prototxt_net/lenet_train_test.prototxt"
+cp "$root/examples/cifar10/cifar10_quick_train_test.prototxt" "$out/prototxt_net/"
+cp "$root/examples/resnet/resnet18_cifar.prototxt" "$out/prototxt_net/"
+cp "$root/examples/fashion_mnist/lenet_solver.prototxt" "$out/prototxt_solver/"
+
+python3 - "$out" <<'PY'
+import gzip, json, struct, sys, zlib
+out = sys.argv[1]
+
+def write(path, data):
+    with open(f"{out}/{path}", "wb") as f:
+        f.write(data)
+
+# --- safetensors-style containers -------------------------------------------------
+def safetensors(tensors, metadata):
+    header, blob = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + blob
+
+def f32(*xs):
+    return struct.pack(f"<{len(xs)}f", *xs)
+
+ip = {"ip.0": ("F32", [2, 3], f32(.1, .2, .3, .4, .5, .6)), "ip.1": ("F32", [2], f32(.5, -.5))}
+write("safetensors/ip.safetensors", safetensors(ip, {"format": "bakusoku-weights"}))
+write("safetensors/mixed_dtypes.safetensors", safetensors(
+    {"ip.0": ("F64", [2, 3], struct.pack("<6d", *range(6))), "ip.1": ("BF16", [2], b"\x80\x3f\x00\x40"),
+     "u": ("U8", [3], b"\x01\x02\x03"), "i": ("I32", [1], struct.pack("<i", -7)), "e": ("F32", [0], b"")},
+    {"format": "bakusoku-weights"}))
+history = {"ip.0.h0": ip["ip.0"], "ip.1.h0": ip["ip.1"], "ip.0.h1": ip["ip.0"], "ip.1.h1": ip["ip.1"]}
+write("solverstate/iter_1.solverstate", safetensors(history, {
+    "format": "bakusoku-solverstate", "iter": "1", "weights": "iter_1.safetensors", "seed": "1"}))
+
+# --- .caffemodel: NetParameter (layer = 100) of LayerParameter (name 1, type 2, blobs 7) ---
+def varint(n):
+    b = b""
+    while True:
+        if n < 0x80:
+            return b + bytes([n])
+        b += bytes([n & 0x7F | 0x80])
+        n >>= 7
+
+def field(num, wire, payload):
+    key = varint(num << 3 | wire)
+    return key + (varint(len(payload)) + payload if wire == 2 else payload)
+
+def blob(dims, values, legacy=False, double=False):
+    b = b""
+    if legacy:  # num, channels, height, width (Caffe before BlobShape)
+        for i, d in enumerate(dims):
+            b += field(i + 1, 0, varint(d))
+    else:
+        b += field(7, 2, field(1, 2, b"".join(varint(d) for d in dims)))
+    b += field(8, 2, struct.pack(f"<{len(values)}d", *values)) if double else field(5, 2, f32(*values))
+    return b
+
+def layer(name, type_, blobs):
+    return field(100, 2, field(1, 2, name.encode()) + field(2, 2, type_.encode()) +
+                 b"".join(field(7, 2, b) for b in blobs))
+
+w, bias = [.1, .2, .3, .4, .5, .6], [.5, -.5]
+write("caffemodel/ip.caffemodel", field(1, 2, b"tiny") + layer("ip", "InnerProduct", [blob([2, 3], w), blob([2], bias)]))
+write("caffemodel/legacy_4d.caffemodel", layer("ip", "InnerProduct", [blob([1, 1, 2, 3], w, legacy=True),
+                                                                      blob([1, 1, 1, 2], bias, legacy=True)]))
+write("caffemodel/double.caffemodel", layer("data", "Input", []) +
+      layer("ip", "InnerProduct", [blob([2, 3], w, double=True), blob([2], bias, double=True)]))
+
+# --- IDX: first byte = where the images end (fraction of 256 of the rest), images, labels ---
+def idx(dims, data):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data)
+
+def idx_input(images, labels):
+    split = -(-len(images) * 256 // (len(images) + len(labels)))  # ceil, so the split lands on it
+    while (len(images) + len(labels)) * split // 256 > len(images):
+        split -= 1
+    return bytes([split]) + images + labels
+
+write("idx/gray_2x3x3.idx", idx_input(idx([2, 3, 3], range(18)), idx([2], [0, 1])))
+write("idx/color_2x2x2x3.idx", idx_input(idx([2, 2, 2, 3], range(24)), idx([2], [1, 0])))
+write("idx/vectors_3x4.idx", idx_input(idx([3, 4], range(12)), idx([3], [0, 1, 2])))
+gz = lambda b: gzip.compress(b, mtime=0)
+write("idx/gzip_2x3x3.idx", idx_input(gz(idx([2, 3, 3], range(18))), gz(idx([2], [0, 1]))))
+
+# --- PNG (grey, RGB, palette) -------------------------------------------------------------
+def png(w, h, color_type, rows, plte=None):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\x00" + bytes(r) for r in rows)
+    body = chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0))
+    if plte:
+        body += chunk(b"PLTE", plte)
+    return b"\x89PNG\r\n\x1a\n" + body + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+write("image/gray_4x3.png", png(4, 3, 0, [[x * 60 + y for x in range(4)] for y in range(3)]))
+write("image/rgb_3x2.png", png(3, 2, 2, [[(x * 80 + c * 30) % 256 for x in range(3) for c in range(3)] for _ in range(2)]))
+write("image/palette_2x2.png", png(2, 2, 3, [[0, 1], [1, 0]], plte=b"\xff\x00\x00\x00\x00\xff"))
+
+# --- JSON request bodies ------------------------------------------------------------------
+bodies = {
+    "dataset_idx": {"name": "fashion", "source": "idx", "train_images": "/tmp/bks-fuzz-imports/train-images-idx3-ubyte",
+                    "val_percent": 10, "class_names": ["a", "b"]},
+    "dataset_folder": {"name": "folder", "source": "folder", "root": "/tmp/bks-fuzz-imports/folder",
+                       "width": 32, "height": 32, "color": "color"},
+    "model_sweep": {"name": "m", "network": "lenet", "dataset_id": 1,
+                    "solver": {"type": "Adam", "base_lr": [0.01, 0.001], "batch_size": [32, 64], "lr_policy": "step",
+                               "gamma": 0.5, "step_epochs": 2, "epochs": 3, "snapshot_epochs": 1}},
+    "lr_schedule_multistep": {"iterations_per_epoch": 100,
+                              "solver": {"lr_policy": "multistep", "stepvalue_epochs": [1, 2.5], "epochs": 4}},
+    "validate_prototxt": {"prototxt": "layer { name: \"ip\" type: \"InnerProduct\" bottom: \"data\" top: \"ip\" "
+                                      "inner_product_param { num_output: 10 } }\nlayer { name: \"loss\" "
+                                      "type: \"SoftmaxWithLoss\" bottom: \"ip\" bottom: \"label\" top: \"loss\" }"},
+}
+for name, body in bodies.items():
+    write(f"json_body/{name}.json", json.dumps(body).encode())
+PY
+
+# Hand-written nets and solvers covering more layer types and fields.
+cat > "$out/prototxt_net/many_ops.prototxt" <<'NET'
+name: "many_ops"
+input: "data" input_shape { dim: 2 dim: 3 dim: 8 dim: 8 }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 pad: 1 group: 1 dilation: 1 } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
+layer { name: "scale" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" relu_param { negative_slope: 0.1 } }
+layer { name: "deconv" type: "Deconvolution" bottom: "conv" top: "deconv"
+  convolution_param { num_output: 2 kernel_h: 2 kernel_w: 2 stride_h: 2 stride_w: 2 } }
+layer { name: "pool" type: "Pooling" bottom: "deconv" top: "pool" pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+layer { name: "lrn" type: "LRN" bottom: "conv" top: "lrn" lrn_param { local_size: 3 alpha: 0.0001 beta: 0.75 } }
+layer { name: "crop" type: "Crop" bottom: "lrn" bottom: "pool" top: "crop" crop_param { axis: 2 offset: 1 } }
+layer { name: "prelu" type: "PReLU" bottom: "crop" top: "prelu" }
+layer { name: "concat" type: "Concat" bottom: "prelu" bottom: "pool" top: "concat" concat_param { axis: 1 } }
+layer { name: "slice" type: "Slice" bottom: "concat" top: "s1" top: "s2" slice_param { axis: 1 slice_point: 2 } }
+layer { name: "sum" type: "Eltwise" bottom: "s1" bottom: "s2" top: "sum" eltwise_param { operation: SUM coeff: 1 coeff: -1 } }
+layer { name: "power" type: "Power" bottom: "sum" top: "power" power_param { power: 2 scale: 0.5 shift: 1 } }
+layer { name: "tanh" type: "TanH" bottom: "power" top: "tanh" }
+layer { name: "drop" type: "Dropout" bottom: "tanh" top: "tanh" dropout_param { dropout_ratio: 0.3 } }
+layer { name: "flat" type: "Flatten" bottom: "tanh" top: "flat" }
+layer { name: "reshape" type: "Reshape" bottom: "flat" top: "reshape" reshape_param { shape { dim: 0 dim: -1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "reshape" top: "ip" inner_product_param { num_output: 5 } }
+layer { name: "bias" type: "Bias" bottom: "ip" top: "ip2" }
+layer { name: "softmax" type: "Softmax" bottom: "ip2" top: "prob" }
+layer { name: "argmax" type: "ArgMax" bottom: "prob" top: "argmax" argmax_param { top_k: 2 } }
+layer { name: "reduce" type: "Reduction" bottom: "ip" top: "reduce" reduction_param { operation: SUMSQ axis: 1 } }
+layer { name: "silence" type: "Silence" bottom: "argmax" bottom: "reduce" }
+NET
+cat > "$out/prototxt_net/data_layers.prototxt" <<'NET'
+name: "data_layers"
+state { phase: TRAIN stage: "a" }
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  transform_param { scale: 0.00390625 mirror: true crop_size: 3 }
+  data_param { source: "images-idx3-ubyte" batch_size: 2 backend: LMDB } }
+layer { name: "h5" type: "HDF5Data" top: "data" top: "label" include { phase: TEST }
+  hdf5_data_param { source: "h5list.txt" batch_size: 2 shuffle: true } }
+layer { name: "embed" type: "Embed" bottom: "label" top: "embed" embed_param { num_output: 3 input_dim: 10 } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" param { name: "shared" lr_mult: 2 }
+  inner_product_param { num_output: 3 axis: 1 } }
+layer { name: "euclid" type: "EuclideanLoss" bottom: "ip" bottom: "embed" top: "euclid" loss_weight: 0.5 }
+layer { name: "sig" type: "SigmoidCrossEntropyLoss" bottom: "ip" bottom: "embed" top: "sig"
+  exclude { stage: "b" } propagate_down: true propagate_down: false }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss"
+  loss_param { ignore_label: 1 normalization: VALID } }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" accuracy_param { top_k: 2 } }
+NET
+cat > "$out/prototxt_solver/inline_adam_multistep.prototxt" <<'SOLVER'
+net_param {
+  name: "inline"
+  layer { name: "in" type: "Input" top: "x" top: "y" input_param { shape { dim: 4 dim: 6 } shape { dim: 4 } } }
+  layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip" inner_product_param { num_output: 3 } }
+  layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "y" top: "loss" }
+}
+test_iter: 2 test_interval: 10
+type: "Adam" base_lr: 0.001 momentum: 0.9 momentum2: 0.999 delta: 1e-8
+lr_policy: "multistep" gamma: 0.5 stepvalue: 10 stepvalue: 20
+max_iter: 30 clip_gradients: 5 iter_size: 2 regularization_type: "L1" weight_decay: 0.001
+SOLVER
+cat > "$out/prototxt_solver/policies.prototxt" <<'SOLVER'
+train_net_param {
+  layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 2 } } }
+}
+type: "RMSProp" rms_decay: 0.98 base_lr: 0.1 lr_policy: "poly" power: 2 max_iter: 100 display: 10 average_loss: 5
+SOLVER
+
+# The bundle: an InnerProduct 3 -> 2 deployed with the safetensors seed's weights.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/ip.prototxt" <<'NET'
+name: "ip"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }
+layer { name: "relu" type: "ReLU" bottom: "ip" top: "ip" }
+layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }
+NET
+"$bakusoku" deploy --model "$tmp/ip.prototxt" --weights "$out/safetensors/ip.safetensors" -o "$out/bundle/ip.bks" \
+  > "$tmp/deploy.log" 2>&1 || { cat "$tmp/deploy.log"; exit 1; }
+python3 - "$out/bundle/ip.bks" "$out/graph_json/ip.json" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+open(sys.argv[2], "w").write(json.loads(data[8:8 + n])["__metadata__"]["graph"])
+PY
+# The JPEG and HDF5 seeds through the libraries bakusoku already depends on (stb, libhdf5).
+cat > "$tmp/seeds.c" <<'C'
+#include <hdf5.h>
+#include <hdf5_hl.h>
+#include <stb_image_write.h>
+int main(int argc, char** argv) {
+  unsigned char px[4 * 6 * 3];
+  for (int i = 0; i < 4 * 6 * 3; ++i) px[i] = (unsigned char)(i * 11);
+  if (!stbi_write_jpg(argv[1], 6, 4, 3, px, 50)) return 1;
+  float data[2 * 16], label[2] = {0, 1};
+  for (int i = 0; i < 32; ++i) data[i] = (float)i / 32;
+  hid_t f = H5Fcreate(argv[2], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t ddims[4] = {2, 1, 4, 4}, ldims[1] = {2};
+  H5LTmake_dataset_float(f, "data", 4, ddims, data);
+  H5LTmake_dataset_float(f, "label", 1, ldims, label);
+  return H5Fclose(f) < 0;
+}
+C
+cc -o "$tmp/seeds" "$tmp/seeds.c" $(pkg-config --cflags --libs stb hdf5) -lhdf5_hl
+"$tmp/seeds" "$out/image/tiny.jpg" "$out/hdf5/data.h5"
+echo "make_corpus: seeds written under $out"
