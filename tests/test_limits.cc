@@ -167,12 +167,13 @@ TEST(AtomicWrites, TemporariesAreUniqueAndStaleOnesAreRemoved) {
 }
 
 TEST(RunDir, PruningKeepsTheNewestSnapshots) {
-  fs::path d = scratch("prune");
+  const fs::path run = scratch("prune"), d = run / "snapshots";
+  fs::create_directories(d);
   for (int it : {2, 10, 4, 8})
     for (const char* ext : {".safetensors", ".solverstate"}) std::ofstream(d / fmt::format("iter_{}{}", it, ext));
   std::ofstream(d / "notes.txt");
-  EXPECT_EQ(prune_snapshots(d.string(), 0), 0);
-  EXPECT_EQ(prune_snapshots(d.string(), 2), 2);
+  EXPECT_EQ(prune_snapshots(run.string(), 0), 0);
+  EXPECT_EQ(prune_snapshots(run.string(), 2), 2);
   for (int it : {2, 4}) EXPECT_FALSE(fs::exists(d / fmt::format("iter_{}.solverstate", it))) << it;
   for (int it : {8, 10}) {
     EXPECT_TRUE(fs::exists(d / fmt::format("iter_{}.solverstate", it))) << it;

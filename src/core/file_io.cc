@@ -40,13 +40,6 @@ namespace {
 
 constexpr std::string_view kTempMarker = ".tmp-";
 
-// "<path>.tmp-<pid>-<n>": unique per writer, so two writers of one file never share a
-// temporary, and a later start can tell whose it was (remove_stale_temporaries).
-std::string temporary_name(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return fmt::format("{}{}{}-{}", path, kTempMarker, ::getpid(), counter++);
-}
-
 // Makes the rename itself durable: without it a crash can lose the new directory entry.
 void sync_directory(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -58,8 +51,15 @@ void sync_directory(const std::string& path) {
 
 }  // namespace
 
+// Unique per writer, so two writers of one file never share a temporary, and a later start
+// can tell whose it was (remove_stale_temporaries).
+std::string temporary_path(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("{}{}{}-{}", path, kTempMarker, ::getpid(), counter++);
+}
+
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
-  const std::string tmp = temporary_name(path);
+  const std::string tmp = temporary_path(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) runtime_error("{}: cannot write ({})", tmp, std::strerror(errno));
   for (std::string_view data : pieces) {

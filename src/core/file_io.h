@@ -21,6 +21,10 @@ void read_binary_proto(const std::string& path, google::protobuf::Message& msg);
 void write_file_atomic(const std::string& path, const std::string& data);
 // The same for a file made of pieces, written in order without joining them in memory.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+// "<path>.tmp-<pid>-<n>": the temporary a writer of this process uses for `path` (for writers
+// that cannot go through write_file_atomic, such as HDF5's own file creation), named so that
+// remove_stale_temporaries recognises it.
+std::string temporary_path(const std::string& path);
 // Deletes the temporaries that writers killed mid-write left in `dir` (those of processes
 // no longer alive); returns how many.
 int remove_stale_temporaries(const std::string& dir);

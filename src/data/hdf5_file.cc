@@ -6,13 +6,13 @@
 // (about 5 MB of resident pages and start-up time) that runs on IDX data never need.
 #include <dlfcn.h>
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <new>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 
 namespace bks {
@@ -226,8 +226,8 @@ std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<st
 
 void write_hdf5(const std::string& path, const std::vector<DatasetField>& fields, int64_t samples) {
   const Hdf5Api& h5 = hdf5();
-  // Named as write_file_atomic names its temporaries, so a later start removes it after a kill.
-  const std::string tmp = fmt::format("{}.tmp-{}-0", path, ::getpid());
+  // A temporary a later start removes after a kill, renamed into place when complete.
+  const std::string tmp = temporary_path(path);
   hid_t file = h5.fcreate(tmp.c_str(), kTruncate, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) runtime_error("{}: cannot create an HDF5 file", tmp);
   for (const auto& f : fields) {

@@ -25,7 +25,8 @@ TensorFile read_caffemodel(const std::string& path) {
         s = {b.num(), b.channels(), b.height(), b.width()};
       // The shape is the file's claim: check it against the values the file holds before
       // allocating anything of that size.
-      check_shape(s, sizeof(float), fmt::format("{}: layer '{}' blob {}", path, layer.name(), i));
+      if (std::string problem = shape_problem(s, sizeof(float)); !problem.empty())
+        input_error("{}: layer '{}' blob {}: {}", path, layer.name(), i, problem);
       const int64_t n = shape_numel(s);
       const bool floats = b.data_size() == n;
       if (!floats && b.double_data_size() != n)

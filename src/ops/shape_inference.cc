@@ -45,7 +45,8 @@ void infer_node_shapes(Graph& g, int n, Phase phase) {
   op_def(g, n).infer(c, input_shapes(g, n), out);
   // Every later product of these dimensions (kernels, the planner) relies on this bound.
   for (size_t j = 0; j < out.size(); ++j) {
-    check_shape(out[j], sizeof(float), fmt::format("{}: top '{}'", c.where, g.values[node.outputs[j]].name));
+    if (std::string problem = shape_problem(out[j], sizeof(float)); !problem.empty())
+      c.fail("top '{}': {}", g.values[node.outputs[j]].name, problem);
     g.values[node.outputs[j]].shape = out[j];
   }
 }

@@ -14,7 +14,8 @@ ParamDecls declared_params(const Graph& g, Phase phase) {
     OpContext c{g.nodes[n], g.describe(n), phase};
     std::vector<ParamDecl> decls = op_def(g, n).params(c, input_shapes(g, n));
     for (size_t i = 0; i < decls.size(); ++i)
-      check_shape(decls[i].shape, sizeof(float), fmt::format("{}: parameter blob {}", c.where, i));
+      if (std::string problem = shape_problem(decls[i].shape, sizeof(float)); !problem.empty())
+        c.fail("parameter blob {}: {}", i, problem);
     return decls;
   };
 }

@@ -163,7 +163,7 @@ void add_event_routes(httplib::Server& s, Context& c, int max_viewers) {
         try {
           return stream_step(c, *w, sink);
         } catch (const std::exception& e) {
-          send(sink, "error", json{{"error", std::string("internal error: ") + e.what()}}.dump());
+          send(sink, "error", dump({{"error", std::string("internal error: ") + e.what()}}));
           return false;
         }
       });

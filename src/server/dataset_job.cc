@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "server/process.h"
 
 namespace bks::server {
@@ -43,13 +44,11 @@ std::string failure(int status, const std::string& tail) {
 }  // namespace
 
 void write_progress(const std::string& file, double fraction) {
-  const std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << fraction << "\n";
-    if (!out) return;  // progress is a courtesy; packing goes on
+  try {
+    write_file_atomic(file, fmt::format("{}\n", fraction));
+  } catch (const RuntimeError&) {
+    // Progress is a courtesy; packing goes on.
   }
-  std::rename(tmp.c_str(), file.c_str());
 }
 
 void pack_in_child(const PackRequest& r, const std::function<void(double)>& progress,

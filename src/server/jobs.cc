@@ -6,11 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -19,24 +17,6 @@
 namespace bks::server {
 
 namespace fs = std::filesystem;
-
-std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& run, const std::string& extension) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  const std::regex name("iter_(\\d+)\\." + extension);
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(run) / "snapshots", ec)) {
-    std::smatch m;
-    std::string f = e.path().filename().string();
-    if (!std::regex_match(f, m, name)) continue;
-    // A number too large for an iteration is no snapshot of ours (and must not throw).
-    int64_t iter = 0;
-    const std::string digits = m[1];
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), iter);
-    if (ec == std::errc() && end == digits.data() + digits.size()) out.emplace_back(iter, e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

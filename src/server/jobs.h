@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "server/store.h"
+#include "train/run_dir.h"  // snapshot_files
 
 namespace bks::server {
 
@@ -90,9 +91,5 @@ class Scheduler {
 };
 
 double now_seconds();  // wall clock, seconds since the epoch
-
-// The snapshots of a run directory (run/snapshots/iter_<N>.<extension>: "safetensors" or
-// "solverstate"), by iteration.
-std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& run, const std::string& extension);
 
 }  // namespace bks::server

@@ -4,10 +4,9 @@
 #include <charconv>
 #include <ctime>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -40,27 +39,33 @@ int drop_superseded_metrics(const std::string& path, int64_t iter) {
   return dropped;
 }
 
-int prune_snapshots(const std::string& dir, int keep) {
-  if (keep <= 0) return 0;
-  std::vector<int64_t> iters;
+std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& run, const std::string& extension) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  const std::regex name("iter_(\\d+)\\." + extension);
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    int64_t n = 0;
-    const char* first = name.c_str() + 5;
-    const char* last = name.c_str() + name.size();
-    if (name.rfind("iter_", 0) != 0 || name.size() < 17 || name.substr(name.size() - 12) != ".solverstate") continue;
-    auto [end, err] = std::from_chars(first, last, n);
-    if (err == std::errc() && end == last - 12) iters.push_back(n);
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(run) / "snapshots", ec)) {
+    std::smatch m;
+    const std::string f = e.path().filename().string();
+    if (!std::regex_match(f, m, name)) continue;
+    // A number too large for an iteration is no snapshot of ours (and must not throw).
+    int64_t iter = 0;
+    const std::string digits = m[1];
+    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), iter);
+    if (err == std::errc() && end == digits.data() + digits.size()) out.emplace_back(iter, e.path().string());
   }
-  if (static_cast<int>(iters.size()) <= keep) return 0;
-  std::sort(iters.begin(), iters.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int prune_snapshots(const std::string& run, int keep) {
+  if (keep <= 0) return 0;
+  const auto states = snapshot_files(run, "solverstate");
   int removed = 0;
-  for (size_t i = 0; i + keep < iters.size(); ++i) {
+  std::error_code ec;
+  for (size_t i = 0; i + keep < states.size(); ++i) {
     // The state first: a weights file without its state is never mistaken for a snapshot.
-    const auto base = std::filesystem::path(dir) / fmt::format("iter_{}", iters[i]);
-    std::filesystem::remove(base.string() + ".solverstate", ec);
-    std::filesystem::remove(base.string() + ".safetensors", ec);
+    std::filesystem::remove(states[i].second, ec);
+    std::filesystem::remove(std::filesystem::path(states[i].second).replace_extension(".safetensors"), ec);
     ++removed;
   }
   return removed;

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,9 +20,13 @@ std::string utc_timestamp();  // 20261130-041500
 // kill left torn. Rewritten atomically; returns the number of lines dropped.
 int drop_superseded_metrics(const std::string& path, int64_t iter);
 
-// Keeps the newest `keep` snapshots (iter_N.safetensors + iter_N.solverstate) in `dir`;
-// returns how many were deleted. keep <= 0 keeps all.
-int prune_snapshots(const std::string& dir, int keep);
+// The snapshots of run directory `run` (run/snapshots/iter_<N>.<extension>: "safetensors"
+// or "solverstate"), by iteration.
+std::vector<std::pair<int64_t, std::string>> snapshot_files(const std::string& run, const std::string& extension);
+
+// Keeps the newest `keep` snapshots (iter_N.safetensors + iter_N.solverstate) of run
+// directory `run`; returns how many were deleted. keep <= 0 keeps all.
+int prune_snapshots(const std::string& run, int keep);
 
 // Appends one JSON object per line to metrics.jsonl, flushed as written.
 class MetricsWriter {

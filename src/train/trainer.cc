@@ -288,7 +288,7 @@ void TrainerImpl::snapshot() {
                     {"solver_type", solver_->type()}});
   last_snapshot_ = (dir / sname).string();
   log::info("Snapshot at iteration {}: {}", iter_, (dir / wname).string());
-  if (int n = prune_snapshots(dir.string(), opt_.keep_snapshots))
+  if (int n = prune_snapshots(run_dir_, opt_.keep_snapshots))
     log::debug("Removed {} older snapshot(s), keeping the newest {}", n, opt_.keep_snapshots);
 }
 
