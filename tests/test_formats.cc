@@ -473,6 +473,38 @@ TEST(Hdf5, DeclaredSizesAreCheckedAgainstTheStoredBytes) {
   EXPECT_NE(e.find("dataset 'data': dimension 1 is 0"), std::string::npos) << e;
 }
 
+// Files the fuzzer (tests/fuzz, hdf5 harness) made. libhdf5 itself crashes on some: it reads in
+// a child process, so they end in an error, not in a crash of the caller. Others declare more
+// storage in their metadata than the whole file holds.
+TEST(Hdf5, CraftedFilesEndInAnErrorNotACrash) {
+  const fs::path corpus = fs::path(BKS_SOURCE_DIR) / "tests/fuzz/corpus/hdf5";
+  auto error_reading = [&](const char* name) {
+    return input_error_of([&] { read_hdf5((corpus / name).string(), {"data", "label"}); });
+  };
+  for (const char* name : {"regress_libhdf5_null_read.h5", "regress_libhdf5_negative_memcpy.h5"}) {
+    std::string e = error_reading(name);
+    // "(killed by signal 11, ...)", or "(exit status 1)" where a sanitizer reports it first.
+    EXPECT_NE(e.find(std::string(name) + ": libhdf5 crashed while reading it ("), std::string::npos) << e;
+    EXPECT_NE(e.find("the file is damaged or crafted"), std::string::npos) << e;
+  }
+  // 27 GB declared as stored, contiguous, by a 2 KB file.
+  std::string e = error_reading("regress_storage_declared_beyond_file.h5");
+  EXPECT_NE(e.find("but the file stores only 2184"), std::string::npos) << e;
+  // libhdf5 asks for 16 GiB while opening this one: the child's allocation fails, or the
+  // kernel's OOM killer takes the child (it volunteers first), never the caller.
+  e = error_reading("regress_libhdf5_16gib_malloc.h5");
+  EXPECT_NE(e.find("regress_libhdf5_16gib_malloc.h5: "), std::string::npos) << e;
+  // An error inside the reading process comes back with its message, and the next read works.
+  std::vector<float> values(8 * 3, 2.f), labels(8, 1.f);
+  write_h5(tmp("after.h5"), {{"data", {8, 3}}}, H5T_NATIVE_FLOAT, 0, false, &values);
+  e = input_error_of([] { read_hdf5(tmp("after.h5").string(), {"data", "label"}); });
+  EXPECT_NE(e.find("after.h5: no dataset 'label' in the HDF5 file"), std::string::npos) << e;
+  auto ok = read_hdf5(tmp("after.h5").string(), {"data"});
+  ASSERT_EQ(ok->size, 8);
+  EXPECT_EQ(ok->fields[0].sample_shape, Shape({3}));
+  EXPECT_EQ(ok->fields[0].f32(7)[2], 2.f);
+}
+
 TEST(Hdf5, ListsRefuseFilesWhoseTypesDiffer) {
   // Bytes in one file, floats in the next: one buffer cannot hold both.
   DatasetField bytes{"data", {2}, DType::u8, {1, 2, 3, 4}};

@@ -1115,6 +1115,17 @@ TEST(ServerImages, DecompressionBombsAreRefusedBeforeDecoding) {
   EXPECT_EQ(decode_chw(png_of_zeros(16, 16), 1, 28, 28, chw, why), Decoded::ok) << why;
   EXPECT_EQ(chw.size(), 28u * 28u);
   EXPECT_EQ(decode_chw("not an image", 1, 28, 28, chw, why), Decoded::not_an_image);
+  // Within the pixel bound but far more than the bytes can hold (fuzzing: 10 s in stb).
+  // Other formats stb knows are refused (its PNM decoder crashed on a fuzzed 23-byte file).
+  EXPECT_EQ(decode_chw("P6 7000 7000 255\n\x01\x02", 3, 32, 32, chw, why), Decoded::not_an_image);
+  EXPECT_EQ(why, "not a PNG or JPEG file");
+  // A PNG within the pixel bound declaring far more than its bytes hold (stb filled them all).
+  std::string small = png_of_zeros(16, 16);
+  const uint32_t big = 7000;  // IHDR width and height, big-endian, after the signature and chunk header
+  for (int at : {16, 20})
+    for (int i = 0; i < 4; ++i) small[at + i] = static_cast<char>((big >> (24 - 8 * i)) & 0xff);
+  EXPECT_EQ(decode_chw(small, 3, 32, 32, chw, why), Decoded::not_an_image);
+  EXPECT_NE(why.find("7000 x 7000 pixels declared by a"), std::string::npos) << why;
 }
 
 // The HTTP workers grow with the connections open (each holds one while it lives), up to

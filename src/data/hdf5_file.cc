@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <new>
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/isolated_call.h"
 #include "data/dataset.h"
 
 namespace bks {
@@ -139,10 +141,11 @@ int64_t filtered_limit(hsize_t stored) {
 }
 
 // One HDF5 dataset as a field. Every size is checked against what the file really stores
-// before anything is allocated. `samples`: the sample count of the fields read before (-1:
-// none yet); set to this one's.
+// before anything is allocated: the storage size HDF5 reports comes from the file's own
+// metadata, so it counts for no more than the file's size (`file_size`). `samples`: the
+// sample count of the fields read before (-1: none yet); set to this one's.
 DatasetField read_field(const Hdf5Api& h5, hid_t file, const std::string& path, const std::string& name,
-                        int64_t& samples) {
+                        int64_t file_size, int64_t& samples) {
   Handle d(h5.dopen(file, name.c_str(), H5P_DEFAULT), h5.dclose);
   if (!d.ok()) input_error("{}: no dataset '{}' in the HDF5 file", path, name);
   Handle space(h5.dget_space(d.get()), h5.sclose);
@@ -186,7 +189,7 @@ DatasetField read_field(const Hdf5Api& h5, hid_t file, const std::string& path, 
                 kMaxTensorBytes >> 30);
   const int64_t file_bytes = count * static_cast<int64_t>(file_elem);
   const int64_t mem_bytes = count * static_cast<int64_t>(mem_elem);
-  const hsize_t stored = h5.dget_storage_size(d.get());
+  const hsize_t stored = std::min<hsize_t>(h5.dget_storage_size(d.get()), static_cast<hsize_t>(file_size));
   Handle plist(h5.dget_create_plist(d.get()), h5.pclose);
   const bool filtered = plist.ok() && h5.pget_nfilters(plist.get()) > 0;
   if (filtered) {
@@ -210,17 +213,69 @@ DatasetField read_field(const Hdf5Api& h5, hid_t file, const std::string& path, 
   return f;
 }
 
+// A field crosses from the reading process as: dtype (u8), rank (u32), the sample shape
+// (int64 each), the byte count (u64), the bytes.
+void send_field(ChildWriter& out, const DatasetField& f) {
+  out.value(static_cast<uint8_t>(f.dtype));
+  out.value(static_cast<uint32_t>(f.sample_shape.size()));
+  for (int64_t d : f.sample_shape) out.value(d);
+  out.value(static_cast<uint64_t>(f.bytes.size()));
+  out.write(f.bytes.data(), f.bytes.size());
+}
+
+DatasetField receive_field(ChildReader& in, const std::string& path, const std::string& name, int64_t samples) {
+  DatasetField f;
+  f.name = name;
+  const auto dtype = in.value<uint8_t>();
+  if (dtype != static_cast<uint8_t>(DType::u8) && dtype != static_cast<uint8_t>(DType::f32))
+    input_error("{}: dataset '{}': the reading process returned an unknown type", path, name);
+  f.dtype = static_cast<DType>(dtype);
+  const auto rank = in.value<uint32_t>();
+  if (rank >= H5S_MAX_RANK) input_error("{}: dataset '{}' has {} dimensions", path, name, rank + 1);
+  for (uint32_t i = 0; i < rank; ++i) f.sample_shape.push_back(in.value<int64_t>());
+  Shape full{samples};
+  full.insert(full.end(), f.sample_shape.begin(), f.sample_shape.end());
+  int64_t count = 0;
+  const auto bytes = in.value<uint64_t>();
+  if (!checked_product(full, kMaxTensorBytes / static_cast<int64_t>(dtype_size(f.dtype)), count) ||
+      static_cast<uint64_t>(count) * dtype_size(f.dtype) != bytes || bytes > in.left())
+    input_error("{}: dataset '{}': the reading process returned an inconsistent result", path, name);
+  const uint8_t* p = in.bytes(bytes);
+  try {
+    f.bytes.assign(p, p + bytes);
+  } catch (const std::bad_alloc&) {
+    input_error("{}: dataset '{}': not enough memory for its {} bytes", path, name, bytes);
+  }
+  return f;
+}
+
 }  // namespace
 
+// libhdf5 parses the file in a child process: it is not hardened against crafted files
+// (fuzzing found null dereferences and negative memcpy sizes in its metadata code), and a
+// crash there must not take the trainer or the server with it.
 std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<std::string>& fields) {
-  const Hdf5Api& h5 = hdf5();
-  Handle file(h5.fopen(path.c_str(), kReadOnly, H5P_DEFAULT), h5.fclose);
-  if (!file.ok()) input_error("{}: cannot open as HDF5", path);
+  const Hdf5Api& h5 = hdf5();  // loaded before the fork
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) input_error("{}: cannot open as HDF5 ({})", path, ec.message());
+  int64_t samples = -1;
+  ChildOutput result = run_isolated(path, "libhdf5", [&](ChildWriter& out) {
+    Handle file(h5.fopen(path.c_str(), kReadOnly, H5P_DEFAULT), h5.fclose);
+    if (!file.ok()) input_error("{}: cannot open as HDF5", path);
+    for (const auto& name : fields) {
+      DatasetField f = read_field(h5, file.get(), path, name, static_cast<int64_t>(file_size), samples);
+      if (&name == &fields.front()) out.value(samples);
+      send_field(out, f);
+    }
+  });
+  ChildReader in(result, path);
   auto ds = std::make_shared<Dataset>();
   ds->source = path;
   ds->format = "hdf5";
-  ds->size = -1;
-  for (const auto& name : fields) ds->fields.push_back(read_field(h5, file.get(), path, name, ds->size));
+  ds->size = fields.empty() ? -1 : in.value<int64_t>();
+  if (!fields.empty() && ds->size <= 0) input_error("{}: the reading process returned no samples", path);
+  for (const auto& name : fields) ds->fields.push_back(receive_field(in, path, name, ds->size));
   return ds;
 }
 
