@@ -4,10 +4,12 @@
 // once the child has exited cleanly.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace bks {
 
