@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/file_io.h"
+#include "core/isolated_call.h"
 #include "core/tensor.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
@@ -200,6 +203,46 @@ TEST(RunDir, ResumeDropsWhatItWritesAgain) {
                                               R"({"iter":100,"phase":"train"})"
                                               "\n");
   EXPECT_EQ(drop_superseded_metrics(m.string(), 100), 0);
+}
+
+// run_isolated: what the child writes comes back, its errors keep their type and message,
+// its death is one InputError naming the subject, and its address space is bounded.
+TEST(IsolatedCall, ResultsErrorsCrashesAndMemory) {
+  ChildOutput out = run_isolated("f.h5", "lib", [](ChildWriter& w) {
+    w.value(int64_t{42});
+    w.write("abc", 3);
+  });
+  ChildReader in(out, "f.h5");
+  EXPECT_EQ(in.value<int64_t>(), 42);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(in.bytes(3)), 3), "abc");
+  EXPECT_NE(error_of([&] { in.bytes(1); }).find("f.h5: the reading process returned a truncated result"),
+            std::string::npos);
+
+  EXPECT_EQ(error_of([] { run_isolated("f.h5", "lib", [](ChildWriter&) { input_error("f.h5: bad field 'x'"); }); }),
+            "f.h5: bad field 'x'");
+  EXPECT_THROW(run_isolated("f.h5", "lib", [](ChildWriter&) { runtime_error("disk full"); }), RuntimeError);
+  const std::string crash = error_of([] { run_isolated("f.h5", "libx", [](ChildWriter&) { std::raise(SIGSEGV); }); });
+  // (killed by SIGSEGV; exit status 1 under AddressSanitizer, which reports the signal)
+  EXPECT_NE(crash.find("f.h5: libx crashed while reading it ("), std::string::npos) << crash;
+
+  // Mapping 4 GiB (not touched) fails past the headroom, and succeeds once allowed. The
+  // child tells which by its result; a sanitizer may end it instead of returning null.
+  auto maps_4gib = [](bool allow) {
+    try {
+      ChildOutput o = run_isolated("f.h5", "lib", [allow](ChildWriter& w) {
+        if (allow) allow_child_memory(uint64_t{5} << 30);
+        void* volatile p = std::malloc(size_t{4} << 30);  // volatile: clang may elide an unused malloc
+        w.value(static_cast<uint8_t>(p != nullptr));
+        std::free(p);
+      });
+      ChildReader r(o, "f.h5");
+      return r.value<uint8_t>() == 1;
+    } catch (const InputError&) {
+      return false;
+    }
+  };
+  EXPECT_FALSE(maps_4gib(false));
+  EXPECT_TRUE(maps_4gib(true));
 }
 
 }  // namespace

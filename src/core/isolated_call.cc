@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 
@@ -44,18 +46,9 @@ bool pwrite_all(int fd, const void* data, size_t n, off_t at) {
   return true;
 }
 
-// The child: runs `work` after the header's place, then writes the header. Never returns.
-[[noreturn]] void child_main(int fd, const std::function<void(ChildWriter&)>& work) {
-#ifdef BKS_HAS_SANITIZER_CALLBACKS
-  // Under a fuzzer, its death callback would file the child's contained crash as a finding.
-  __sanitizer_set_death_callback(nullptr);
-#endif
-  // If memory runs out, the kernel kills the child, not the parent (a server, a trainer).
-  int adj = ::open("/proc/self/oom_score_adj", O_WRONLY);
-  if (adj >= 0) {
-    [[maybe_unused]] ssize_t w = ::write(adj, "1000", 4);
-    ::close(adj);
-  }
+// Runs `work` after the header's place in `fd`, then writes the header. Returns false when
+// the output could not be written (the result is then no valid file).
+bool write_result(int fd, const std::function<void(ChildWriter&)>& work) {
   uint32_t status = kOk;
   std::string message;
   try {
@@ -71,16 +64,51 @@ bool pwrite_all(int fd, const void* data, size_t n, off_t at) {
   if (status != kOk) {
     end = static_cast<off_t>(sizeof(Header) + message.size());
     // The message replaces whatever result the work had written before it failed.
-    if (::ftruncate(fd, end) != 0 || !pwrite_all(fd, message.data(), message.size(), sizeof(Header))) ::_exit(3);
+    if (::ftruncate(fd, end) != 0 || !pwrite_all(fd, message.data(), message.size(), sizeof(Header))) return false;
   }
-  if (end < static_cast<off_t>(sizeof(Header))) ::_exit(3);
+  if (end < static_cast<off_t>(sizeof(Header))) return false;
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.status = status;
   h.size = static_cast<uint64_t>(end) - sizeof(Header);
-  // _exit: the parent's atexit handlers and stdio buffers are not the child's to run.
-  ::_exit(pwrite_all(fd, &h, sizeof h, 0) ? 0 : 3);
+  return pwrite_all(fd, &h, sizeof h, 0);
 }
+
+// The child: writes the result and exits. Never returns.
+[[noreturn]] void child_main(int fd, const std::function<void(ChildWriter&)>& work) {
+#ifdef BKS_HAS_SANITIZER_CALLBACKS
+  // Under a fuzzer, its death callback would file the child's contained crash as a finding.
+  __sanitizer_set_death_callback(nullptr);
+#endif
+  // If memory runs out, the kernel kills the child, not the parent (a server, a trainer).
+  int adj = ::open("/proc/self/oom_score_adj", O_WRONLY);
+  if (adj >= 0) {
+    [[maybe_unused]] ssize_t w = ::write(adj, "1000", 4);
+    ::close(adj);
+  }
+  // And the library gets kChildMemoryHeadroom beyond the address space the child inherits
+  // (on a crafted 2 KB file, libhdf5 asks for gigabytes while looking up a dataset); the work
+  // allows more once it knows what it reads (allow_child_memory).
+  long pages = 0;
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld", &pages) != 1) pages = 0;
+    std::fclose(statm);
+  }
+  if (pages > 0) {
+    rlimit lim{};
+    ::getrlimit(RLIMIT_AS, &lim);
+    const rlim_t want =
+        static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + kChildMemoryHeadroom;
+    if (lim.rlim_cur == RLIM_INFINITY || want < lim.rlim_cur) {
+      lim.rlim_cur = want;
+      ::setrlimit(RLIMIT_AS, &lim);
+    }
+  }
+  // _exit: the parent's atexit handlers and stdio buffers are not the child's to run.
+  ::_exit(write_result(fd, work) ? 0 : 3);
+}
+
+bool g_in_process = false;
 
 std::string describe_status(int st) {
   if (WIFSIGNALED(st)) return fmt::format("killed by signal {}, {}", WTERMSIG(st), strsignal(WTERMSIG(st)));
@@ -118,6 +146,16 @@ const uint8_t* ChildReader::bytes(size_t n) {
   return p;
 }
 
+void run_isolated_calls_in_process(bool on) { g_in_process = on; }
+
+void allow_child_memory(uint64_t bytes) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+  lim.rlim_cur =
+      lim.rlim_max != RLIM_INFINITY && lim.rlim_max - lim.rlim_cur < bytes ? lim.rlim_max : lim.rlim_cur + bytes;
+  ::setrlimit(RLIMIT_AS, &lim);
+}
+
 ChildOutput run_isolated(const std::string& subject, const char* library,
                          const std::function<void(ChildWriter&)>& work) {
   int fd = ::memfd_create("bakusoku-child-result", MFD_CLOEXEC);
@@ -127,16 +165,20 @@ ChildOutput run_isolated(const std::string& subject, const char* library,
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  const pid_t pid = ::fork();
-  if (pid < 0) runtime_error("{}: cannot start a process to read it: {}", subject, std::strerror(errno));
-  if (pid == 0) child_main(fd, work);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0) {
-    if (errno != EINTR) runtime_error("{}: lost the reading process: {}", subject, std::strerror(errno));
+  if (g_in_process) {
+    if (!write_result(fd, work)) runtime_error("{}: cannot write the result of reading it", subject);
+  } else {
+    const pid_t pid = ::fork();
+    if (pid < 0) runtime_error("{}: cannot start a process to read it: {}", subject, std::strerror(errno));
+    if (pid == 0) child_main(fd, work);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0) {
+      if (errno != EINTR) runtime_error("{}: lost the reading process: {}", subject, std::strerror(errno));
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      input_error("{}: {} crashed while reading it ({}); the file is damaged or crafted", subject, library,
+                  describe_status(st));
   }
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    input_error("{}: {} crashed while reading it ({}); the file is damaged or crafted", subject, library,
-                describe_status(st));
   struct stat sb {};
   Header h{};
   if (::fstat(fd, &sb) != 0 || static_cast<size_t>(sb.st_size) < sizeof h || ::pread(fd, &h, sizeof h, 0) != sizeof h ||

@@ -50,8 +50,22 @@ class ChildWriter {
 // InputError "<subject>: <library> crashed while reading it (...)". Whatever `work` needs
 // loaded (shared libraries) should be loaded before the call: the child of a threaded process
 // must not depend on locks other threads held at the fork.
+//
+// The child may map kChildMemoryHeadroom bytes beyond the address space it inherits; past
+// that, allocations fail there (and the library answers with an error or crashes, contained
+// either way). `work` raises the limit with allow_child_memory() for what it has checked.
 ChildOutput run_isolated(const std::string& subject, const char* library,
                          const std::function<void(ChildWriter&)>& work);
+
+constexpr uint64_t kChildMemoryHeadroom = uint64_t{1} << 30;
+
+// In the work of run_isolated: lets the child map `bytes` more. Does nothing elsewhere.
+void allow_child_memory(uint64_t bytes);
+
+// For coverage-guided fuzzing only (tests/fuzz/fuzz_hdf5_in_process.cc): `work` runs in this
+// process, so the fuzzer sees its coverage and the library's crashes; the result still takes
+// the same way through the memory file. Never in bakusoku itself.
+void run_isolated_calls_in_process(bool on);
 
 // Reads fixed-size values and byte runs from a ChildOutput, refusing to read past its end
 // (the child is our code, but it ran a library that may have corrupted its memory).

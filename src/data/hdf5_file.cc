@@ -202,6 +202,8 @@ DatasetField read_field(const Hdf5Api& h5, hid_t file, const std::string& path, 
     input_error("{}: dataset '{}': dimensions {} declare {} bytes but the file stores only {}", path, name,
                 shape_str(shape), file_bytes, stored);
   }
+  // The field, and as much again for libhdf5's conversion and decompression buffers.
+  allow_child_memory(static_cast<uint64_t>(mem_bytes) + static_cast<uint64_t>(file_bytes));
   try {
     f.bytes.resize(static_cast<size_t>(mem_bytes));
   } catch (const std::bad_alloc&) {

@@ -20,8 +20,7 @@ ParamDecls declared_params(const Graph& g, Phase phase) {
   };
 }
 
-std::vector<std::vector<int>> bind_parameters(Graph& g, ParamStore& store, uint64_t seed, const ParamDecls& decls_of,
-                                              bool fill) {
+std::vector<std::vector<int>> resolve_parameters(Graph& g, const ParamDecls& decls_of, ParamSink& sink) {
   std::vector<std::vector<int>> node_params(g.nodes.size());
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
@@ -37,28 +36,59 @@ std::vector<std::vector<int>> bind_parameters(Graph& g, ParamStore& store, uint6
       ref.share_name = spec.share_name;
       ref.lr_mult = decls[i].learnable ? spec.lr_mult : 0.f;
       ref.decay_mult = decls[i].learnable ? spec.decay_mult : 0.f;
-      int idx = ref.share_name.empty() ? -1 : store.find_shared(ref.share_name);
-      if (idx < 0) idx = store.find(ref.key);
+      int idx = sink.find(ref.share_name, ref.key);
       if (idx >= 0) {
-        const Shape& have = store.at(idx).data.shape();
-        if (have != decls[i].shape)
+        if (sink.shape(idx) != decls[i].shape)
           input_error("{}: parameter blob {} has shape {} but the shared/existing blob '{}' has {}", g.describe(n), i,
-                      shape_str(decls[i].shape), store.at(idx).key, shape_str(have));
+                      shape_str(decls[i].shape), sink.key(idx), shape_str(sink.shape(idx)));
       } else {
-        idx = store.add(ref.key, ref.share_name, decls[i].shape, decls[i].learnable);
-        Param& p = store.at(idx);
-        p.lr_mult = ref.lr_mult;
-        p.decay_mult = ref.decay_mult;
-        if (fill) {
-          Rng rng = Rng::derive(seed, ref.key);
-          fill_tensor(p.data, decls[i].filler, rng, g.describe(n));
-        }
+        idx = sink.add(n, ref, decls[i]);
       }
       node.params.push_back(ref);
       node_params[n].push_back(idx);
     }
   }
   return node_params;
+}
+
+namespace {
+
+// New blobs filled from a stream derived from the seed and their key (unless `fill` is off).
+class StoreSink : public ParamSink {
+ public:
+  StoreSink(const Graph& g, ParamStore& store, uint64_t seed, bool fill)
+      : g_(g), store_(store), seed_(seed), fill_(fill) {}
+  int find(const std::string& share_name, const std::string& key) const override {
+    int idx = share_name.empty() ? -1 : store_.find_shared(share_name);
+    return idx >= 0 ? idx : store_.find(key);
+  }
+  const Shape& shape(int blob) const override { return store_.at(blob).data.shape(); }
+  const std::string& key(int blob) const override { return store_.at(blob).key; }
+  int add(int node, const ParamRef& ref, const ParamDecl& decl) override {
+    const int idx = store_.add(ref.key, ref.share_name, decl.shape, decl.learnable);
+    Param& p = store_.at(idx);
+    p.lr_mult = ref.lr_mult;
+    p.decay_mult = ref.decay_mult;
+    if (fill_) {
+      Rng rng = Rng::derive(seed_, ref.key);
+      fill_tensor(p.data, decl.filler, rng, g_.describe(node));
+    }
+    return idx;
+  }
+
+ private:
+  const Graph& g_;
+  ParamStore& store_;
+  uint64_t seed_;
+  bool fill_;
+};
+
+}  // namespace
+
+std::vector<std::vector<int>> bind_parameters(Graph& g, ParamStore& store, uint64_t seed, const ParamDecls& decls_of,
+                                              bool fill) {
+  StoreSink sink(g, store, seed, fill);
+  return resolve_parameters(g, decls_of, sink);
 }
 
 }  // namespace bks

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "graph/graph.h"
@@ -18,8 +19,27 @@ namespace bks {
 using ParamDecls = std::function<std::vector<ParamDecl>(int node)>;
 ParamDecls declared_params(const Graph& g, Phase phase);
 
-// Fills every node's `params` (keys, sharing, lr/decay multipliers) and returns, per node,
-// the store index of each of its blobs. New blobs are filled unless `fill` is false (then
+// Where resolve_parameters() finds and adds blobs: a ParamStore (bind_parameters below), or
+// a table of shapes for callers that check a net without allocating it (the server).
+class ParamSink {
+ public:
+  virtual ~ParamSink() = default;
+  // The blob shared as `share_name` (when not empty), else the blob named `key`; -1 if none.
+  virtual int find(const std::string& share_name, const std::string& key) const = 0;
+  virtual const Shape& shape(int blob) const = 0;
+  virtual const std::string& key(int blob) const = 0;
+  // A new blob for node n's declaration `decl` (ref: its key, sharing and multipliers).
+  virtual int add(int node, const ParamRef& ref, const ParamDecl& decl) = 0;
+};
+
+// Fills every node's `params` (keys "<layer>.<index>", sharing, lr/decay multipliers) and
+// returns, per node, the sink's index of each of its blobs, adding those not found.
+// InputError naming the layer when it gives more ParamSpecs than it has blobs, or a
+// shared or existing blob's shape differs.
+std::vector<std::vector<int>> resolve_parameters(Graph& g, const ParamDecls& decls, ParamSink& sink);
+
+// resolve_parameters() into a ParamStore: returns, per node, the store index of each of its
+// blobs. New blobs are filled unless `fill` is false (then
 // they stay zero: for callers that load weights next). InputError naming the layer when
 // it gives more ParamSpecs than it has blobs, or a shared blob's shape differs.
 std::vector<std::vector<int>> bind_parameters(Graph& g, ParamStore& store, uint64_t seed, const ParamDecls& decls,

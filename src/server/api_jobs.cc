@@ -1,11 +1,17 @@
 // /api/jobs: the queue (list, show with progress and log), abort / resume / clone / delete,
 // metrics, and downloads of each job's prototxt and snapshots.
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <tuple>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "server/http.h"
@@ -51,26 +57,76 @@ json read_metrics(const fs::path& file) {
 
 }  // namespace
 
+namespace {
+
+// A training run's last train and test records, read from the end of its metrics file.
+struct LastRecords {
+  json train, test;
+};
+
+LastRecords read_last_records(const fs::path& file) {
+  LastRecords out;
+  for (const auto& line : last_lines(tail_file(file.string(), 4096), 40)) {
+    json r = parse_bounded_json(line);
+    if (r.is_discarded() || !r.is_object()) continue;
+    (r.value("phase", "") == "test" ? out.test : out.train) = r;
+  }
+  return out;
+}
+
+// The metrics file as last seen: its size and time (equal stamps, equal records).
+using Stamp = std::tuple<off_t, time_t, long>;
+std::optional<Stamp> stamp_of(const fs::path& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return std::nullopt;
+  return Stamp{st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+}
+
+fs::path metrics_file(Context& c, int64_t job) { return fs::path(c.scheduler.job_dir(job)) / "run" / "metrics.jsonl"; }
+
+// Job pages poll their job every second: the last records are parsed again only when the
+// metrics file has changed, not per request.
+class LastRecordsCache {
+ public:
+  LastRecords get(const fs::path& file) {
+    const std::optional<Stamp> stamp = stamp_of(file);
+    if (!stamp) return {};
+    {
+      std::lock_guard lock(mu_);
+      auto it = entries_.find(file.string());
+      if (it != entries_.end() && it->second.first == *stamp) return it->second.second;
+    }
+    LastRecords r = read_last_records(file);
+    std::lock_guard lock(mu_);
+    entries_[file.string()] = {*stamp, r};
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::pair<Stamp, LastRecords>> entries_;  // one per job ever shown
+};
+
+LastRecordsCache& last_records_cache() {
+  static LastRecordsCache cache;
+  return cache;
+}
+
+}  // namespace
+
 json describe_job(Context& c, json job, bool full) {
   const fs::path dir = c.scheduler.job_dir(job["id"]);
   if (job.value("kind", "") == "train") {
-    // The last train and test records, from the end of the file.
-    std::string tail = tail_file((dir / "run" / "metrics.jsonl").string(), 4096);
-    json last_train, last_test;
-    for (const auto& line : last_lines(tail, 40)) {
-      json r = parse_bounded_json(line);
-      if (r.is_discarded() || !r.is_object()) continue;
-      (r.value("phase", "") == "test" ? last_test : last_train) = r;
-    }
-    if (!last_train.is_null()) {
-      job["last_train"] = last_train;
+    LastRecords last = last_records_cache().get(metrics_file(c, job["id"]));
+    if (!last.train.is_null()) {
       // A record without a numeric iteration (a child writing garbage) gives no progress
       // rather than a type error.
       const double max_iter = job.value("max_iter", 0.0);
-      if (max_iter > 0 && last_train.contains("iter") && last_train["iter"].is_number())
-        job["progress"] = std::min(1.0, last_train["iter"].get<double>() / max_iter);
+      if (max_iter > 0 && last.train.contains("iter") && last.train["iter"].is_number())
+        job["progress"] = std::min(1.0, last.train["iter"].get<double>() / max_iter);
+      job["last_train"] = std::move(last.train);
     }
-    if (!last_test.is_null()) job["last_test"] = last_test;
+    if (!last.test.is_null()) job["last_test"] = std::move(last.test);
     if (full) {
       json snaps = json::array();
       for (auto& [iter, path] : snapshot_files((dir / "run").string(), "safetensors")) {
@@ -95,15 +151,46 @@ void send_file(httplib::Response& res, const fs::path& p, const std::string& typ
   res.set_header("Content-Disposition", "attachment; filename=\"" + download_name + "\"");
 }
 
+// GET /api/jobs, which every open jobs page polls: its body (about 1 KB per job) is sent
+// again as it is until a job changes in the store or a running job's metrics file changes;
+// serializing it per request made a hundred jobs cost a millisecond each time.
+class JobListCache {
+ public:
+  std::string body(Context& c) {
+    std::lock_guard lock(mu_);
+    if (c.store.version("jobs") == version_ && running_stamps(c, running_) == stamps_) return body_;
+    std::vector<json> jobs = c.store.list("jobs", &version_);
+    running_.clear();
+    for (const json& j : jobs)
+      if (j.value("state", "") == "running") running_.push_back(j["id"]);
+    stamps_ = running_stamps(c, running_);  // before reading: a later change rebuilds again
+    json out = json::array();
+    for (json& j : jobs) {
+      j.erase("log_tail");  // most of a finished job's document; the job's own page shows it
+      out.push_back(describe_job(c, std::move(j), false));
+    }
+    body_ = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    return body_;
+  }
+
+ private:
+  static std::vector<std::optional<Stamp>> running_stamps(Context& c, const std::vector<int64_t>& ids) {
+    std::vector<std::optional<Stamp>> out;
+    for (int64_t id : ids) out.push_back(stamp_of(metrics_file(c, id)));
+    return out;
+  }
+  std::mutex mu_;
+  uint64_t version_ = UINT64_MAX;  // of the store's jobs when body_ was made
+  std::vector<int64_t> running_;   // jobs running then: only their metrics change
+  std::vector<std::optional<Stamp>> stamps_;
+  std::string body_;
+};
+
 }  // namespace
 
 void add_job_routes(httplib::Server& s, Context& c) {
-  s.Get("/api/jobs", [&c](const httplib::Request&, httplib::Response& res) {
-    handle(res, [&] {
-      json out = json::array();
-      for (json& j : c.store.list("jobs")) out.push_back(describe_job(c, j, false));
-      return out;
-    });
+  s.Get("/api/jobs", [&c, cache = std::make_shared<JobListCache>()](const httplib::Request&, httplib::Response& res) {
+    handle_raw(res, [&] { res.set_content(cache->body(c), "application/json"); });
   });
   s.Get(R"(/api/jobs/(\d+))", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] { return describe_job(c, row(c, "jobs", req), true); });

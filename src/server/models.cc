@@ -166,40 +166,46 @@ constexpr int64_t kMaxActivationFloatsPerImage = int64_t{1} << 26;
 
 std::string gib(int64_t floats) { return fmt::format("{:.2f} GiB", static_cast<double>(floats) * 4 / (1 << 30)); }
 
-// The checks bind_parameters() makes (no more 'param' specs than blobs, shared blobs of one
-// shape), without allocating the blobs, and the parameter budget (shared blobs count once).
-void check_parameters(const Graph& g, Phase phase, const std::string& field) {
-  const ParamDecls decls_of = declared_params(g, phase);
-  std::map<std::string, Shape> by_key, by_share;
-  int64_t total = 0;
-  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
-    const Node& node = g.nodes[n];
-    const std::vector<ParamDecl> decls = decls_of(n);
-    if (node.param_specs.size() > decls.size())
-      input_error("{}: {} 'param' specs given but the layer has {} parameter blob(s)", g.describe(n),
-                  node.param_specs.size(), decls.size());
-    for (size_t i = 0; i < decls.size(); ++i) {
-      const std::string key = fmt::format("{}.{}", node.name, i);
-      const std::string share = i < node.param_specs.size() ? node.param_specs[i].share_name : "";
-      const Shape* have = nullptr;
-      if (auto it = by_share.find(share); !share.empty() && it != by_share.end()) have = &it->second;
-      if (auto it = by_key.find(key); !have && it != by_key.end()) have = &it->second;
-      if (have) {
-        if (*have != decls[i].shape)
-          input_error("{}: parameter blob {} has shape {} but the shared/existing blob has {}", g.describe(n), i,
-                      shape_str(decls[i].shape), shape_str(*have));
-        continue;
-      }
-      by_key[key] = decls[i].shape;
-      if (!share.empty()) by_share[share] = decls[i].shape;
-      total += shape_numel(decls[i].shape);  // each below 2^62: shape inference checked it
-      if (total > kMaxParameterFloats)
-        throw ApiError(413, field,
-                       fmt::format("{}: the network's parameters reach {} floats ({}) here, over the server's limit "
-                                   "of 2^28 floats (1 GiB)",
-                                   g.describe(n), total, gib(total)));
-    }
+// Binds the net's parameter blobs as training would (resolve_parameters: 'param' specs,
+// sharing, shapes) into a table of shapes instead of allocated blobs, and holds the
+// parameter budget (shared blobs count once).
+class BudgetSink : public ParamSink {
+ public:
+  BudgetSink(const Graph& g, std::string field) : g_(g), field_(std::move(field)) {}
+  int find(const std::string& share_name, const std::string& key) const override {
+    if (auto it = by_share_.find(share_name); !share_name.empty() && it != by_share_.end()) return it->second;
+    auto it = by_key_.find(key);
+    return it == by_key_.end() ? -1 : it->second;
   }
+  const Shape& shape(int blob) const override { return shapes_[blob]; }
+  const std::string& key(int blob) const override { return keys_[blob]; }
+  int add(int node, const ParamRef& ref, const ParamDecl& decl) override {
+    total_ += shape_numel(decl.shape);  // each below 2^62: shape inference checked it
+    if (total_ > kMaxParameterFloats)
+      throw ApiError(413, field_,
+                     fmt::format("{}: the network's parameters reach {} floats ({}) here, over the server's limit "
+                                 "of 2^28 floats (1 GiB)",
+                                 g_.describe(node), total_, gib(total_)));
+    const int idx = static_cast<int>(shapes_.size());
+    shapes_.push_back(decl.shape);
+    keys_.push_back(ref.key);
+    by_key_[ref.key] = idx;
+    if (!ref.share_name.empty()) by_share_[ref.share_name] = idx;
+    return idx;
+  }
+
+ private:
+  const Graph& g_;
+  std::string field_;
+  std::vector<Shape> shapes_;
+  std::vector<std::string> keys_;
+  std::map<std::string, int> by_key_, by_share_;
+  int64_t total_ = 0;
+};
+
+void check_parameters(Graph& g, Phase phase, const std::string& field) {
+  BudgetSink sink(g, field);
+  resolve_parameters(g, declared_params(g, phase), sink);
 }
 
 // The activation budget: every blob the net computes (an in-place layer's output counts

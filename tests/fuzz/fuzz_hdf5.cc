@@ -1,7 +1,16 @@
 // An HDF5 file as HDF5Data layers and packed dashboard datasets read it ('data' and
-// 'label'), written to one fixed file per process.
+// 'label'), written to one fixed file per process. libhdf5 runs in a forked child as in
+// bakusoku, unless BKS_FUZZ_HDF5_IN_PROCESS (fuzz_hdf5_in_process.cc) is defined.
+#include "core/isolated_call.h"
 #include "data/dataset.h"
 #include "fuzz_util.h"
+
+#ifdef BKS_FUZZ_HDF5_IN_PROCESS
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  bks::run_isolated_calls_in_process(true);
+  return 0;
+}
+#endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace bks;
