@@ -92,6 +92,26 @@ TEST(Cli, CorruptWeightsExitTwo) {
   EXPECT_NE(r.output.find(w), std::string::npos) << r.output;
 }
 
+// Weights that match none of the net's blobs (another net's, a V1 .caffemodel) are refused,
+// not trained over from random values with exit 0.
+TEST(Cli, WeightsMatchingNoBlobExitTwo) {
+  const std::string header = R"({"other.0":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  const std::string w = write_temp("unrelated.safetensors", bytes + header + std::string(8, '\0'));
+  std::string solver =
+      write_temp("unrelated_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 5\n");
+  const std::string out = (fs::temp_directory_path() / "bks_cli_unrelated").string();
+  fs::remove_all(out);
+  auto r = run_cmd("train --solver " + solver + " --weights " + w + " --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(w + ": none of the net's 8 parameter blobs are in this file (the first is 'conv1.0'"),
+            std::string::npos)
+      << r.output;
+  r = run_cmd("test --model " + kLenet + " --weights " + w + " --iterations 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
 // A solver state whose metadata is not a number: one line naming the file and key, exit 2
 // (it was std::stoull's "stoull", exit 1).
 TEST(Cli, CorruptSolverStateMetadataExitsTwo) {

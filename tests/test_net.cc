@@ -11,6 +11,7 @@
 
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
+#include "runtime/filler.h"
 #include "runtime/net.h"
 
 namespace bks {
@@ -269,6 +270,36 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "y2" bottom: "t" top: "loss" 
   t.check();
 }
 
+// Caffe's rule for the multipliers of a shared blob: layers that both give one must agree,
+// and one given only by a later layer holds for the blob (what the solver applies).
+TEST(Net, SharedBlobsAgreeOnTheirMultipliers) {
+  auto net = [](const std::string& first, const std::string& second) {
+    return fmt::format(R"(
+layer {{ name: "in" type: "Input" top: "x" top: "t" input_param {{ shape {{ dim: 3 dim: 4 }} shape {{ dim: 3 dim: 4 }} }} }}
+layer {{ name: "ip1" type: "InnerProduct" bottom: "x" top: "y1" param {{ name: "w" {} }} inner_product_param {{ num_output: 4 bias_term: false }} }}
+layer {{ name: "ip2" type: "InnerProduct" bottom: "y1" top: "y2" param {{ name: "w" {} }} inner_product_param {{ num_output: 4 bias_term: false }} }}
+layer {{ name: "loss" type: "EuclideanLoss" bottom: "y2" bottom: "t" top: "loss" }}
+)",
+                       first, second);
+  };
+  try {
+    TestNet t(net("lr_mult: 1", "lr_mult: 2"));
+    ADD_FAILURE() << "mismatched lr_mult accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 'ip2'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shared parameter 'w' has lr_mult 2 here but 1 in layer 'ip1'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(TestNet(net("decay_mult: 0", "decay_mult: 1")), InputError);
+  TestNet same(net("lr_mult: 3", "lr_mult: 3"));
+  EXPECT_EQ(same.store.at(0).lr_mult, 3.f);
+  TestNet adopted(net("", "lr_mult: 0 decay_mult: 2"));
+  ASSERT_EQ(adopted.store.size(), 1);
+  EXPECT_EQ(adopted.store.at(0).lr_mult, 0.f) << "ip2's lr_mult holds for the blob: the solver leaves it";
+  EXPECT_EQ(adopted.store.at(0).decay_mult, 2.f);
+}
+
 TEST(Net, GradientsAccumulateAcrossBackwardPasses) {
   // iter_size: without clear_grads() between micro-batches the store sums their gradients.
   TestNet once(kFanOut), twice(kFanOut);
@@ -328,6 +359,113 @@ layer { name: "st" type: "Sigmoid" bottom: "a" top: "b" include { stage: "deploy
   EXPECT_EQ(tr.net->graph().find_node("te"), nullptr);
   EXPECT_NE(te.net->graph().find_node("te"), nullptr);
   EXPECT_EQ(te.net->graph().find_node("st"), nullptr);
+}
+
+// Caffe's fillers, by their statistics over many values (and bilinear by its exact values).
+struct Moments {
+  double mean = 0, var = 0, min = 1e30, max = -1e30, zeros = 0;
+};
+Moments fill_and_measure(const Shape& shape, const FillerSpec& f) {
+  Tensor t(shape);
+  Rng rng(3);
+  fill_tensor(t, f, rng, "layer 'w'");
+  Moments m;
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = t.f32()[i];
+    m.mean += v / n, m.min = std::min(m.min, v), m.max = std::max(m.max, v), m.zeros += v == 0 ? 1.0 / n : 0.0;
+  }
+  for (int64_t i = 0; i < n; ++i) m.var += (t.f32()[i] - m.mean) * (t.f32()[i] - m.mean) / n;
+  return m;
+}
+
+TEST(Fillers, StatisticsFollowCaffe) {
+  const Shape shape{200, 50, 3, 3};  // fan_in = 450, fan_out = 1800: 90,000 values
+  FillerSpec f;
+  f.type = "constant", f.value = 0.25f;
+  Moments m = fill_and_measure(shape, f);
+  EXPECT_EQ(m.min, 0.25);
+  EXPECT_EQ(m.max, 0.25);
+  f.type = "uniform", f.min = -2.f, f.max = 4.f;
+  m = fill_and_measure(shape, f);
+  EXPECT_GE(m.min, -2.0);
+  EXPECT_LE(m.max, 4.0);
+  EXPECT_NEAR(m.mean, 1.0, 0.03);
+  EXPECT_NEAR(m.var, 3.0, 0.05);  // (max - min)^2 / 12
+  f.type = "gaussian", f.mean = 1.f, f.std = 0.5f;
+  m = fill_and_measure(shape, f);
+  EXPECT_NEAR(m.mean, 1.0, 0.01);
+  EXPECT_NEAR(std::sqrt(m.var), 0.5, 0.01);
+  // sparse: each of the 200 outputs keeps about 20 of its inputs.
+  f.sparse = 20;
+  m = fill_and_measure(shape, f);
+  EXPECT_NEAR(m.zeros, 0.9, 0.01);
+  f.sparse = -1;
+  // xavier: uniform with variance 1/n; msra: gaussian with variance 2/n, n by variance_norm.
+  for (auto [norm, n] : {std::pair{FillerSpec::fan_in, 450.0}, std::pair{FillerSpec::fan_out, 1800.0},
+                         std::pair{FillerSpec::average, 1125.0}}) {
+    f.variance_norm = norm;
+    f.type = "xavier";
+    m = fill_and_measure(shape, f);
+    EXPECT_NEAR(m.mean, 0.0, 0.002);
+    EXPECT_NEAR(m.var * n, 1.0, 0.03) << "variance_norm " << norm;
+    EXPECT_LE(m.max, std::sqrt(3.0 / n) + 1e-6);
+    f.type = "msra";
+    m = fill_and_measure(shape, f);
+    EXPECT_NEAR(m.mean, 0.0, 0.003);
+    EXPECT_NEAR(m.var * n, 2.0, 0.06) << "variance_norm " << norm;
+  }
+  // positive_unitball: each output's weights are in [0, 1] and sum to 1.
+  f.type = "positive_unitball";
+  Tensor t(Shape{4, 10});
+  Rng rng(1);
+  fill_tensor(t, f, rng, "layer 'w'");
+  for (int r = 0; r < 4; ++r) {
+    double sum = 0;
+    for (int j = 0; j < 10; ++j) {
+      EXPECT_GE(t.f32()[r * 10 + j], 0.f);
+      sum += t.f32()[r * 10 + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+  f.type = "orthogonal";
+  try {
+    fill_and_measure(shape, f);
+    ADD_FAILURE() << "an unknown filler type was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 'w': unknown filler type 'orthogonal'"), std::string::npos) << e.what();
+  }
+}
+
+// Bilinear upsampling kernels as Caffe fills them: f = ceil(k / 2), centre c = (k - 1) / (2f),
+// each value (1 - |x/f - c|)(1 - |y/f - c|), the same for every (output, input) pair.
+TEST(Fillers, BilinearKernelsAreCaffes) {
+  FillerSpec f;
+  f.type = "bilinear";
+  auto row0 = [&](int64_t k) {  // the first row of the first kernel, and a check that all are equal
+    Tensor t(Shape{2, 3, k, k});
+    Rng rng(1);
+    fill_tensor(t, f, rng, "layer 'up'");
+    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.f32()[i], t.f32()[i % (k * k)]);
+    return std::vector<float>(t.f32(), t.f32() + k);
+  };
+  auto near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << "x = " << i;
+  };
+  // k = 3 (f = 2, c = 0.5): the y = 0 row weighs (1 - |0 - 0.5|) = 0.5 times [0.5, 1, 0.5].
+  near(row0(3), {0.25f, 0.5f, 0.25f});
+  // k = 4 (f = 2, c = 0.75): 0.25 times [0.25, 0.75, 0.75, 0.25].
+  near(row0(4), {0.0625f, 0.1875f, 0.1875f, 0.0625f});
+  // k = 2 (f = 1, c = 0.5): 0.5 times [0.5, 0.5].
+  near(row0(2), {0.25f, 0.25f});
+  // FCN-8s' upscore8 (k = 16, f = 8, c = 15/16): symmetric, peaks in the middle pair.
+  std::vector<float> r = row0(16);
+  for (int x = 0; x < 16; ++x) EXPECT_NEAR(r[x], r[15 - x], 1e-6);
+  EXPECT_NEAR(r[7], (1 - 15.0 / 16) * (1 - std::fabs(7.0 / 8 - 15.0 / 16)), 1e-6);
+  Tensor flat(Shape{2, 3, 4, 2});
+  Rng rng(1);
+  EXPECT_THROW(fill_tensor(flat, f, rng, "layer 'up'"), InputError);
 }
 
 }  // namespace

@@ -140,6 +140,16 @@ TEST(Solver, ClipGradientsScalesToGlobalNorm) {
   r.step(*s, 1.f, 0);
   double norm = std::sqrt(0.25 + 0.0625);
   EXPECT_NEAR(r.w(0), 1.0 - 0.5 * 0.1 / norm, 1e-6);
+  EXPECT_NEAR(r.w(1), -2.0 - 0.25 * 0.1 / norm, 1e-6);
+  // With iter_size 2, Caffe clips the gradient summed over the micro-batches, then divides
+  // it by 2: a summed norm of 2 x 0.559 is scaled to 0.1 and halved to 0.05.
+  auto s2 = Solver::create(solver("type: 'SGD' clip_gradients: 0.1 iter_size: 2"), "s");
+  OneParam a;
+  a.store.at(a.idx).grad.f32()[0] = 1.0f;
+  a.store.at(a.idx).grad.f32()[1] = 0.5f;
+  s2->step(a.store, {a.idx}, 1.f, 0);
+  EXPECT_NEAR(a.w(0), 1.0 - 1.0 * (0.1 / (2 * norm)) / 2, 1e-6);
+  EXPECT_NEAR(a.w(1), -2.0 - 0.5 * (0.1 / (2 * norm)) / 2, 1e-6);
 }
 
 TEST(Solver, StateRoundTrip) {

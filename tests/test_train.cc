@@ -65,6 +65,37 @@ TEST(Train, ResumeIsBitwiseExact) {
   EXPECT_EQ(straight.last_test, second.last_test);
 }
 
+// A fine-tune as Caffe users write it: the solver's `weights` entry (it used to be ignored,
+// training from random values), replaced by --weights when that is given.
+TEST(Train, SolverWeightsInitialiseTheNet) {
+  auto source = run(solver_file("weights_source", "max_iter: 20\n"), "bks_weights_source");
+  ASSERT_FALSE(source.last_snapshot.empty());
+  const std::string given = (fs::path(source.run_dir) / "snapshots/iter_20.safetensors").string();
+  auto same_weights = [&](const std::string& file) {
+    TensorFile a = load_safetensors(given), b = load_safetensors(file);
+    if (a.tensors.size() != b.tensors.size()) return false;
+    for (size_t i = 0; i < a.tensors.size(); ++i)
+      if (a.tensors[i].first != b.tensors[i].first ||
+          std::memcmp(a.tensors[i].second.raw(), b.tensors[i].second.raw(), a.tensors[i].second.bytes()) != 0)
+        return false;
+    return true;
+  };
+  // max_iter 0: the snapshot at the end holds the weights the run started from.
+  auto tuned = run(solver_file("weights_entry", "max_iter: 0\nweights: '" + given + "'\n"), "bks_weights_entry");
+  EXPECT_TRUE(same_weights((fs::path(tuned.run_dir) / "snapshots/iter_0.safetensors").string()));
+  auto fresh = run(solver_file("weights_none", "max_iter: 0\n"), "bks_weights_none");
+  EXPECT_FALSE(same_weights((fs::path(fresh.run_dir) / "snapshots/iter_0.safetensors").string()));
+  TrainOptions o;
+  o.solver = solver_file("weights_overridden", "max_iter: 0\nweights: '/nonexistent/w.caffemodel'\n");
+  o.out_dir = (fs::temp_directory_path() / "bks_weights_overridden").string();
+  o.weights = given;
+  o.threads = 2;
+  o.progress = false;
+  fs::remove_all(o.out_dir);
+  auto overridden = train(o);
+  EXPECT_TRUE(same_weights((fs::path(overridden.run_dir) / "snapshots/iter_0.safetensors").string()));
+}
+
 TEST(Train, NaNLossStopsAndKeepsLastSnapshot) {
   std::string s = solver_file("nan", "max_iter: 400 snapshot: 20\n");
   // Replace the learning rate with one that diverges.

@@ -33,8 +33,7 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   infer_shapes(m.graph, proto::TEST);
   ParamStore store;
   auto node_params = bind_parameters(m.graph, store, 1, declared_params(m.graph, proto::TEST));
-  if (!store.all().empty() && load_weights(o.weights, store) == 0)
-    input_error("{}: none of the net's parameter blobs are in this file", o.weights);
+  load_weights(o.weights, store);
   for (size_t n = 0; n < m.graph.nodes.size(); ++n)
     for (size_t i = 0; i < m.graph.nodes[n].params.size(); ++i)
       m.weights[m.graph.nodes[n].params[i].key] = store.at(node_params[n][i]).data;

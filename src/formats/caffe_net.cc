@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "formats/prototxt.h"
 
 namespace bks {
@@ -84,6 +85,8 @@ NetLoad load_net_file(const std::string& path) {
   net.source = path;
   read_prototxt(path, net.param, &net.layer_lines);
   resolve_data_paths(net.param, std::filesystem::path(path).parent_path().string());
+  if (net.param.debug_info())
+    log::warn("{}: debug_info: Caffe's per-blob statistics are not printed; `bakusoku time` measures each layer", path);
   return net;
 }
 
@@ -111,7 +114,8 @@ Node caffe_layer_node(const proto::LayerParameter& lp, const std::string& where)
   n.type = lp.type();
   n.where = where;
   n.loss_weight.assign(lp.loss_weight().begin(), lp.loss_weight().end());
-  for (const auto& s : lp.param()) n.param_specs.push_back(ParamSpec{s.name(), s.lr_mult(), s.decay_mult()});
+  for (const auto& s : lp.param())
+    n.param_specs.push_back(ParamSpec{s.name(), s.lr_mult(), s.decay_mult(), s.has_lr_mult(), s.has_decay_mult()});
   n.attrs = attrs_from_caffe(lp, fmt::format("{}: layer '{}' ({})", where, n.name, n.type));
   return n;
 }

@@ -57,10 +57,11 @@ int load_weights(const std::string& path, ParamStore& store) {
   bool caffemodel = path.size() > 11 && path.substr(path.size() - 11) == ".caffemodel";
   tf = caffemodel ? read_caffemodel(path) : load_safetensors(path);
   int loaded = 0;
+  std::vector<std::string> missing;
   for (auto& p : store.all()) {
     const Tensor* t = tf.find(p.key);
     if (!t) {
-      log::warn("{}: no tensor '{}'; keeping its initial values", path, p.key);
+      missing.push_back(p.key);
       continue;
     }
     if (t->dtype() != DType::f32)
@@ -74,6 +75,15 @@ int load_weights(const std::string& path, ParamStore& store) {
       p.data.copy_from(*t);
     }
     ++loaded;
+  }
+  if (!store.all().empty() && loaded == 0)
+    input_error("{}: none of the net's {} parameter blobs are in this file (the first is '{}'; it holds {} tensors)",
+                path, store.all().size(), store.all().front().key, tf.tensors.size());
+  if (!missing.empty()) {
+    const size_t shown = std::min<size_t>(missing.size(), 6);
+    log::warn("{}: {} of the net's {} parameter blobs are not in this file and keep their initial values: {}{}", path,
+              missing.size(), store.all().size(), fmt::join(missing.begin(), missing.begin() + shown, ", "),
+              missing.size() > shown ? ", ..." : "");
   }
   return loaded;
 }

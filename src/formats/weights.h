@@ -10,8 +10,9 @@ namespace bks {
 
 void save_weights(const std::string& path, const ParamStore& store);
 // Copies every blob found in the file into the store. Blobs the file lacks keep their
-// initial values (with a warning); a blob of the wrong shape is an InputError naming both.
-// Returns how many blobs were loaded.
+// initial values (as in a fine-tune whose last layer was renamed; one warning names them),
+// but a file with none of them is an InputError (a V1 .caffemodel, another net's weights),
+// and so is a blob of the wrong shape, naming both. Returns how many blobs were loaded.
 int load_weights(const std::string& path, ParamStore& store);
 
 }  // namespace bks

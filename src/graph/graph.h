@@ -32,6 +32,9 @@ struct ParamSpec {
   std::string share_name;
   float lr_mult = 1.f;
   float decay_mult = 1.f;
+  // Whether the file gave them: layers sharing a blob must agree on the multipliers they
+  // give, and the first one given holds for the blob (Caffe's rule).
+  bool has_lr_mult = false, has_decay_mult = false;
 };
 
 // One learnable blob of a node, bound to the parameter store.

@@ -177,6 +177,11 @@ void data_from_caffe(const proto::LayerParameter& l, DataAttrs& a, const std::st
   if (p.has_backend()) a.backend = p.backend() == proto::DataParameter::LMDB ? a.lmdb : a.leveldb;
   const proto::TransformationParameter& t = l.transform_param();
   if (t.has_mean_file() && t.mean_file().empty()) input_error("{}: transform_param.mean_file is empty", where);
+  // Caffe applies these when it decodes encoded images (Datum records in LMDB/LevelDB); the
+  // sources read here hold decoded pixels with their channel count fixed.
+  if (t.force_color() || t.force_gray())
+    input_error("{}: transform_param.{} applies to encoded images in LMDB/LevelDB, which this build does not read",
+                where, t.force_color() ? "force_color" : "force_gray");
   TransformOptions& o = a.transform.o;
   o.scale = t.scale();
   o.mirror = t.mirror();

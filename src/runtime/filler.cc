@@ -46,9 +46,10 @@ void fill_tensor(Tensor& t, const FillerSpec& f, Rng& rng, const std::string& wh
   } else if (type == "bilinear") {
     if (t.ndim() != 4 || t.dim(2) != t.dim(3)) input_error("{}: bilinear filler needs a square 4-d kernel", where);
     int64_t k = t.dim(3);
-    // Weights of bilinear upsampling by a factor f = ceil(k / 2), centred at c.
+    // Weights of bilinear upsampling by a factor f = ceil(k / 2), centred at c = (k - 1) / 2f
+    // (BVLC Caffe's formula since 2017; the older (2f - 1 - f % 2) / 2f is off for odd f).
     float f2 = std::ceil(k / 2.f);
-    float c = (2 * f2 - 1 - std::fmod(f2, 2.f)) / (2 * f2);
+    float c = static_cast<float>(k - 1) / (2 * f2);
     for (int64_t i = 0; i < n; ++i) {
       float x = static_cast<float>(i % k), y = static_cast<float>((i / k) % k);
       p[i] = (1 - std::fabs(x / f2 - c)) * (1 - std::fabs(y / f2 - c));

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <tuple>
+
 #include "core/error.h"
 #include "core/rng.h"
 #include "ops/shape_inference.h"
@@ -20,8 +23,38 @@ ParamDecls declared_params(const Graph& g, Phase phase) {
   };
 }
 
+namespace {
+
+// The multipliers given for a blob so far in this net, and the layer that gave them.
+struct Given {
+  int node;
+  ParamSpec spec;
+};
+
+// Node n shares a blob first used by `owner`: a multiplier both give must be equal, and one
+// only n gives holds for the blob from now on (Caffe's Net::AppendParam).
+void agree_on_multipliers(const Graph& g, int n, const ParamSpec& spec, bool learnable, int blob, Given& owner,
+                          ParamSink& sink) {
+  bool adopt = false;
+  for (auto [name, has, value, owner_has, owner_value] :
+       {std::tuple{"lr_mult", spec.has_lr_mult, spec.lr_mult, &owner.spec.has_lr_mult, &owner.spec.lr_mult},
+        std::tuple{"decay_mult", spec.has_decay_mult, spec.decay_mult, &owner.spec.has_decay_mult,
+                   &owner.spec.decay_mult}}) {
+    if (!has) continue;
+    if (*owner_has && *owner_value != value)
+      input_error(
+          "{}: shared parameter '{}' has {} {} here but {} in layer '{}' (Caffe refuses mismatched multipliers)",
+          g.describe(n), spec.share_name, name, value, *owner_value, g.nodes[owner.node].name);
+    if (!*owner_has) *owner_has = true, *owner_value = value, adopt = true;
+  }
+  if (adopt && learnable) sink.set_multipliers(blob, owner.spec.lr_mult, owner.spec.decay_mult);
+}
+
+}  // namespace
+
 std::vector<std::vector<int>> resolve_parameters(Graph& g, const ParamDecls& decls_of, ParamSink& sink) {
   std::vector<std::vector<int>> node_params(g.nodes.size());
+  std::map<int, Given> given;  // per blob used in this net
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
     std::vector<ParamDecl> decls = decls_of(n);
@@ -44,6 +77,8 @@ std::vector<std::vector<int>> resolve_parameters(Graph& g, const ParamDecls& dec
       } else {
         idx = sink.add(n, ref, decls[i]);
       }
+      if (auto [it, first] = given.try_emplace(idx, Given{n, spec}); !first && !spec.share_name.empty())
+        agree_on_multipliers(g, n, spec, decls[i].learnable, idx, it->second, sink);
       node.params.push_back(ref);
       node_params[n].push_back(idx);
     }
@@ -74,6 +109,10 @@ class StoreSink : public ParamSink {
       fill_tensor(p.data, decl.filler, rng, g_.describe(node));
     }
     return idx;
+  }
+  void set_multipliers(int blob, float lr_mult, float decay_mult) override {
+    store_.at(blob).lr_mult = lr_mult;
+    store_.at(blob).decay_mult = decay_mult;
   }
 
  private:

@@ -30,12 +30,14 @@ class ParamSink {
   virtual const std::string& key(int blob) const = 0;
   // A new blob for node n's declaration `decl` (ref: its key, sharing and multipliers).
   virtual int add(int node, const ParamRef& ref, const ParamDecl& decl) = 0;
+  // A layer sharing `blob` gives multipliers its owner left unset: they hold for the blob.
+  virtual void set_multipliers(int blob, float lr_mult, float decay_mult) {}
 };
 
 // Fills every node's `params` (keys "<layer>.<index>", sharing, lr/decay multipliers) and
 // returns, per node, the sink's index of each of its blobs, adding those not found.
-// InputError naming the layer when it gives more ParamSpecs than it has blobs, or a
-// shared or existing blob's shape differs.
+// InputError naming the layer when it gives more ParamSpecs than it has blobs, a shared or
+// existing blob's shape differs, or layers sharing a blob give it different multipliers.
 std::vector<std::vector<int>> resolve_parameters(Graph& g, const ParamDecls& decls, ParamSink& sink);
 
 // resolve_parameters() into a ParamStore: returns, per node, the store index of each of its

@@ -199,7 +199,8 @@ void Solver::step(ParamStore& store, const std::vector<int>& indices, float rate
       const float* g = p.grad.f32();
       for (int64_t i = 0; i < p.grad.numel(); ++i) sq += static_cast<double>(g[i]) * g[i];
     }
-    double norm = std::sqrt(sq) * gscale;
+    // As Caffe: the gradient summed over iter_size micro-batches is clipped, then averaged.
+    const double norm = std::sqrt(sq);
     if (norm > p_.clip_gradients()) {
       gscale *= static_cast<float>(p_.clip_gradients() / norm);
       log::debug("gradient L2 norm {:.4g} clipped to {}", norm, p_.clip_gradients());

@@ -80,6 +80,48 @@ NetSources load_nets(const proto::SolverParameter& sp, const std::string& solver
   return ns;
 }
 
+// The weights a training run starts from, as `caffe train` takes them: --weights (files
+// separated by commas) replaces the solver's `weights` entries (each may hold several too);
+// none when resuming. Relative paths missing from the current directory are looked up
+// beside the solver.
+std::vector<std::string> initial_weights(const proto::SolverParameter& sp, const TrainOptions& opt,
+                                         const std::string& solver_path) {
+  if (!opt.snapshot.empty()) {
+    if (sp.weights_size() > 0)
+      log::info("{}: resuming from {}; the solver's weights entries are not loaded", solver_path, opt.snapshot);
+    return {};
+  }
+  std::vector<std::string> lists;
+  if (!opt.weights.empty())
+    lists.push_back(opt.weights);
+  else
+    lists.assign(sp.weights().begin(), sp.weights().end());
+  const std::string dir = std::filesystem::path(solver_path).parent_path().string();
+  std::vector<std::string> out;
+  for (const std::string& list : lists)
+    for (size_t start = 0; start <= list.size();) {
+      size_t end = std::min(list.find(',', start), list.size());
+      if (end > start)
+        out.push_back(opt.weights.empty() ? resolve_path(list.substr(start, end - start), dir)
+                                          : list.substr(start, end - start));
+      start = end + 1;
+    }
+  return out;
+}
+
+// Solver fields Caffe acts on that bakusoku does differently: said once, not silently dropped.
+void note_solver_fields(const proto::SolverParameter& sp, const std::string& where) {
+  if (sp.has_snapshot_format())
+    log::warn(
+        "{}: snapshot_format {}: bakusoku writes snapshots as safetensors (.safetensors weights and "
+        ".solverstate)",
+        where, proto::SolverParameter::SnapshotFormat_Name(sp.snapshot_format()));
+  if (sp.snapshot_diff()) log::warn("{}: snapshot_diff: snapshots hold the weights only, not their gradients", where);
+  if (sp.debug_info())
+    log::warn("{}: debug_info: Caffe's per-blob statistics are not printed; `bakusoku time` measures each layer",
+              where);
+}
+
 void check_solver(const proto::SolverParameter& sp, const std::string& where) {
   if (!sp.has_base_lr() || !(sp.base_lr() > 0.f)) input_error("{}: base_lr must be given and positive", where);
   if (!sp.has_max_iter() || sp.max_iter() < 0) input_error("{}: max_iter must be given and non-negative", where);
@@ -146,6 +188,7 @@ nlohmann::json TrainerImpl::hardware_json() const {
 void TrainerImpl::setup() {
   read_prototxt(opt_.solver, sp_);
   check_solver(sp_, opt_.solver);
+  note_solver_fields(sp_, opt_.solver);
   NetSources ns = load_nets(sp_, opt_.solver);
 
   // Resume continues in the snapshot's run directory unless told otherwise.
@@ -209,9 +252,9 @@ void TrainerImpl::setup() {
   solver_ = Solver::create(sp_, opt_.solver);
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
 
-  if (!opt_.weights.empty()) {
-    int n = load_weights(opt_.weights, store_);
-    log::info("Initialised {} parameter blobs from {}", n, opt_.weights);
+  for (const std::string& w : initial_weights(sp_, opt_, opt_.solver)) {
+    int n = load_weights(w, store_);
+    log::info("Initialised {} parameter blobs from {}", n, w);
   }
   if (!opt_.snapshot.empty()) {
     std::string wpath = (fs::path(opt_.snapshot).parent_path() / state.metadata["weights"]).string();
