@@ -170,11 +170,27 @@ TEST(Cli, SigintSnapshotsThenStopsAndResumeContinues) {
   for (auto& e : fs::directory_iterator(fs::path(dir) / "snapshots"))
     if (e.path().extension() == ".solverstate") state = e.path().string();
   ASSERT_FALSE(state.empty()) << "an interrupt leaves a snapshot";
-  std::string short_solver = write_temp(
-      "sigint_resume.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: 1\n");
-  // Resuming with a max_iter already reached finishes at once with the stored iteration.
-  auto r = run_cmd("train --solver " + short_solver + " --snapshot " + state + " --threads 1");
+  // Resuming continues from the snapshot's iteration to the solver's max_iter, in the same
+  // run directory.
+  const std::string name = fs::path(state).stem().string();  // iter_<N>
+  const int64_t from = std::stoll(name.substr(5));
+  ASSERT_GT(from, 0);
+  std::string resume_solver = write_temp(
+      "sigint_resume.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 momentum: 0.9 lr_policy: 'fixed' max_iter: " +
+                                    std::to_string(from + 20) + "\ndisplay: 5 random_seed: 3\n");
+  auto r = run_cmd("train --solver " + resume_solver + " --snapshot " + state + " --threads 1");
   EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Resumed from " + state + " at iteration " + std::to_string(from)), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "snapshots" / ("iter_" + std::to_string(from + 20) + ".solverstate")))
+      << r.output;
+  std::ifstream metrics(fs::path(dir) / "metrics.jsonl");
+  int64_t last_iter = -1;
+  for (std::string line; std::getline(metrics, line);) {
+    const size_t at = line.find("\"iter\":");
+    if (at != std::string::npos) last_iter = std::max<int64_t>(last_iter, std::stoll(line.substr(at + 7)));
+  }
+  EXPECT_GE(last_iter, from + 15) << "the resumed run's records follow the interrupted one's";
 }
 
 }  // namespace

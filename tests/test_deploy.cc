@@ -1,6 +1,8 @@
 // Deployment: each pass on small hand-built graphs (what must fuse and what must not), the
 // optimised graph against the training graph's TEST outputs, and the bundle file.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -396,6 +398,28 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
       EXPECT_TRUE(n.deploy.kernel == "direct" || n.deploy.kernel == "winograd") << n.name << ": " << n.deploy.kernel;
     }
   EXPECT_EQ(convs, 2);
+  // And it is a measurement: each tuned convolution reports both kernels' times, keeps the
+  // faster, and the bundle records that one.
+  int tuned = 0;
+  for (size_t at = d.output.find("(autotuned: "); at != std::string::npos; at = d.output.find("(autotuned: ", at + 1)) {
+    char chosen[16] = {}, other[16] = {};
+    double t_chosen = -1, t_other = -1;
+    ASSERT_EQ(std::sscanf(d.output.c_str() + at, "(autotuned: %15s %lf ms vs %15s %lf ms)", chosen, &t_chosen, other,
+                          &t_other),
+              4)
+        << d.output.substr(at, 80);
+    EXPECT_LE(t_chosen, t_other) << d.output.substr(at, 80);
+    EXPECT_NE(std::string(chosen), std::string(other));
+    const size_t line = d.output.rfind('\n', at) + 1;
+    const size_t name_at = d.output.find_first_not_of(' ', line);
+    const std::string layer = d.output.substr(name_at, d.output.find(' ', name_at) - name_at);
+    bool recorded = false;
+    for (const Node& n : saved.graph.nodes)
+      if (op_traits(n).convolution && n.name == layer) recorded = n.deploy.kernel == chosen;
+    EXPECT_TRUE(recorded) << layer << ": " << d.output.substr(line, d.output.find('\n', at) - line);
+    ++tuned;
+  }
+  EXPECT_EQ(tuned, convs) << d.output;
   saved.graph.nodes[1].deploy.kernel = "fastest";
   EXPECT_THROW(InferenceSession(saved, "bad choice", 1), InputError);
   // --batch auto: timed candidates up to the memory cap, the choice written into the bundle.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include "caffe.pb.h"
 #include "core/file_io.h"
@@ -555,6 +556,41 @@ TEST(Transform, MeanFileScaleCropMirror) {
   TransformOptions bad;
   bad.mean_value = {1, 2};
   EXPECT_THROW(Transform(bad, {3, 4, 4}, true, "test"), InputError);
+
+  // Mirror, in either phase as in Caffe: about half the samples flip, and the mean is that
+  // of the source pixel (Caffe subtracts mean[data_index] before placing it mirrored).
+  proto::BlobProto row_mean;
+  row_mean.set_num(1), row_mean.set_channels(1), row_mean.set_height(1), row_mean.set_width(3);
+  for (float v : {0.f, 10.f, 20.f}) row_mean.add_data(v);
+  std::ofstream(tmp("row_mean.binaryproto"), std::ios::binary) << row_mean.SerializeAsString();
+  TransformOptions m;
+  m.mirror = true;
+  m.mean_file = tmp("row_mean.binaryproto");
+  const uint8_t row[3] = {1, 2, 3};
+  for (bool train : {true, false}) {
+    Transform mirror(m, {1, 1, 3}, train, "test");
+    ASSERT_TRUE(mirror.needs_rng());
+    Rng rng(5);
+    int flipped = 0, kept = 0;
+    for (int i = 0; i < 200; ++i) {
+      float o[3];
+      mirror.apply_u8(row, o, &rng);
+      if (o[0] == 1.f && o[1] == -8.f && o[2] == -17.f) ++kept;
+      if (o[0] == -17.f && o[1] == -8.f && o[2] == 1.f) ++flipped;
+    }
+    EXPECT_EQ(kept + flipped, 200) << "every output is the row or its mirror";
+    EXPECT_GT(flipped, 70) << (train ? "TRAIN" : "TEST");
+    EXPECT_GT(kept, 70) << (train ? "TRAIN" : "TEST");
+  }
+  // A random crop in TRAIN takes every offset in range.
+  Transform random_crop(c, {1, 4, 4}, true, "test");
+  Rng rng(2);
+  std::set<float> corners;
+  for (int i = 0; i < 200; ++i) {
+    random_crop.apply_u8(img, out, &rng);
+    corners.insert(out[0]);  // img[y0 * 4 + x0] for offsets y0, x0 in 0..2
+  }
+  EXPECT_EQ(corners, (std::set<float>{0, 1, 2, 4, 5, 6, 8, 9, 10}));
 }
 
 }  // namespace

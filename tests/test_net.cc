@@ -79,6 +79,20 @@ TEST(Net, FanOutAndRepeatedInputGradients) {
   t.check();
 }
 
+// Silence takes a blob and gives nothing back: the parameters before it get exactly the
+// gradient of the loss through the blob's other consumer (Caffe's Split and Silence).
+TEST(Net, SilencedBlobsAddNoGradient) {
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 3 dim: 4 } shape { dim: 3 dim: 2 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "quiet" type: "Silence" bottom: "y" }
+layer { name: "ip2" type: "InnerProduct" bottom: "y" top: "z" inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "t" top: "loss" }
+)");
+  ASSERT_NE(t.net->graph().find_node("quiet"), nullptr);
+  t.check();
+}
+
 TEST(Net, InPlaceChainKeepsGradientsCorrect) {
   // Sigmoid reads its output in backward, so the in-place ReLU after it must not share its
   // buffer; BatchNorm and Scale keep what they need and may.
@@ -359,6 +373,43 @@ layer { name: "st" type: "Sigmoid" bottom: "a" top: "b" include { stage: "deploy
   EXPECT_EQ(tr.net->graph().find_node("te"), nullptr);
   EXPECT_NE(te.net->graph().find_node("te"), nullptr);
   EXPECT_EQ(te.net->graph().find_node("st"), nullptr);
+}
+
+// Caffe's NetStateRule: include rules (any may match), exclude rules (none may), each rule
+// with phase, min/max level, stages (all needed) and not_stages (none present).
+TEST(Net, IncludeAndExcludeRulesFollowCaffe) {
+  auto runs = [](const std::string& rules, int phase, int level, std::vector<std::string> stages) {
+    proto::LayerParameter l;
+    parse_prototxt_string("name: 'l' type: 'ReLU' " + rules, "rules", l);
+    proto::NetState st;
+    st.set_phase(static_cast<proto::Phase>(phase));
+    st.set_level(level);
+    for (auto& s : stages) st.add_stage(s);
+    return layer_included(l, st);
+  };
+  const int TRAIN = proto::TRAIN, TEST = proto::TEST;
+  EXPECT_TRUE(runs("", TEST, 0, {}));
+  EXPECT_FALSE(runs("exclude { phase: TEST }", TEST, 0, {}));
+  EXPECT_TRUE(runs("exclude { phase: TEST }", TRAIN, 0, {}));
+  EXPECT_FALSE(runs("exclude { stage: 'deploy' }", TEST, 0, {"deploy"}));
+  EXPECT_TRUE(runs("exclude { stage: 'deploy' }", TEST, 0, {"train"}));
+  // min_level / max_level, inclusive.
+  EXPECT_FALSE(runs("include { min_level: 2 }", TEST, 1, {}));
+  EXPECT_TRUE(runs("include { min_level: 2 }", TEST, 2, {}));
+  EXPECT_TRUE(runs("include { max_level: 2 }", TEST, 2, {}));
+  EXPECT_FALSE(runs("include { max_level: 2 }", TEST, 3, {}));
+  EXPECT_TRUE(runs("exclude { min_level: 3 }", TEST, 2, {}));
+  EXPECT_FALSE(runs("exclude { min_level: 3 }", TEST, 3, {}));
+  // Every stage of a rule is needed; any not_stage present defeats it.
+  EXPECT_FALSE(runs("include { stage: 'a' stage: 'b' }", TEST, 0, {"a"}));
+  EXPECT_TRUE(runs("include { stage: 'a' stage: 'b' }", TEST, 0, {"b", "a"}));
+  EXPECT_FALSE(runs("include { stage: 'a' not_stage: 'c' }", TEST, 0, {"a", "c"}));
+  EXPECT_TRUE(runs("include { not_stage: 'c' }", TEST, 0, {"a"}));
+  // Several include rules: any one suffices.
+  EXPECT_TRUE(runs("include { phase: TRAIN } include { stage: 'x' }", TEST, 0, {"x"}));
+  EXPECT_FALSE(runs("include { phase: TRAIN } include { stage: 'x' }", TEST, 0, {}));
+  // A rule's fields all hold together.
+  EXPECT_FALSE(runs("include { phase: TEST stage: 'x' }", TRAIN, 0, {"x"}));
 }
 
 // Caffe's fillers, by their statistics over many values (and bilinear by its exact values).

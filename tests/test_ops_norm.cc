@@ -11,7 +11,11 @@ namespace {
 TEST(BatchNorm, TrainNormalisesPerChannelAndTracksStatistics) {
   OpHarness h("type: 'BatchNorm' batch_norm_param { moving_average_fraction: 0.9 }", {{4, 3, 2, 3}});
   h.randomize_inputs(-2, 5);
+  std::vector<float> old_mean(h.params[0].f32(), h.params[0].f32() + 3),
+      old_var(h.params[1].f32(), h.params[1].f32() + 3);
+  const float old_norm = h.params[2].f32()[0];
   h.forward();
+  EXPECT_NEAR(h.params[2].f32()[0], old_norm * 0.9f + 1.f, 1e-6) << "the normaliser";
   for (int c = 0; c < 3; ++c) {
     double s = 0, sq = 0, xs = 0, xsq = 0;
     for (int n = 0; n < 4; ++n)
@@ -24,9 +28,11 @@ TEST(BatchNorm, TrainNormalisesPerChannelAndTracksStatistics) {
       }
     EXPECT_NEAR(s / 24, 0.0, 1e-5);
     EXPECT_NEAR(sq / 24, 1.0, 1e-3);
-    // Running sums start from the random test init; the update is sum*0.9 + batch stat.
+    // Caffe's running sums: batch statistic + 0.9 x the old sum, the variance with Bessel's
+    // correction m / (m - 1) for m = 24 values per channel.
     double mean = xs / 24, var = xsq / 24 - mean * mean;
-    (void)var;
+    EXPECT_NEAR(h.params[0].f32()[c], mean + 0.9 * old_mean[c], 1e-4) << "channel " << c;
+    EXPECT_NEAR(h.params[1].f32()[c], var * 24 / 23 + 0.9 * old_var[c], 1e-3) << "channel " << c;
   }
   EXPECT_EQ(h.param_grad[0].defined(), false) << "statistics are not learned by the solver";
 }

@@ -110,6 +110,10 @@ TEST(Parse, SemanticErrors) {
       "layer { name: 'd' type: 'Data' top: 'x' top: 'l' data_param { source: '/nonexistent/train-images-idx3-ubyte' "
       "batch_size: 4 } }",
       "data source not found");
+  expect_net_error(std::string(input) +
+                       "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'y' include { phase: TEST } "
+                       "exclude { stage: 'a' } }",
+                   "layer 'r' gives both include and exclude rules");
   expect_net_error(
       "layer { name: 'd' type: 'Data' top: 'x' top: 'l' transform_param { force_color: true } data_param { source: "
       "'/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz' batch_size: 4 } }",

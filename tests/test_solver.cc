@@ -27,9 +27,11 @@ TEST(LrPolicy, AllPoliciesMatchFormulas) {
   EXPECT_FLOAT_EQ(learning_rate(p, 4), static_cast<float>(0.1 * std::pow(1 + 0.5 * 4, -2)));
   p.set_lr_policy("poly");
   EXPECT_FLOAT_EQ(learning_rate(p, 50), 0.1f * 0.25f);
-  p.set_lr_policy("sigmoid");
+  p.set_lr_policy("sigmoid");  // base_lr / (1 + exp(-gamma (iter - stepsize)))
   p.set_gamma(-0.5f);
   EXPECT_FLOAT_EQ(learning_rate(p, 10), 0.05f);
+  EXPECT_FLOAT_EQ(learning_rate(p, 20), static_cast<float>(0.1 / (1 + std::exp(5.0))));
+  EXPECT_FLOAT_EQ(learning_rate(p, 0), static_cast<float>(0.1 / (1 + std::exp(-5.0))));
   auto m = solver("base_lr: 1 gamma: 0.1 lr_policy: 'multistep' stepvalue: 5 stepvalue: 8");
   EXPECT_FLOAT_EQ(learning_rate(m, 4), 1.f);
   EXPECT_FLOAT_EQ(learning_rate(m, 5), 0.1f);
@@ -102,20 +104,38 @@ TEST(Solver, AdaGradRMSPropAdaDeltaAdam) {
     double h0 = 0.1 * 0.25, h1 = 0.9 * h0 + 0.1 * 0.25;
     EXPECT_NEAR(r.w(0), 1.0 - 0.1 * 0.5 / std::sqrt(h0) - 0.1 * 0.5 / std::sqrt(h1), 1e-4);
   }
+  // AdaDelta and Adam over two steps with different gradients (0.5, then -0.1 for w[0]):
+  // with one step, or one gradient repeated, their decay rates cancel out of the update.
+  auto second_step = [](Solver& s, OneParam& r, float lr) {
+    r.store.at(r.idx).grad.f32()[0] = -0.1f;
+    r.store.at(r.idx).grad.f32()[1] = 0.3f;
+    s.step(r.store, {r.idx}, lr, 1);
+  };
   {
     auto s = Solver::create(solver("type: 'AdaDelta' momentum: 0.95 delta: 1e-6"), "s");
     OneParam r;
     r.step(*s, 1.f, 0);
-    double hg = 0.05 * 0.25, u = 0.5 * std::sqrt((0 + 1e-6) / (hg + 1e-6));
-    EXPECT_NEAR(r.w(0), 1.0 - u, 1e-6);
+    const double d = 1e-6, g1 = 0.5, g2 = -0.1;
+    double hg = 0.05 * g1 * g1, u1 = g1 * std::sqrt(d / (hg + d));
+    EXPECT_NEAR(r.w(0), 1.0 - u1, 1e-6);
+    double hu = 0.05 * u1 * u1;
+    hg = 0.95 * hg + 0.05 * g2 * g2;
+    const double u2 = g2 * std::sqrt((hu + d) / (hg + d));
+    second_step(*s, r, 1.f);
+    EXPECT_NEAR(r.w(0), 1.0 - u1 - u2, 1e-6);
   }
   {
-    auto s = Solver::create(solver("type: 'Adam' momentum: 0.9 momentum2: 0.999 delta: 1e-8"), "s");
+    auto s = Solver::create(solver("type: 'Adam' momentum: 0.8 momentum2: 0.9 delta: 1e-8"), "s");
     OneParam r;
     r.step(*s, 0.01f, 0);
-    // First Adam step moves each weight by about lr against the gradient sign.
+    // The first step moves each weight by lr against the gradient's sign, whatever the betas.
     EXPECT_NEAR(r.w(0), 1.0 - 0.01, 1e-5);
     EXPECT_NEAR(r.w(1), -2.0 - 0.01, 1e-5);
+    const double b1 = 0.8, b2 = 0.9, g1 = 0.5, g2 = -0.1;
+    const double m = b1 * (1 - b1) * g1 + (1 - b1) * g2, v = b2 * (1 - b2) * g1 * g1 + (1 - b2) * g2 * g2;
+    const double correction = std::sqrt(1 - b2 * b2) / (1 - b1 * b1);
+    second_step(*s, r, 0.01f);
+    EXPECT_NEAR(r.w(0), 1.0 - 0.01 - 0.01 * correction * m / (std::sqrt(v) + 1e-8), 1e-6);
   }
   EXPECT_THROW(Solver::create(solver("type: 'AdaGrad' momentum: 0.9"), "s"), InputError);
   EXPECT_THROW(Solver::create(solver("type: 'Lion'"), "s"), InputError);

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -97,10 +99,12 @@ TEST(Train, SolverWeightsInitialiseTheNet) {
 }
 
 TEST(Train, NaNLossStopsAndKeepsLastSnapshot) {
-  std::string s = solver_file("nan", "max_iter: 400 snapshot: 20\n");
-  // Replace the learning rate with one that diverges.
+  std::string s = solver_file("nan", "max_iter: 400 snapshot: 10\n");
+  // A learning rate that grows 1.3x per iteration: sane for the first snapshots, then the
+  // loss diverges (with a diverging rate from the start, no snapshot came before the NaN).
   std::string text = read_file(s, "solver");
-  text.replace(text.find("base_lr: 0.01"), 13, "base_lr: 900");
+  const std::string policy = "lr_policy: 'inv' gamma: 0.0001 power: 0.75";
+  text.replace(text.find(policy), policy.size(), "lr_policy: 'exp' gamma: 1.3");
   std::ofstream(s) << text;
   std::string dir = (fs::temp_directory_path() / "bks_nan").string();
   fs::remove_all(dir);
@@ -109,21 +113,34 @@ TEST(Train, NaNLossStopsAndKeepsLastSnapshot) {
   o.out_dir = dir;
   o.threads = 2;
   o.progress = false;
+  int64_t diverged_at = -1;
+  std::string message;
   try {
     train(o);
-    FAIL() << "training with base_lr 900 should diverge";
+    FAIL() << "training with a learning rate growing 1.3x per iteration should diverge";
   } catch (const RuntimeError& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("at iteration"), std::string::npos) << m;
+    message = e.what();
+    const size_t at = message.find("at iteration ");
+    ASSERT_NE(at, std::string::npos) << message;
+    diverged_at = std::stoll(message.substr(at + 13));
   }
-  // Every snapshot written is complete and loadable.
-  int n = 0;
+  // Snapshots came before the divergence; each is complete, loadable and finite.
+  int64_t newest = -1;
   for (auto& e : fs::directory_iterator(fs::path(dir) / "snapshots")) {
-    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
-    EXPECT_NO_THROW(load_safetensors(e.path().string())) << e.path();
-    ++n;
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(".tmp-"), std::string::npos) << e.path();
+    if (e.path().extension() != ".safetensors") continue;
+    TensorFile w = load_safetensors(e.path().string());
+    for (auto& [key, t] : w.tensors)
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_TRUE(std::isfinite(t.f32()[i])) << name << " " << key;
+    newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));  // iter_<N>.safetensors
   }
-  (void)n;
+  EXPECT_GE(newest, 10) << "no snapshot before the divergence: the test checks nothing";
+  EXPECT_LT(newest, diverged_at);
+  EXPECT_NE(message.find("the last good snapshot is " +
+                         (fs::path(dir) / "snapshots" / fmt::format("iter_{}.solverstate", newest)).string()),
+            std::string::npos)
+      << message;
 }
 
 TEST(Train, LenetReachesAccuracyOnFashionMnist) {

@@ -158,6 +158,9 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
     const auto& lp = net.param.layer(li);
     std::string where =
         fmt::format("{}:{}", net.source, li < static_cast<int>(net.layer_lines.size()) ? net.layer_lines[li] : 0);
+    if (lp.include_size() > 0 && lp.exclude_size() > 0)
+      input_error("{}: layer '{}' gives both include and exclude rules; Caffe takes one or the other", where,
+                  lp.name());
     if (!layer_included(lp, state)) continue;
     if (lp.type().empty()) input_error("{}: layer '{}' has no 'type'", where, lp.name());
     Node n = caffe_layer_node(lp, where);
