@@ -112,6 +112,39 @@ TEST(Cli, WeightsMatchingNoBlobExitTwo) {
   EXPECT_EQ(r.code, 2) << r.output;
 }
 
+// --stage and --level choose the layers of include/exclude rules, as in `caffe time`.
+TEST(Cli, StageAndLevelSelectLayers) {
+  const std::string net =
+      write_temp("staged.prototxt",
+                 "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 4 } } }\n"
+                 "layer { name: 'staged' type: 'ReLU' bottom: 'x' top: 'y' include { stage: 'extra' } }\n"
+                 "layer { name: 'leveled' type: 'TanH' bottom: 'x' top: 'z' include { min_level: 2 } }\n"
+                 "layer { name: 'plain' type: 'Sigmoid' bottom: 'x' top: 'w' exclude { stage: 'extra' } }\n");
+  auto layers = [&](const std::string& flags) {
+    auto r = run_cmd("time --model " + net + " --phase TEST --iterations 1 " + flags);
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::string found;
+    for (const char* name : {"staged", "leveled", "plain"})
+      if (r.output.find(std::string("\n") + name + " ") != std::string::npos) found += std::string(name) + " ";
+    return found;
+  };
+  EXPECT_EQ(layers(""), "plain ");
+  EXPECT_EQ(layers("--stage extra"), "staged ");
+  EXPECT_EQ(layers("--stage extra,other --level 2"), "staged leveled ");
+  EXPECT_EQ(layers("--level 3"), "leveled plain ");
+  // deploy builds its TEST net in the same state; the weights file has nothing for these layers.
+  const std::string header = R"({"other.0":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  const std::string w = write_temp("staged.safetensors", bytes + header + std::string(4, '\0'));
+  const std::string out = (fs::temp_directory_path() / "bks_cli_staged.bks").string();
+  auto d = run_cmd("deploy --model " + net + " --weights " + w + " -o " + out + " --stage extra --print-graph");
+  EXPECT_EQ(d.code, 0) << d.output;
+  EXPECT_NE(d.output.find("staged"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("plain"), std::string::npos) << d.output;
+  EXPECT_EQ(run_cmd("time --model " + net + " --level -1").code, 2);
+}
+
 // A solver state whose metadata is not a number: one line naming the file and key, exit 2
 // (it was std::stoull's "stoull", exit 1).
 TEST(Cli, CorruptSolverStateMetadataExitsTwo) {

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/model.h"
 #include "core/log.h"
 #include "engine/deploy.h"
 
@@ -27,6 +28,7 @@ Runner add_deploy(CLI::App& app) {
     double memory_cap_mb = 1024;
     std::string calib, calib_method = "entropy", calib_from;
     int calib_batches = 10;
+    StateFlags state;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
@@ -48,8 +50,10 @@ Runner add_deploy(CLI::App& app) {
                   "Reuse the calibration table saved in this bundle (.bks) instead of calibrating again");
   cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_state_options(cmd, o->state);
   return [o] {
     DeployOptions d;
+    d.state = o->state;
     d.model = o->model;
     d.weights = o->weights;
     d.output = o->out;

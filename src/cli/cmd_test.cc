@@ -33,6 +33,7 @@ Runner add_test(CLI::App& app) {
   struct Opts {
     std::string model, weights, data;
     int iterations = 50, threads = 0;
+    StateFlags state;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Net prototxt (its TEST phase is used) or a bundle (.bks) from deploy")
@@ -41,11 +42,16 @@ Runner add_test(CLI::App& app) {
   cmd->add_option("--data", o->data, "Bundle only: dataset to score on (default: the one its net was tested on)");
   cmd->add_option("--iterations", o->iterations, "Batches to score (default 50)")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_state_options(cmd, o->state);
   return [o] {
-    if (is_bundle_file(o->model)) return test_bundle(o->model, o->data, o->iterations, o->threads);
+    if (is_bundle_file(o->model)) {
+      if (!o->state.stages.empty() || o->state.level >= 0)
+        input_error("test: --stage and --level apply to a prototxt; a bundle's net is fixed at deploy");
+      return test_bundle(o->model, o->data, o->iterations, o->threads);
+    }
     if (o->weights.empty()) input_error("test: --weights is required for a prototxt model");
     if (!o->data.empty()) input_error("test: --data applies to a bundle (.bks); a prototxt names its own data");
-    auto m = load_model(o->model, proto::TEST, o->threads);
+    auto m = load_model(o->model, proto::TEST, o->threads, o->state);
     load_weights(o->weights, m->store);
     Net& net = *m->net;
     Evaluation ev = evaluate(net, o->iterations, 0);

@@ -11,6 +11,7 @@ Runner add_time(CLI::App& app) {
   struct Opts {
     std::string model, phase = "TRAIN", trace;
     int iterations = 50, threads = 0;
+    StateFlags state;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Net prototxt")->required();
@@ -18,9 +19,10 @@ Runner add_time(CLI::App& app) {
   cmd->add_option("--phase", o->phase, "TRAIN (forward+backward) or TEST (forward)");
   cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (one span per op per iteration)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_state_options(cmd, o->state);
   return [o] {
     Phase phase = parse_phase(o->phase);
-    auto m = load_model(o->model, phase, o->threads);
+    auto m = load_model(o->model, phase, o->threads, o->state);
     Net& net = *m->net;
     bool train = phase == proto::TRAIN;
     // Warm-up: first-touch of buffers and kernel caches are not what we measure.

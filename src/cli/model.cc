@@ -14,16 +14,23 @@ Phase parse_phase(const std::string& phase) {
   input_error("--phase must be TRAIN or TEST, got '{}'", phase);
 }
 
-std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads, uint64_t seed) {
+std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads, const StateFlags& state,
+                                        uint64_t seed) {
   auto m = std::make_unique<LoadedModel>();
   NetLoad nl = load_net_file(model);
-  proto::NetState st = nl.param.state();
-  st.set_phase(phase);
+  proto::NetState st = net_state(nl, phase, state);
   m->backend = std::make_unique<CpuBackend>(threads);
   NetOptions opt;
   opt.force_backward = nl.param.force_backward();
   m->net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, m->store, *m->backend, seed, opt);
   return m;
+}
+
+void add_state_options(CLI::App* cmd, StateFlags& flags) {
+  cmd->add_option("--stage", flags.stages, "Net stages for include/exclude rules (repeat, or separate with commas)")
+      ->delimiter(',');
+  cmd->add_option("--level", flags.level, "Net level for include/exclude rules (default: the file's state)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace bks::cli

@@ -4,6 +4,9 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
+#include "formats/caffe_net.h"
 #include "runtime/net.h"
 
 namespace bks::cli {
@@ -16,6 +19,9 @@ struct LoadedModel {
 
 // `phase` is "TRAIN" or "TEST" (case-insensitive); InputError otherwise.
 Phase parse_phase(const std::string& phase);
-std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads, uint64_t seed = 1);
+std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads,
+                                        const StateFlags& state = {}, uint64_t seed = 1);
+// --stage (repeatable, or comma-separated) and --level, as `caffe time/test` take them.
+void add_state_options(CLI::App* cmd, StateFlags& flags);
 
 }  // namespace bks::cli

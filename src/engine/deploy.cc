@@ -24,8 +24,7 @@ namespace {
 
 DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   if (o.precision == Precision::bf16) require_bf16();
-  proto::NetState st = nl.param.state();
-  st.set_phase(proto::TEST);
+  const proto::NetState st = net_state(nl, proto::TEST, o.state);
   // Shapes from the op definitions and each layer's blobs (sharing resolved) from the
   // weights file: no kernel is built.
   DeployModel m;
@@ -41,9 +40,8 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
 }
 
 // The TEST data layers as prototxt text, so `bakusoku test` can score a bundle on them.
-std::string test_data_layers(const NetLoad& nl) {
-  proto::NetState st = nl.param.state();
-  st.set_phase(proto::TEST);
+std::string test_data_layers(const NetLoad& nl, const StateFlags& state) {
+  const proto::NetState st = net_state(nl, proto::TEST, state);
   std::string data;
   for (const auto& l : nl.param.layer())
     if (op_traits(l).data_layer && layer_included(l, st)) {
@@ -107,7 +105,7 @@ DeployResult deploy(const DeployOptions& o,
   r.bundle.info["precision"] = precision_name(o.precision);
   r.bundle.info["source_model"] = o.model;
   r.bundle.info["source_weights"] = o.weights;
-  std::string data = test_data_layers(nl);
+  std::string data = test_data_layers(nl, o.state);
   if (!data.empty()) r.bundle.info["data_layers"] = data;
 
   // Calibration (measured on the FP32 bundle), then INT8 quantization from its table.

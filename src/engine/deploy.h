@@ -14,6 +14,7 @@
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
 #include "engine/quantize.h"
+#include "formats/caffe_net.h"
 #include "graph/precision.h"
 #include "passes/deploy_model.h"
 
@@ -42,6 +43,7 @@ struct DeployOptions {
   bool autotune = true;
   CalibrationOptions calibration;
   int threads = 0;
+  StateFlags state;  // stages and level the TEST net is built in
 };
 
 struct DeployResult {

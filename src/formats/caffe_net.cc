@@ -80,6 +80,14 @@ bool layer_included(const proto::LayerParameter& layer, const proto::NetState& s
                       [&](const auto& r) { return rule_met(r, state); });
 }
 
+proto::NetState net_state(const NetLoad& net, Phase phase, const StateFlags& flags) {
+  proto::NetState st = net.param.state();
+  st.set_phase(phase);
+  for (const std::string& s : flags.stages) st.add_stage(s);
+  if (flags.level >= 0) st.set_level(flags.level);
+  return st;
+}
+
 NetLoad load_net_file(const std::string& path) {
   NetLoad net;
   net.source = path;

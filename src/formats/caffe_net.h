@@ -42,6 +42,14 @@ std::string resolve_path(const std::string& path, const std::string& base_dir);
 // does not implement: ImageData, MemoryData, DummyData, WindowData).
 bool caffe_data_layer_type(const std::string& type);
 
+// The state a net is built in, as `caffe time/test/train` make it: the file's state with
+// `phase`, the stages given added, and the level given (a negative `level`: the file's).
+struct StateFlags {
+  std::vector<std::string> stages;
+  int level = -1;
+};
+proto::NetState net_state(const NetLoad& net, Phase phase, const StateFlags& flags);
+
 // Caffe's rule: does a layer with these include/exclude rules run in `state`?
 bool layer_included(const proto::LayerParameter& layer, const proto::NetState& state);
 
