@@ -420,6 +420,15 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
     ++tuned;
   }
   EXPECT_EQ(tuned, convs) << d.output;
+  // An untrained net deploys for timing, its blobs from their fillers.
+  const std::string untrained = temp_path("untrained.bks");
+  CmdResult u = run_cmd("deploy --model " + o.model + " --random-weights -o " + untrained);
+  ASSERT_EQ(u.code, 0) << u.output;
+  Bundle random = load_bundle(untrained);
+  EXPECT_EQ(random.info["source_weights"], "random (each layer's filler, seed 1)");
+  EXPECT_EQ(random.weights.size(), saved.weights.size());
+  EXPECT_EQ(run_cmd("bench " + untrained + " --iterations 2").code, 0);
+  EXPECT_EQ(run_cmd("deploy --model " + o.model + " -o " + untrained).code, 2) << "neither weights nor random";
   saved.graph.nodes[1].deploy.kernel = "fastest";
   EXPECT_THROW(InferenceSession(saved, "bad choice", 1), InputError);
   // --batch auto: timed candidates up to the memory cap, the choice written into the bundle.

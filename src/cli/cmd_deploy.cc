@@ -23,7 +23,7 @@ Runner add_deploy(CLI::App& app) {
   auto* cmd = app.add_subcommand("deploy", "Optimise a trained network into an inference bundle (.bks)");
   struct Opts {
     std::string model, weights, out, precision = "fp32", batch;
-    bool print_graph = false;
+    bool print_graph = false, random_weights = false;
     int threads = 0;
     double memory_cap_mb = 1024;
     std::string calib, calib_method = "entropy", calib_from;
@@ -32,7 +32,10 @@ Runner add_deploy(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
-  cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel)")->required();
+  auto* weights = cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel)");
+  cmd->add_flag("--random-weights", o->random_weights,
+                "No weights file: each layer's filler (seed 1), to time a network before training it")
+      ->excludes(weights);
   cmd->add_option("-o,--output", o->out, "Bundle file to write (.bks)")->required();
   cmd->add_option("--precision", o->precision,
                   "fp32, bf16 (AVX-512 BF16 / AMX CPUs) or int8 (convolutions; needs --calib)");
@@ -54,6 +57,9 @@ Runner add_deploy(CLI::App& app) {
   return [o] {
     DeployOptions d;
     d.state = o->state;
+    if (o->weights.empty() && !o->random_weights)
+      input_error("deploy: give --weights (trained weights) or --random-weights (timing only)");
+    d.random_weights = o->random_weights;
     d.model = o->model;
     d.weights = o->weights;
     d.output = o->out;

@@ -32,7 +32,7 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   infer_shapes(m.graph, proto::TEST);
   ParamStore store;
   auto node_params = bind_parameters(m.graph, store, 1, declared_params(m.graph, proto::TEST));
-  load_weights(o.weights, store);
+  if (!o.random_weights) load_weights(o.weights, store);
   for (size_t n = 0; n < m.graph.nodes.size(); ++n)
     for (size_t i = 0; i < m.graph.nodes[n].params.size(); ++i)
       m.weights[m.graph.nodes[n].params[i].key] = store.at(node_params[n][i]).data;
@@ -104,7 +104,7 @@ DeployResult deploy(const DeployOptions& o,
   for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;
   r.bundle.info["precision"] = precision_name(o.precision);
   r.bundle.info["source_model"] = o.model;
-  r.bundle.info["source_weights"] = o.weights;
+  r.bundle.info["source_weights"] = o.random_weights ? "random (each layer's filler, seed 1)" : o.weights;
   std::string data = test_data_layers(nl, o.state);
   if (!data.empty()) r.bundle.info["data_layers"] = data;
 

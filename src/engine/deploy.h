@@ -44,6 +44,9 @@ struct DeployOptions {
   CalibrationOptions calibration;
   int threads = 0;
   StateFlags state;  // stages and level the TEST net is built in
+  // No weights file: every blob from its layer's filler (seed 1), for timing a network
+  // that has not been trained.
+  bool random_weights = false;
 };
 
 struct DeployResult {
