@@ -378,6 +378,10 @@ std::vector<SweepCase> build_cases() {
       "Swish", "type: 'Swish' swish_param { beta: 1.5 }", [](double x) { return x * sigmoid(1.5 * x); }, -3, 3);
   act(
       "TanH", "type: 'TanH'", [](double x) { return std::tanh(x); }, -3, 3);
+  // A step: its gradient is zero away from the threshold (Caffe has none at all).
+  act(
+      "Threshold", "type: 'Threshold' threshold_param { threshold: 0.3 }", [](double x) { return x > 0.3 ? 1.0 : 0.0; },
+      -1, 1, away_from({0.3f}));
 
   // Convolution: odd sizes, groups, stride, padding, dilation, depthwise, no bias.
   auto conv = [&](const char* name, Shape in, ConvSpec k) {

@@ -260,6 +260,29 @@ struct SwishFn {
   }
 };
 
+// y = 1 where x > threshold, else 0 (Caffe's Threshold). Its gradient is zero wherever it
+// exists; Caffe has no backward for it at all.
+struct ThresholdAttrs final : AttrsOf<ThresholdAttrs> {
+  float threshold = 0.f;
+  void visit(AttrVisitor& v) override { v.field("threshold", threshold); }
+};
+void threshold_from_caffe(const proto::LayerParameter& l, ThresholdAttrs& a, const std::string&) {
+  a.threshold = l.threshold_param().threshold();
+}
+void threshold_to_caffe(const ThresholdAttrs& a, proto::LayerParameter& l) {
+  l.mutable_threshold_param()->set_threshold(a.threshold);
+}
+BKS_REGISTER_ATTRS("Threshold", ThresholdAttrs, threshold_from_caffe, threshold_to_caffe);
+
+struct ThresholdFn {
+  float t;
+  static ThresholdFn from(const OpContext& c) { return {c.node.attrs.as<ThresholdAttrs>().threshold}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {false, false, false}; }
+  float f(float x) const { return x > t ? 1.f : 0.f; }
+  float grad(float, float) const { return 0.f; }
+};
+
 }  // namespace
 
 BKS_REGISTER_ELEMENTWISE("ReLU", ReLUFn);
@@ -273,5 +296,6 @@ BKS_REGISTER_ELEMENTWISE("Log", LogFn);
 BKS_REGISTER_ELEMENTWISE("BNLL", BNLLFn);
 BKS_REGISTER_ELEMENTWISE("Clip", ClipFn);
 BKS_REGISTER_ELEMENTWISE("Swish", SwishFn);
+BKS_REGISTER_ELEMENTWISE("Threshold", ThresholdFn);
 
 }  // namespace bks
