@@ -69,7 +69,10 @@ std::vector<std::vector<int>> resolve_parameters(Graph& g, const ParamDecls& dec
       ref.share_name = spec.share_name;
       ref.lr_mult = decls[i].learnable ? spec.lr_mult : 0.f;
       ref.decay_mult = decls[i].learnable ? spec.decay_mult : 0.f;
-      int idx = sink.find(ref.share_name, ref.key);
+      // A shared name finds its blob first, then the blob's own key (the TEST net binds to
+      // the TRAIN net's blobs by key).
+      int idx = ref.share_name.empty() ? -1 : sink.find_shared(ref.share_name);
+      if (idx < 0) idx = sink.find_key(ref.key);
       if (idx >= 0) {
         if (sink.shape(idx) != decls[i].shape)
           input_error("{}: parameter blob {} has shape {} but the shared/existing blob '{}' has {}", g.describe(n), i,
@@ -93,10 +96,8 @@ class StoreSink : public ParamSink {
  public:
   StoreSink(const Graph& g, ParamStore& store, uint64_t seed, bool fill)
       : g_(g), store_(store), seed_(seed), fill_(fill) {}
-  int find(const std::string& share_name, const std::string& key) const override {
-    int idx = share_name.empty() ? -1 : store_.find_shared(share_name);
-    return idx >= 0 ? idx : store_.find(key);
-  }
+  int find_shared(const std::string& share_name) const override { return store_.find_shared(share_name); }
+  int find_key(const std::string& key) const override { return store_.find(key); }
   const Shape& shape(int blob) const override { return store_.at(blob).data.shape(); }
   const std::string& key(int blob) const override { return store_.at(blob).key; }
   int add(int node, const ParamRef& ref, const ParamDecl& decl) override {

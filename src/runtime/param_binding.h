@@ -24,8 +24,9 @@ ParamDecls declared_params(const Graph& g, Phase phase);
 class ParamSink {
  public:
   virtual ~ParamSink() = default;
-  // The blob shared as `share_name` (when not empty), else the blob named `key`; -1 if none.
-  virtual int find(const std::string& share_name, const std::string& key) const = 0;
+  // The blob shared under `share_name`, or the blob named `key`; -1 if none.
+  virtual int find_shared(const std::string& share_name) const = 0;
+  virtual int find_key(const std::string& key) const = 0;
   virtual const Shape& shape(int blob) const = 0;
   virtual const std::string& key(int blob) const = 0;
   // A new blob for node n's declaration `decl` (ref: its key, sharing and multipliers).

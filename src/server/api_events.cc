@@ -156,7 +156,7 @@ void add_event_routes(httplib::Server& s, Context& c, int max_viewers) {
                                    budget->max));
       }
       w->id = job["id"];
-      w->metrics = fs::path(c.scheduler.job_dir(w->id)) / "run" / "metrics.jsonl";
+      w->metrics = metrics_file(c, w->id);
       res.set_header("Cache-Control", "no-cache");
       // The provider runs after this handler has returned: it needs its own error boundary.
       res.set_chunked_content_provider("text/event-stream", [&c, w](size_t, httplib::DataSink& sink) {

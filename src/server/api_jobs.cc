@@ -82,8 +82,6 @@ std::optional<Stamp> stamp_of(const fs::path& file) {
   return Stamp{st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
 }
 
-fs::path metrics_file(Context& c, int64_t job) { return fs::path(c.scheduler.job_dir(job)) / "run" / "metrics.jsonl"; }
-
 // Job pages poll their job every second: the last records are parsed again only when the
 // metrics file has changed, not per request.
 class LastRecordsCache {
@@ -113,6 +111,8 @@ LastRecordsCache& last_records_cache() {
 }
 
 }  // namespace
+
+fs::path metrics_file(Context& c, int64_t job) { return fs::path(c.scheduler.job_dir(job)) / "run" / "metrics.jsonl"; }
 
 json describe_job(Context& c, json job, bool full) {
   const fs::path dir = c.scheduler.job_dir(job["id"]);
@@ -232,7 +232,7 @@ void add_job_routes(httplib::Server& s, Context& c) {
   s.Get(R"(/api/jobs/(\d+)/metrics)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       row(c, "jobs", req);
-      return read_metrics(fs::path(c.scheduler.job_dir(job_id(req))) / "run" / "metrics.jsonl");
+      return read_metrics(metrics_file(c, job_id(req)));
     });
   });
   s.Get(R"(/api/jobs/(\d+)/log)", [&c](const httplib::Request& req, httplib::Response& res) {

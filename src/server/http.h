@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -52,6 +53,9 @@ json row(Context& c, const std::string& table, const httplib::Request& req);
 // A packed dataset as networks see it (ApiError naming `field` when it is missing or not
 // packed yet).
 DatasetView dataset_view(Context& c, int64_t id, const std::string& field);
+
+// A training job's metrics file (the run directory's metrics.jsonl).
+std::filesystem::path metrics_file(Context& c, int64_t job);
 
 // A job with what a page shows about it: progress and latest figures from its metrics,
 // and with `full` the end of its log while it runs and its snapshots.

@@ -172,11 +172,8 @@ std::string gib(int64_t floats) { return fmt::format("{:.2f} GiB", static_cast<d
 class BudgetSink : public ParamSink {
  public:
   BudgetSink(const Graph& g, std::string field) : g_(g), field_(std::move(field)) {}
-  int find(const std::string& share_name, const std::string& key) const override {
-    if (auto it = by_share_.find(share_name); !share_name.empty() && it != by_share_.end()) return it->second;
-    auto it = by_key_.find(key);
-    return it == by_key_.end() ? -1 : it->second;
-  }
+  int find_shared(const std::string& share_name) const override { return index(by_share_, share_name); }
+  int find_key(const std::string& key) const override { return index(by_key_, key); }
   const Shape& shape(int blob) const override { return shapes_[blob]; }
   const std::string& key(int blob) const override { return keys_[blob]; }
   int add(int node, const ParamRef& ref, const ParamDecl& decl) override {
@@ -195,6 +192,10 @@ class BudgetSink : public ParamSink {
   }
 
  private:
+  static int index(const std::map<std::string, int>& m, const std::string& name) {
+    auto it = m.find(name);
+    return it == m.end() ? -1 : it->second;
+  }
   const Graph& g_;
   std::string field_;
   std::vector<Shape> shapes_;
