@@ -6,6 +6,12 @@
 #include <cstring>
 #include <vector>
 
+// Built without AVX-512 (-march=native on an AVX2 machine), GCC warns that 16-float vectors
+// returned by value would change the ABI. Every such function here is internal to this file
+// and inlined, so no ABI is crossed; the 16-lane paths still run there (split in halves) for
+// 16-blocked layouts.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace bks {
 namespace {
 
