@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libsqlite3-dev libstb-dev libjs-chart.js
+  liblmdb-dev libleveldb-dev
   chromium
   dataset-fashion-mnist
 )

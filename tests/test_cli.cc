@@ -145,6 +145,49 @@ TEST(Cli, StageAndLevelSelectLayers) {
   EXPECT_EQ(run_cmd("time --model " + net + " --level -1").code, 2);
 }
 
+// A train_val file whose data is not on this machine is timed and deployed anyway: its data
+// layer stands in as an Input of the shape the file implies (crop_size, the mean's
+// channels), or of --input-shape; without either, one line asks for --input-shape.
+TEST(Cli, TimeAndDeployATrainValWhoseDataIsAbsent) {
+  auto net = [&](const std::string& name, const std::string& transform) {
+    return write_temp(name,
+                      "layer { name: 'data' type: 'Data' top: 'data' top: 'label' include { phase: TEST }\n"
+                      "  transform_param { " +
+                          transform +
+                          " }\n"
+                          "  data_param { source: '/nonexistent/ilsvrc12_val_lmdb' batch_size: 2 backend: LMDB } }\n"
+                          "layer { name: 'conv' type: 'Convolution' bottom: 'data' top: 'conv'\n"
+                          "  convolution_param { num_output: 4 kernel_size: 3 } }\n"
+                          "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'conv' bottom: 'label' top: 'loss'\n"
+                          "  include { phase: TRAIN } }\n");
+  };
+  const std::string cropped =
+      net("absent_crop.prototxt", "crop_size: 9 mean_value: 104 mean_value: 117 mean_value: 123");
+  auto r = run_cmd("time --model " + cropped + " --phase TEST --iterations 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("data source /nonexistent/ilsvrc12_val_lmdb not found; stands in as Input (2,3,9,9)"),
+            std::string::npos)
+      << r.output;
+  const std::string out = (fs::temp_directory_path() / "bks_cli_absent.bks").string();
+  auto d = run_cmd("deploy --model " + cropped + " --random-weights -o " + out + " --input-shape 1,3,16,16");
+  ASSERT_EQ(d.code, 0) << d.output;
+  EXPECT_NE(d.output.find("stands in as Input (1,3,16,16)"), std::string::npos) << d.output;
+  const std::string bare = net("absent_bare.prototxt", "scale: 0.5");
+  auto e = run_cmd("time --model " + bare + " --phase TEST --iterations 1");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("layer 'data' (Data): data source /nonexistent/ilsvrc12_val_lmdb not found"),
+            std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("give --input-shape N,C,H,W"), std::string::npos) << e.output;
+  EXPECT_EQ(count_lines(e.output), 1) << e.output;
+  EXPECT_EQ(run_cmd("time --model " + bare + " --phase TEST --iterations 1 --input-shape 1,1,5,5").code, 0);
+  EXPECT_EQ(run_cmd("time --model " + bare + " --phase TEST --input-shape 1,x").code, 2);
+  // Training needs the data: no stand-in there.
+  const std::string solver = write_temp("absent_solver.prototxt", "net: '" + bare + "'\nbase_lr: 0.1 max_iter: 1\n");
+  auto t = run_cmd("train --solver " + solver + " --out " + (fs::temp_directory_path() / "bks_cli_absent").string());
+  EXPECT_EQ(t.code, 2) << t.output;
+}
+
 // A solver state whose metadata is not a number: one line naming the file and key, exit 2
 // (it was std::stoull's "stoull", exit 1).
 TEST(Cli, CorruptSolverStateMetadataExitsTwo) {

@@ -74,6 +74,28 @@ layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" bottom: "a" top: "s"
 layer { name: "loss" type: "EuclideanLoss" bottom: "s" bottom: "t" top: "loss" }
 )";
 
+// MemoryData is filled by the program that runs the net, with Caffe's shapes: data
+// (batch, channels, height, width) and label (batch, 1, 1, 1).
+TEST(Net, MemoryDataIsFedByTheCaller) {
+  TestNet t(R"(
+layer { name: 'mem' type: 'MemoryData' top: 'data' top: 'label'
+        memory_data_param { batch_size: 2 channels: 1 height: 1 width: 3 } }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'
+        inner_product_param { num_output: 1 weight_filler { type: 'constant' value: 1 } } }
+layer { name: 'loss' type: 'EuclideanLoss' bottom: 'ip' bottom: 'label' top: 'loss' }
+)");
+  EXPECT_EQ(t.net->value("data").shape(), (Shape{2, 1, 1, 3}));
+  EXPECT_EQ(t.net->value("label").shape(), (Shape{2, 1, 1, 1}));
+  float* x = t.net->value("data").f32();
+  for (int i = 0; i < 6; ++i) x[i] = static_cast<float>(i);
+  t.net->value("label").f32()[0] = 3.f, t.net->value("label").f32()[1] = 12.f;
+  // ip = row sums (0+1+2, 3+4+5) = 3, 12: the labels exactly.
+  EXPECT_NEAR(t.net->forward(), 0.0, 1e-6);
+  t.net->value("label").f32()[1] = 10.f;  // loss = (12 - 10)^2 / (2 * batch 2) = 1
+  EXPECT_NEAR(t.net->forward(), 1.0, 1e-5);
+  t.check();
+}
+
 TEST(Net, FanOutAndRepeatedInputGradients) {
   TestNet t(kFanOut);
   t.check();

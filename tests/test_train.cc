@@ -17,8 +17,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "data/dataset.h"
+#include "data/image_decode.h"
 #include "formats/safetensors.h"
 #include "train/trainer.h"
 
@@ -160,6 +163,55 @@ TEST(Train, LenetReachesAccuracyOnFashionMnist) {
   }
   EXPECT_GE(train_lines, 1);
   EXPECT_EQ(test_lines, 2) << "at iteration 0 and 1000";
+}
+
+// Fashion-MNIST as PNG files and a list of them, in the IDX file's order.
+fs::path write_pngs(const std::string& idx_images, const fs::path& dir) {
+  auto ds = read_idx_pair(idx_images, idx_labels_path(idx_images));
+  fs::create_directories(dir);
+  std::ofstream list(dir / "list.txt");
+  for (int64_t i = 0; i < ds->size; ++i) {
+    std::string name = fmt::format("{:05d}.png", i);
+    std::ofstream(dir / name, std::ios::binary) << encode_image(ds->fields[0].u8(i), 1, 28, 28, false, false);
+    list << name << " " << int{ds->fields[1].u8(i)[0]} << "\n";
+  }
+  return dir / "list.txt";
+}
+
+// LeNet trained on LMDBs that `bakusoku convert_imageset` made from PNG files reaches the same
+// accuracy as on the IDX files the PNGs came from: the same pixels in the same order, so
+// the same batches, to the last bit.
+TEST(Train, LenetOnConvertedLmdbMatchesIdx) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist/";
+  fs::path root = fs::temp_directory_path() / "bks_train_lmdb";
+  fs::remove_all(root);
+  for (const char* split : {"train", "t10k"}) {
+    fs::path list = write_pngs(dir + split + "-images-idx3-ubyte.gz", root / split);
+    auto r = test::run_cmd(fmt::format("convert_imageset --gray {}/ {} {}", (root / split).string(), list.string(),
+                                       (root / (std::string(split) + "_lmdb")).string()));
+    ASSERT_EQ(r.code, 0) << r.output;
+    fs::remove_all(root / split);  // the images are in the database now
+  }
+  std::string net = read_file(kLenet, "net");
+  for (const char* split : {"train", "t10k"}) {
+    std::string from = dir + split + "-images-idx3-ubyte.gz";
+    net.replace(net.find(from), from.size(), (root / (std::string(split) + "_lmdb")).string());
+  }
+  auto at = net.find("batch_size");
+  net.insert(at, "backend: LMDB ");
+  fs::path lmdb_net = root / "lenet_lmdb.prototxt";
+  std::ofstream(lmdb_net) << net;
+  const std::string common = "max_iter: 500 test_iter: 100 test_interval: 500 snapshot_after_train: false\n";
+  auto idx = run(solver_file("idx", common), "bks_lmdb_vs_idx_idx");
+  std::string s = read_file(solver_file("lmdb", common), "solver");
+  s.replace(s.find(kLenet), kLenet.size(), lmdb_net.string());
+  std::ofstream(root / "solver.prototxt") << s;
+  auto lmdb = run((root / "solver.prototxt").string(), "bks_lmdb_vs_idx_lmdb");
+  ASSERT_TRUE(idx.last_test.count("accuracy") && lmdb.last_test.count("accuracy"));
+  EXPECT_GE(idx.last_test["accuracy"], 0.75);
+  EXPECT_EQ(lmdb.last_test["accuracy"], idx.last_test["accuracy"]);
+  EXPECT_EQ(lmdb.last_test["loss"], idx.last_test["loss"]);
+  fs::remove_all(root);
 }
 
 // `bakusoku train ARGS`, output to `log`; its pid.

@@ -4,6 +4,7 @@
 #include "cli/model.h"
 #include "core/log.h"
 #include "engine/deploy.h"
+#include "passes/stand_in_inputs.h"
 
 namespace bks::cli {
 
@@ -26,7 +27,7 @@ Runner add_deploy(CLI::App& app) {
     bool print_graph = false, random_weights = false;
     int threads = 0;
     double memory_cap_mb = 1024;
-    std::string calib, calib_method = "entropy", calib_from;
+    std::string calib, calib_method = "entropy", calib_from, input_shape;
     int calib_batches = 10;
     StateFlags state;
   };
@@ -54,9 +55,11 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
+  add_input_shape_option(cmd, o->input_shape);
   return [o] {
     DeployOptions d;
     d.state = o->state;
+    if (!o->input_shape.empty()) d.input_shape = parse_input_shape(o->input_shape);
     if (o->weights.empty() && !o->random_weights)
       input_error("deploy: give --weights (trained weights) or --random-weights (timing only)");
     d.random_weights = o->random_weights;

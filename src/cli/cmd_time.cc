@@ -9,7 +9,7 @@ namespace bks::cli {
 Runner add_time(CLI::App& app) {
   auto* cmd = app.add_subcommand("time", "Per-layer forward/backward time (ms), like caffe time");
   struct Opts {
-    std::string model, phase = "TRAIN", trace;
+    std::string model, phase = "TRAIN", trace, input_shape;
     int iterations = 50, threads = 0;
     StateFlags state;
   };
@@ -20,9 +20,10 @@ Runner add_time(CLI::App& app) {
   cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (one span per op per iteration)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
+  add_input_shape_option(cmd, o->input_shape);
   return [o] {
     Phase phase = parse_phase(o->phase);
-    auto m = load_model(o->model, phase, o->threads, o->state);
+    auto m = load_model(o->model, phase, o->threads, o->state, 1, true, o->input_shape);
     Net& net = *m->net;
     bool train = phase == proto::TRAIN;
     // Warm-up: first-touch of buffers and kernel caches are not what we measure.

@@ -18,5 +18,7 @@ Runner add_deploy(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_pack_dataset(CLI::App& app);
+Runner add_convert_imageset(CLI::App& app);
+Runner add_compute_image_mean(CLI::App& app);
 
 }  // namespace bks::cli

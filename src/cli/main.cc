@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
   add("pack-dataset", bks::cli::add_pack_dataset);
+  add("convert_imageset", bks::cli::add_convert_imageset);
+  add("compute_image_mean", bks::cli::add_compute_image_mean);
 
   try {
     app.parse(argc, argv);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "formats/caffe_net.h"
+#include "passes/stand_in_inputs.h"
 
 namespace bks::cli {
 
@@ -15,15 +17,26 @@ Phase parse_phase(const std::string& phase) {
 }
 
 std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads, const StateFlags& state,
-                                        uint64_t seed) {
+                                        uint64_t seed, bool stand_in, const std::string& input_shape) {
   auto m = std::make_unique<LoadedModel>();
   NetLoad nl = load_net_file(model);
   proto::NetState st = net_state(nl, phase, state);
   m->backend = std::make_unique<CpuBackend>(threads);
   NetOptions opt;
   opt.force_backward = nl.param.force_backward();
-  m->net = std::make_unique<Net>(build_caffe_graph(nl, st), phase, m->store, *m->backend, seed, opt);
+  Graph g = build_caffe_graph(nl, st);
+  if (stand_in)
+    for (const std::string& line :
+         stand_in_absent_data(g, phase, input_shape.empty() ? Shape{} : parse_input_shape(input_shape)))
+      log::info("{}", line);
+  m->net = std::make_unique<Net>(std::move(g), phase, m->store, *m->backend, seed, opt);
   return m;
+}
+
+void add_input_shape_option(CLI::App* cmd, std::string& shape) {
+  cmd->add_option("--input-shape", shape,
+                  "N,C,H,W of the data when the file's data source is absent (default: batch_size, crop_size and "
+                  "the mean's channels from the file)");
 }
 
 void add_state_options(CLI::App* cmd, StateFlags& flags) {

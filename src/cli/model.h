@@ -19,9 +19,14 @@ struct LoadedModel {
 
 // `phase` is "TRAIN" or "TEST" (case-insensitive); InputError otherwise.
 Phase parse_phase(const std::string& phase);
+// `stand_in`: data layers whose source is absent become Input layers (passes/stand_in_inputs.h)
+// of `input_shape` ("N,C,H,W"; empty: the shape the layer implies), for timing without data.
 std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads,
-                                        const StateFlags& state = {}, uint64_t seed = 1);
+                                        const StateFlags& state = {}, uint64_t seed = 1, bool stand_in = false,
+                                        const std::string& input_shape = "");
 // --stage (repeatable, or comma-separated) and --level, as `caffe time/test` take them.
 void add_state_options(CLI::App* cmd, StateFlags& flags);
+// --input-shape, for time and deploy of a train_val file whose data is absent.
+void add_input_shape_option(CLI::App* cmd, std::string& shape);
 
 }  // namespace bks::cli

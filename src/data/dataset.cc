@@ -33,13 +33,26 @@ std::shared_ptr<const Dataset> cached(const std::string& key,
 }
 }  // namespace
 
-std::shared_ptr<const Dataset> open_dataset(const std::string& source) {
+std::shared_ptr<const Dataset> open_datum_db(const std::string& path, const ImageChannels& channels) {
+  auto backend = detect_db(path);
+  if (!backend) input_error("{}: is a directory but neither an LMDB (data.mdb) nor a LevelDB (CURRENT) database", path);
+  std::string key = std::filesystem::weakly_canonical(path).string();
+  key += channels.force_color ? "|color" : channels.force_gray ? "|gray" : "";
+  return cached("db:" + key, [&] { return read_datum_db(path, *backend, channels); });
+}
+
+std::shared_ptr<const Dataset> open_image_list(const std::string& list_file, const ImageListOptions& opt) {
+  std::string key = fmt::format("{}|{}|{}|{}x{}", std::filesystem::weakly_canonical(list_file).string(),
+                                opt.root_folder, opt.is_color, opt.new_height, opt.new_width);
+  return cached("images:" + key, [&] { return read_image_list(list_file, opt); });
+}
+
+std::shared_ptr<const Dataset> open_dataset(const std::string& source, const ImageChannels& channels) {
+  if (detect_file_kind(source) == FileKind::directory) return open_datum_db(source, channels);
   std::string key = std::filesystem::weakly_canonical(source).string();
   return cached("data:" + key, [&]() -> std::shared_ptr<const Dataset> {
     switch (detect_file_kind(source)) {
       case FileKind::missing: input_error("{}: data source not found", source);
-      case FileKind::directory:
-        input_error("{}: is a directory; LMDB/LevelDB databases are not supported, use IDX or HDF5 files", source);
       case FileKind::idx:
       case FileKind::gzip: {
         std::string labels = idx_labels_path(source);
@@ -53,7 +66,11 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& source) {
         return ds;
       }
       case FileKind::hdf5: return read_hdf5(source, {"data", "label"});
-      default: input_error("{}: unrecognised data file (expected IDX, gzip-compressed IDX or HDF5)", source);
+      default:
+        input_error(
+            "{}: unrecognised data source (expected an IDX, gzip-compressed IDX or HDF5 file, or an LMDB/LevelDB "
+            "directory)",
+            source);
     }
   });
 }

@@ -17,6 +17,7 @@
 
 #include "core/file_io.h"
 #include "core/tensor.h"
+#include "data/caffe_db.h"
 
 namespace bks {
 
@@ -39,21 +40,41 @@ struct DatasetField {
 
 struct Dataset {
   std::string source;
-  std::string format;  // "idx", "hdf5"
+  std::string format;  // "idx", "hdf5", "lmdb", "leveldb", "image list"
   int64_t size = 0;
   std::vector<DatasetField> fields;
   const DatasetField* field(const std::string& name) const;
 };
 
+// How encoded images become pixels (Caffe's transform_param.force_color / force_gray;
+// neither: each image's own channel count).
+struct ImageChannels {
+  bool force_color = false, force_gray = false;
+};
 // Opens (or returns the cached) dataset for a Data layer's `source`: an IDX images file
-// (raw or gzip) with its labels file beside it, or an HDF5 file with 'data' and 'label'.
-std::shared_ptr<const Dataset> open_dataset(const std::string& source);
+// (raw or gzip) with its labels file beside it, an HDF5 file with 'data' and 'label', or an
+// LMDB/LevelDB directory of Datum records (open_datum_db).
+std::shared_ptr<const Dataset> open_dataset(const std::string& source, const ImageChannels& channels = {});
 // Opens the HDF5 files listed (one per line) in a text file, as Caffe's HDF5Data does, and
 // concatenates them. Only the named fields are read.
 std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, const std::vector<std::string>& fields);
 
+// Opens (or returns the cached) LMDB or LevelDB database of Caffe Datum records: raw pixels,
+// float_data or encoded PNG/JPEG images (decoded once, BGR as Caffe's OpenCV decodes them).
+std::shared_ptr<const Dataset> open_datum_db(const std::string& path, const ImageChannels& channels);
+
+// ImageData's list file: one "PATH LABEL" per line, paths under `root_folder`.
+struct ImageListOptions {
+  std::string root_folder;
+  bool is_color = true;
+  int64_t new_height = 0, new_width = 0;  // 0 and 0: each image's own size
+};
+std::shared_ptr<const Dataset> open_image_list(const std::string& list_file, const ImageListOptions& opt);
+
 // Readers, exposed for tests.
 std::shared_ptr<Dataset> read_idx_pair(const std::string& images, const std::string& labels);
+std::shared_ptr<Dataset> read_datum_db(const std::string& path, DbBackend backend, const ImageChannels& channels);
+std::shared_ptr<Dataset> read_image_list(const std::string& list_file, const ImageListOptions& opt);
 std::shared_ptr<Dataset> read_hdf5(const std::string& path, const std::vector<std::string>& fields);
 // Writes `samples` samples of each field (u8 or f32) as one HDF5 dataset each, atomically
 // (a temporary file renamed into place).

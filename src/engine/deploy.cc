@@ -3,12 +3,14 @@
 #include <google/protobuf/text_format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/sysinfo.h"
 #include "engine/batch_tuning.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
 #include "formats/weights.h"
 #include "ops/shape_inference.h"
+#include "passes/stand_in_inputs.h"
 #include "runtime/net.h"
 #include "runtime/param_binding.h"
 
@@ -29,6 +31,7 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   // weights file: no kernel is built.
   DeployModel m;
   m.graph = build_caffe_graph(nl, st);
+  for (const std::string& line : stand_in_absent_data(m.graph, proto::TEST, o.input_shape)) log::info("{}", line);
   infer_shapes(m.graph, proto::TEST);
   ParamStore store;
   auto node_params = bind_parameters(m.graph, store, 1, declared_params(m.graph, proto::TEST));

@@ -47,6 +47,9 @@ struct DeployOptions {
   // No weights file: every blob from its layer's filler (seed 1), for timing a network
   // that has not been trained.
   bool random_weights = false;
+  // Data layers whose source is absent stand in as Input layers of this shape (empty: the
+  // shape the layer implies; passes/stand_in_inputs.h).
+  Shape input_shape;
 };
 
 struct DeployResult {

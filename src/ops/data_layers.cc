@@ -1,14 +1,19 @@
-// Layers that bring data into the graph: Input (filled by the caller), Data (IDX or HDF5
-// file chosen by content, with transform_param) and HDF5Data (Caffe's list of .h5 files).
+// Layers that bring data into the graph: Input and MemoryData (filled by the caller), Data
+// (IDX, HDF5, LMDB or LevelDB, chosen by content, with transform_param), ImageData (a list of
+// image files) and HDF5Data (Caffe's list of .h5 files).
 //
 // The definitions infer output shapes from the dataset itself (open_dataset and
 // open_hdf5_list are cached per path, so the kernel's loader shares what they read).
 #include <algorithm>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/log.h"
+#include "data/image_decode.h"
 #include "data/loader.h"
 #include "ops/op.h"
 
@@ -158,14 +163,36 @@ struct DataAttrs final : AttrsOf<DataAttrs> {
   int64_t rand_skip = 0;
   int backend = unspecified;
   TransformAttrs transform;
+  ImageChannels channels;  // transform_param.force_color / force_gray: how encoded images decode
   void visit(AttrVisitor& v) override {
     v.field("source", source);
     v.field("batch_size", batch_size);
     v.field("rand_skip", rand_skip);
     v.field("backend", backend, kBackends);
     v.field("transform", transform);
+    v.field("force_color", channels.force_color);
+    v.field("force_gray", channels.force_gray);
   }
 };
+
+// transform_param as TransformOptions; mean_file must not be empty.
+void transform_from_caffe(const proto::TransformationParameter& t, TransformOptions& o, const std::string& where) {
+  if (t.has_mean_file() && t.mean_file().empty()) input_error("{}: transform_param.mean_file is empty", where);
+  o.scale = t.scale();
+  o.mirror = t.mirror();
+  o.crop_size = t.crop_size();
+  o.mean_file = t.mean_file();
+  o.mean_value.assign(t.mean_value().begin(), t.mean_value().end());
+}
+void transform_to_caffe(const TransformOptions& o, proto::TransformationParameter& t) {
+  t.set_scale(o.scale);
+  t.set_mirror(o.mirror);
+  t.set_crop_size(static_cast<uint32_t>(o.crop_size));
+  t.clear_mean_file();
+  if (!o.mean_file.empty()) t.set_mean_file(o.mean_file);
+  t.clear_mean_value();
+  for (float m : o.mean_value) t.add_mean_value(m);
+}
 
 void data_from_caffe(const proto::LayerParameter& l, DataAttrs& a, const std::string& where) {
   const proto::DataParameter& p = l.data_param();
@@ -176,18 +203,11 @@ void data_from_caffe(const proto::LayerParameter& l, DataAttrs& a, const std::st
   a.rand_skip = p.rand_skip();
   if (p.has_backend()) a.backend = p.backend() == proto::DataParameter::LMDB ? a.lmdb : a.leveldb;
   const proto::TransformationParameter& t = l.transform_param();
-  if (t.has_mean_file() && t.mean_file().empty()) input_error("{}: transform_param.mean_file is empty", where);
-  // Caffe applies these when it decodes encoded images (Datum records in LMDB/LevelDB); the
-  // sources read here hold decoded pixels with their channel count fixed.
-  if (t.force_color() || t.force_gray())
-    input_error("{}: transform_param.{} applies to encoded images in LMDB/LevelDB, which this build does not read",
-                where, t.force_color() ? "force_color" : "force_gray");
-  TransformOptions& o = a.transform.o;
-  o.scale = t.scale();
-  o.mirror = t.mirror();
-  o.crop_size = t.crop_size();
-  o.mean_file = t.mean_file();
-  o.mean_value.assign(t.mean_value().begin(), t.mean_value().end());
+  if (t.force_color() && t.force_gray())
+    input_error("{}: transform_param.force_color and force_gray cannot both be set", where);
+  transform_from_caffe(t, a.transform.o, where);
+  a.channels.force_color = t.force_color();
+  a.channels.force_gray = t.force_gray();
 }
 void data_to_caffe(const DataAttrs& a, proto::LayerParameter& l) {
   proto::DataParameter* p = l.mutable_data_param();
@@ -198,17 +218,33 @@ void data_to_caffe(const DataAttrs& a, proto::LayerParameter& l) {
   p->clear_backend();
   if (a.backend != a.unspecified)
     p->set_backend(a.backend == a.lmdb ? proto::DataParameter::LMDB : proto::DataParameter::LEVELDB);
-  const TransformOptions& o = a.transform.o;
   proto::TransformationParameter* t = l.mutable_transform_param();
-  t->set_scale(o.scale);
-  t->set_mirror(o.mirror);
-  t->set_crop_size(static_cast<uint32_t>(o.crop_size));
-  t->clear_mean_file();
-  if (!o.mean_file.empty()) t->set_mean_file(o.mean_file);
-  t->clear_mean_value();
-  for (float m : o.mean_value) t->add_mean_value(m);
+  transform_to_caffe(a.transform.o, *t);
+  t->set_force_color(a.channels.force_color);
+  t->set_force_gray(a.channels.force_gray);
 }
 BKS_REGISTER_ATTRS("Data", DataAttrs, data_from_caffe, data_to_caffe);
+
+// A data layer's outputs as its definition alone tells them, without its data: the batch,
+// the crop's size, and the channels (and size, without a crop) of the mean; 0 where unknown.
+// The second top is the label, (batch).
+OpDef::AbsentSource absent(const std::string& source, int64_t batch, const TransformOptions& t, size_t tops) {
+  Shape data{batch, 0, t.crop_size, t.crop_size};
+  if (t.mean_value.size() > 1) data[1] = static_cast<int64_t>(t.mean_value.size());
+  if (!t.mean_file.empty() && std::filesystem::exists(t.mean_file)) {
+    proto::BlobProto mean;
+    read_binary_proto(t.mean_file, mean);
+    Shape m = mean.has_shape() ? Shape(mean.shape().dim().begin(), mean.shape().dim().end())
+                               : Shape{mean.num(), mean.channels(), mean.height(), mean.width()};
+    if (m.size() == 4) {
+      data[1] = m[1];
+      if (t.crop_size == 0) data[2] = m[2], data[3] = m[3];
+    }
+  }
+  OpDef::AbsentSource a{source, {data}};
+  if (tops > 1) a.shapes.push_back({batch});
+  return a;
+}
 
 // The dataset of a Data layer, checked: a 'data' field of (C,H,W) samples, and labels when
 // a second top asks for them. `warn` logs an ignored data_param.backend (the kernel's).
@@ -216,13 +252,15 @@ std::shared_ptr<const Dataset> open_data(const OpContext& c, bool warn) {
   const DataAttrs& a = c.node.attrs.as<DataAttrs>();
   std::shared_ptr<const Dataset> ds;
   try {
-    ds = open_dataset(a.source);
+    ds = open_dataset(a.source, a.channels);
   } catch (const InputError& e) {
     c.fail("{}", e.what());
   }
-  if (warn && a.backend != a.unspecified && ds->format != "lmdb" && ds->format != "leveldb")
-    log::warn("{}: data_param.backend {} ignored: {} is an {} file", c.where, kBackends[a.backend], a.source,
-              ds->format);
+  // The source's content decides; a backend naming another format is worth a word.
+  const char* found = ds->format == "lmdb" ? "LMDB" : ds->format == "leveldb" ? "LEVELDB" : nullptr;
+  if (warn && a.backend != a.unspecified && (!found || found != std::string_view(kBackends[a.backend])))
+    log::warn("{}: data_param.backend {} ignored: {} is {} {}", c.where, kBackends[a.backend], a.source,
+              found ? "a" : "an", found ? found : ds->format + " file");
   const DatasetField* data = ds->field("data");
   if (!data || data->sample_shape.size() != 3) c.fail("{}: needs a 'data' field of (C,H,W) samples", a.source);
   if (c.node.outputs.size() > 1 && !ds->field("label")) c.fail("{} has no labels for the second top", a.source);
@@ -253,6 +291,11 @@ class DataDef final : public OpDef {
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
   OpTraits traits(const Node&) const override { return traits_with({&OpTraits::data_layer}); }
+  std::optional<AbsentSource> absent_source(const OpContext& c) const override {
+    const DataAttrs& a = c.node.attrs.as<DataAttrs>();
+    if (std::filesystem::exists(a.source)) return std::nullopt;
+    return absent(a.source, a.batch_size, a.transform.o, c.node.outputs.size());
+  }
 };
 
 // ---- HDF5Data ----
@@ -316,6 +359,168 @@ class HDF5DataDef final : public OpDef {
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
   OpTraits traits(const Node&) const override { return traits_with({&OpTraits::data_layer}); }
+  std::optional<AbsentSource> absent_source(const OpContext& c) const override {
+    const HDF5DataAttrs& a = c.node.attrs.as<HDF5DataAttrs>();
+    if (std::filesystem::exists(a.source)) return std::nullopt;
+    AbsentSource r{a.source, {}};
+    for (size_t j = 0; j < c.node.outputs.size(); ++j) r.shapes.push_back({a.batch_size, 0});  // sizes unknown
+    return r;
+  }
+};
+
+// ---- ImageData ----
+
+struct ImageDataAttrs final : AttrsOf<ImageDataAttrs> {
+  std::string source;  // the list file; empty: not given
+  int64_t batch_size = 1;
+  int64_t rand_skip = 0;
+  bool shuffle = false;
+  ImageListOptions images;
+  TransformAttrs transform;
+  void visit(AttrVisitor& v) override {
+    v.field("source", source);
+    v.field("batch_size", batch_size);
+    v.field("rand_skip", rand_skip);
+    v.field("shuffle", shuffle);
+    v.field("new_height", images.new_height);
+    v.field("new_width", images.new_width);
+    v.field("is_color", images.is_color);
+    v.field("root_folder", images.root_folder);
+    v.field("transform", transform);
+  }
+};
+
+void image_data_from_caffe(const proto::LayerParameter& l, ImageDataAttrs& a, const std::string& where) {
+  const proto::ImageDataParameter& p = l.image_data_param();
+  if (p.has_scale() || p.has_mean_file() || p.has_crop_size() || p.has_mirror())
+    input_error("{}: image_data_param scale/mean_file/crop_size/mirror are deprecated; use transform_param", where);
+  if (l.transform_param().force_color() || l.transform_param().force_gray())
+    input_error("{}: transform_param.force_color/force_gray do not apply to ImageData; use image_data_param.is_color",
+                where);
+  a.source = p.source();
+  a.batch_size = p.batch_size();
+  a.rand_skip = p.rand_skip();
+  a.shuffle = p.shuffle();
+  a.images.new_height = p.new_height();
+  a.images.new_width = p.new_width();
+  a.images.is_color = p.is_color();
+  a.images.root_folder = p.root_folder();
+  transform_from_caffe(l.transform_param(), a.transform.o, where);
+}
+void image_data_to_caffe(const ImageDataAttrs& a, proto::LayerParameter& l) {
+  proto::ImageDataParameter* p = l.mutable_image_data_param();
+  p->clear_source();
+  if (!a.source.empty()) p->set_source(a.source);
+  p->set_batch_size(static_cast<uint32_t>(a.batch_size));
+  p->set_rand_skip(static_cast<uint32_t>(a.rand_skip));
+  p->set_shuffle(a.shuffle);
+  p->set_new_height(static_cast<uint32_t>(a.images.new_height));
+  p->set_new_width(static_cast<uint32_t>(a.images.new_width));
+  p->set_is_color(a.images.is_color);
+  p->set_root_folder(a.images.root_folder);
+  transform_to_caffe(a.transform.o, *l.mutable_transform_param());
+}
+BKS_REGISTER_ATTRS("ImageData", ImageDataAttrs, image_data_from_caffe, image_data_to_caffe);
+
+std::shared_ptr<const Dataset> open_images(const OpContext& c) {
+  const ImageDataAttrs& a = c.node.attrs.as<ImageDataAttrs>();
+  try {
+    return open_image_list(a.source, a.images);
+  } catch (const InputError& e) {
+    c.fail("{}", e.what());
+  }
+}
+
+Transform image_transform(const OpContext& c, const Dataset& ds) {
+  return Transform(c.node.attrs.as<ImageDataAttrs>().transform.o, ds.fields[0].sample_shape, c.phase == proto::TRAIN,
+                   c.where);
+}
+
+class ImageDataDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 0; }
+  int max_outputs(const OpContext&) const override { return 2; }
+  void check(const OpContext& c) const override {
+    const ImageDataAttrs& a = c.node.attrs.as<ImageDataAttrs>();
+    if (a.source.empty()) c.fail("image_data_param.source is required");
+    if (a.batch_size <= 0) c.fail("image_data_param.batch_size must be positive");
+    if ((a.images.new_height > 0) != (a.images.new_width > 0))
+      c.fail("image_data_param.new_height and new_width must be given together");
+    if (a.images.new_height < 0 || a.images.new_width < 0 || a.images.new_height * a.images.new_width > kMaxImagePixels)
+      c.fail("image_data_param.new_height x new_width must be at most {} pixels", kMaxImagePixels);
+  }
+  void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
+    auto ds = open_images(c);
+    int64_t batch = c.node.attrs.as<ImageDataAttrs>().batch_size;
+    out[0] = batch_of(batch, image_transform(c, *ds).output_shape());
+    if (out.size() > 1) out[1] = batch_of(batch, ds->fields[1].sample_shape);
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override { return no_backward_facts(); }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::data_layer}); }
+  std::optional<AbsentSource> absent_source(const OpContext& c) const override {
+    const ImageDataAttrs& a = c.node.attrs.as<ImageDataAttrs>();
+    if (std::filesystem::exists(a.source)) return std::nullopt;
+    AbsentSource r = absent(a.source, a.batch_size, a.transform.o, c.node.outputs.size());
+    if (a.images.new_height > 0 && a.transform.o.crop_size == 0)
+      r.shapes[0][2] = a.images.new_height, r.shapes[0][3] = a.images.new_width;
+    if (r.shapes[0][1] == 0) r.shapes[0][1] = a.images.is_color ? 3 : 1;
+    return r;
+  }
+};
+
+// ---- MemoryData ----
+
+// Filled by the program that embeds the net (as Input is), with Caffe's fixed shapes:
+// data (batch, channels, height, width) and label (batch, 1, 1, 1).
+struct MemoryDataAttrs final : AttrsOf<MemoryDataAttrs> {
+  int64_t batch_size = 0, channels = 0, height = 0, width = 0;
+  void visit(AttrVisitor& v) override {
+    v.field("batch_size", batch_size);
+    v.field("channels", channels);
+    v.field("height", height);
+    v.field("width", width);
+  }
+};
+
+void memory_data_from_caffe(const proto::LayerParameter& l, MemoryDataAttrs& a, const std::string& where) {
+  const proto::MemoryDataParameter& p = l.memory_data_param();
+  if (l.has_transform_param())
+    log::warn("{}: transform_param is not applied: MemoryData holds what the program writes into it", where);
+  a.batch_size = p.batch_size();
+  a.channels = p.channels();
+  a.height = p.height();
+  a.width = p.width();
+}
+void memory_data_to_caffe(const MemoryDataAttrs& a, proto::LayerParameter& l) {
+  proto::MemoryDataParameter* p = l.mutable_memory_data_param();
+  p->set_batch_size(static_cast<uint32_t>(a.batch_size));
+  p->set_channels(static_cast<uint32_t>(a.channels));
+  p->set_height(static_cast<uint32_t>(a.height));
+  p->set_width(static_cast<uint32_t>(a.width));
+}
+BKS_REGISTER_ATTRS("MemoryData", MemoryDataAttrs, memory_data_from_caffe, memory_data_to_caffe);
+
+class MemoryDataDef final : public OpDef {
+ public:
+  int min_inputs(const OpContext&) const override { return 0; }
+  int min_outputs(const OpContext&) const override { return 2; }
+  int max_outputs(const OpContext&) const override { return 2; }
+  void check(const OpContext& c) const override {
+    const MemoryDataAttrs& a = c.node.attrs.as<MemoryDataAttrs>();
+    if (a.batch_size <= 0 || a.channels <= 0 || a.height <= 0 || a.width <= 0)
+      c.fail("memory_data_param batch_size, channels, height and width must be positive");
+  }
+  void infer(const OpContext& c, const std::vector<Shape>&, std::vector<Shape>& out) const override {
+    const MemoryDataAttrs& a = c.node.attrs.as<MemoryDataAttrs>();
+    out[0] = {a.batch_size, a.channels, a.height, a.width};
+    out[1] = {a.batch_size, 1, 1, 1};
+  }
+  OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
+    OpFacts f = no_backward_facts();
+    f.external_input = true;
+    return f;
+  }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::external_input}); }
 };
 
 // ---- Kernels ----
@@ -326,52 +531,75 @@ class InputKernel final : public Kernel {
   void forward(OpCall&) override {}
 };
 
-class DataKernel final : public Kernel {
+// A data layer's kernel: batches of its dataset assembled by a background loader.
+class LoaderKernel : public Kernel {
  public:
-  explicit DataKernel(const OpInit& i) : Kernel(i), ds_(open_data(context(), true)) {
-    const DataAttrs& a = i.node.attrs.as<DataAttrs>();
-    std::vector<int> fields{0};
-    if (i.node.outputs.size() > 1) fields.push_back(1);
-    LoaderOptions opt;
-    opt.batch = a.batch_size;
+  LoaderKernel(const OpInit& i, std::shared_ptr<const Dataset> ds, std::optional<Transform> transform,
+               LoaderOptions opt, int64_t rand_skip, std::string describe)
+      : Kernel(i), ds_(std::move(ds)), describe_(std::move(describe)) {
     opt.seed = i.seed;
     opt.name = i.node.name;
-    if (a.rand_skip > 0)
-      opt.skip = static_cast<int64_t>(
-          Rng::derive(i.seed, i.node.name + ".skip").below(static_cast<uint64_t>(a.rand_skip) + 1));
-    loader_ = std::make_unique<BatchLoader>(ds_, fields, data_transform(context(), *ds_), opt);
+    // Caffe skips a random number of samples in [0, rand_skip] at the start.
+    if (rand_skip > 0)
+      opt.skip =
+          static_cast<int64_t>(Rng::derive(i.seed, i.node.name + ".skip").below(static_cast<uint64_t>(rand_skip) + 1));
+    std::vector<int> fields(i.node.outputs.size());
+    for (size_t k = 0; k < fields.size(); ++k) fields[k] = static_cast<int>(k);
+    loader_ = std::make_unique<BatchLoader>(ds_, fields, std::move(transform), opt);
   }
   void forward(OpCall& c) override { loader_->load(c.step, c.out); }
   int64_t dataset_size() const override { return ds_->size; }
-  std::string kernel_name() const override {
-    return fmt::format("{} dataset, {} samples, cached in memory, background loader", ds_->format, ds_->size);
+  std::string kernel_name() const override { return describe_; }
+
+ protected:
+  static LoaderOptions batch(int64_t batch_size, bool shuffle = false) {
+    LoaderOptions o;
+    o.batch = batch_size;
+    o.shuffle = shuffle;
+    return o;
   }
 
  private:
   std::shared_ptr<const Dataset> ds_;
+  std::string describe_;
   std::unique_ptr<BatchLoader> loader_;
 };
 
-class HDF5DataKernel final : public Kernel {
+std::string cached_description(const Dataset& ds) {
+  return fmt::format("{} dataset, {} samples, cached in memory, background loader", ds.format, ds.size);
+}
+
+class DataKernel final : public LoaderKernel {
  public:
-  explicit HDF5DataKernel(const OpInit& i) : Kernel(i), ds_(open_hdf5_data(context())) {
-    const HDF5DataAttrs& a = i.node.attrs.as<HDF5DataAttrs>();
-    std::vector<int> fields(a.fields.size());
-    for (size_t k = 0; k < fields.size(); ++k) fields[k] = static_cast<int>(k);
-    LoaderOptions opt;
-    opt.batch = a.batch_size;
-    opt.shuffle = a.shuffle;
-    opt.seed = i.seed;
-    opt.name = i.node.name;
-    loader_ = std::make_unique<BatchLoader>(ds_, fields, std::nullopt, opt);
-  }
-  void forward(OpCall& c) override { loader_->load(c.step, c.out); }
-  int64_t dataset_size() const override { return ds_->size; }
-  std::string kernel_name() const override { return fmt::format("hdf5, {} samples in memory", ds_->size); }
+  explicit DataKernel(const OpInit& i) : DataKernel(i, open_data(OpContext{i.node, i.where, i.phase}, true)) {}
 
  private:
-  std::shared_ptr<const Dataset> ds_;
-  std::unique_ptr<BatchLoader> loader_;
+  DataKernel(const OpInit& i, std::shared_ptr<const Dataset> ds)
+      : LoaderKernel(i, ds, data_transform(OpContext{i.node, i.where, i.phase}, *ds),
+                     batch(i.node.attrs.as<DataAttrs>().batch_size), i.node.attrs.as<DataAttrs>().rand_skip,
+                     cached_description(*ds)) {}
+};
+
+class ImageDataKernel final : public LoaderKernel {
+ public:
+  explicit ImageDataKernel(const OpInit& i) : ImageDataKernel(i, open_images(OpContext{i.node, i.where, i.phase})) {}
+
+ private:
+  ImageDataKernel(const OpInit& i, std::shared_ptr<const Dataset> ds)
+      : LoaderKernel(i, ds, image_transform(OpContext{i.node, i.where, i.phase}, *ds),
+                     batch(i.node.attrs.as<ImageDataAttrs>().batch_size, i.node.attrs.as<ImageDataAttrs>().shuffle),
+                     i.node.attrs.as<ImageDataAttrs>().rand_skip, cached_description(*ds)) {}
+};
+
+class HDF5DataKernel final : public LoaderKernel {
+ public:
+  explicit HDF5DataKernel(const OpInit& i) : HDF5DataKernel(i, open_hdf5_data(OpContext{i.node, i.where, i.phase})) {}
+
+ private:
+  HDF5DataKernel(const OpInit& i, std::shared_ptr<const Dataset> ds)
+      : LoaderKernel(i, ds, std::nullopt,
+                     batch(i.node.attrs.as<HDF5DataAttrs>().batch_size, i.node.attrs.as<HDF5DataAttrs>().shuffle), 0,
+                     fmt::format("hdf5, {} samples in memory", ds->size)) {}
 };
 
 }  // namespace
@@ -379,9 +607,13 @@ class HDF5DataKernel final : public Kernel {
 BKS_REGISTER_OP_DEF("Input", InputDef);
 BKS_REGISTER_OP_DEF("Data", DataDef);
 BKS_REGISTER_OP_DEF("HDF5Data", HDF5DataDef);
+BKS_REGISTER_OP_DEF("ImageData", ImageDataDef);
+BKS_REGISTER_OP_DEF("MemoryData", MemoryDataDef);
 
 BKS_REGISTER_KERNEL("Input", ::bks::DeviceKind::cpu, InputKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("MemoryData", ::bks::DeviceKind::cpu, InputKernel, "loops", kReferencePriority, nullptr);
 BKS_REGISTER_KERNEL("Data", ::bks::DeviceKind::cpu, DataKernel, "loops", kReferencePriority, nullptr);
+BKS_REGISTER_KERNEL("ImageData", ::bks::DeviceKind::cpu, ImageDataKernel, "loops", kReferencePriority, nullptr);
 BKS_REGISTER_KERNEL("HDF5Data", ::bks::DeviceKind::cpu, HDF5DataKernel, "loops", kReferencePriority, nullptr);
 
 }  // namespace bks

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,16 @@ class OpDef {
   virtual void to_inference_form(Node& n) const {}
   // fusable_activation ops: the negative slope of the ReLU a producer applies as a post-op.
   virtual float activation_slope(const Node& n) const { return 0.f; }
+
+  // Data layers whose source does not exist (a train_val file timed or deployed without its
+  // data): the missing path and what the definition alone says of the output shapes (batch
+  // from batch_size, size from crop_size, channels from the mean; 0 where it cannot tell).
+  // nullopt when the source exists, and for every other op.
+  struct AbsentSource {
+    std::string path;
+    std::vector<Shape> shapes;
+  };
+  virtual std::optional<AbsentSource> absent_source(const OpContext& c) const { return std::nullopt; }
 };
 
 class OpDefRegistry {

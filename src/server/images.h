@@ -1,19 +1,18 @@
-// Images for the dashboard: PNG / JPEG bytes to the C x H x W bytes networks read (stb),
-// resized and made grey or colour on the way.
+// Images for the dashboard: PNG / JPEG bytes to the C x H x W bytes networks read, resized
+// and made grey or colour on the way (data/image_decode.h, with stb's filtered resize and
+// RGB order, as dashboard datasets have always been made).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "data/image_decode.h"
+
 namespace bks::server {
 
-// The most pixels an image may have to be decoded: 64 Mpixel (e.g. 8192 x 8192; up to
-// 256 MB decoded). A PNG of a few hundred KB can declare far more (a decompression bomb),
-// so the size in its header is checked before any pixel is decoded.
-constexpr int64_t kMaxImagePixels = int64_t{64} << 20;
-
-enum class Decoded { ok, not_an_image, too_large };
+using ::bks::Decoded;
+using ::bks::kMaxImagePixels;
 
 // Appends the image in `bytes` as `channels` x `height` x `width` bytes to `chw`. Otherwise
 // says why in `why`: not a PNG or JPEG image, or more than kMaxImagePixels pixels.

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bakusoku=${1:-$root/build/src/bakusoku}
 out=$here/corpus
-mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,json_body}
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body}
 
 # Nets: the examples (data sources renamed to the fixtures the harness writes beside the
 # net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
@@ -114,6 +114,33 @@ def png(w, h, color_type, rows, plte=None):
 write("image/gray_4x3.png", png(4, 3, 0, [[x * 60 + y for x in range(4)] for y in range(3)]))
 write("image/rgb_3x2.png", png(3, 2, 2, [[(x * 80 + c * 30) % 256 for x in range(3) for c in range(3)] for _ in range(2)]))
 write("image/palette_2x2.png", png(2, 2, 3, [[0, 1], [1, 0]], plte=b"\xff\x00\x00\x00\x00\xff"))
+
+# --- Datum records (Caffe's LMDB/LevelDB values): an even first byte, records split at fe fe ---
+def varint(v):
+    out = b""
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+def datum(c=0, h=0, w=0, data=b"", label=0, floats=(), encoded=False):
+    msg = b""
+    for field, v in ((1, c), (2, h), (3, w)):
+        if v:
+            msg += varint(field << 3) + varint(v)
+    if data:
+        msg += varint(4 << 3 | 2) + varint(len(data)) + data
+    msg += varint(5 << 3) + varint(label)
+    for f in floats:
+        msg += varint(6 << 3 | 5) + struct.pack("<f", f)
+    if encoded:
+        msg += varint(7 << 3) + b"\x01"
+    return msg
+write("datum_db/raw_two_records", b"\x00" + datum(1, 2, 2, bytes([1, 2, 3, 4]), 3) + b"\xfe\xfe" +
+      datum(1, 2, 2, bytes([5, 6, 7, 8]), 1))
+write("datum_db/float_record", b"\x00" + datum(1, 1, 2, floats=(0.5, -1.0), label=2))
+write("datum_db/encoded_png", b"\x00" + datum(data=png(3, 2, 2, [[x * 40 + c for x in range(3) for c in range(3)]
+                                                                 for _ in range(2)]), label=1, encoded=True))
 
 # --- JSON request bodies ------------------------------------------------------------------
 bodies = {
@@ -239,4 +266,11 @@ int main(int argc, char** argv) {
 C
 cc -o "$tmp/seeds" "$tmp/seeds.c" $(pkg-config --cflags --libs stb hdf5) -lhdf5_hl
 "$tmp/seeds" "$out/image/tiny.jpg" "$out/hdf5/data.h5"
+# An LMDB data.mdb file (odd first byte) from bakusoku's own convert_imageset.
+mkdir -p "$tmp/img"
+cp "$out/image/gray_4x3.png" "$tmp/img/a.png"
+printf 'a.png 1\n' > "$tmp/img/list.txt"
+"$bakusoku" convert_imageset --gray "$tmp/img/" "$tmp/img/list.txt" "$tmp/img/db" > "$tmp/convert.log" 2>&1 ||
+  { cat "$tmp/convert.log"; exit 1; }
+{ printf '\x01'; cat "$tmp/img/db/data.mdb"; } > "$out/datum_db/lmdb_file"
 echo "make_corpus: seeds written under $out"
