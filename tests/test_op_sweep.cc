@@ -763,7 +763,7 @@ std::vector<SweepCase> build_cases() {
     t.push_back(
         {.name = name,
          .layer =
-             fmt::format("type: 'ContrastiveLoss' contrastive_loss_param {{ margin: 2 legacy_version: {} }}", legacy),
+             fmt::format("type: 'ContrastiveLoss' contrastive_loss_param {{ margin: 3 legacy_version: {} }}", legacy),
          .in = {{4, 3}, {4, 3}, {4}},
          .oracle =
              [legacy](const OpHarness& h) {
@@ -773,7 +773,7 @@ std::vector<SweepCase> build_cases() {
                  for (int k = 0; k < 3; ++k)
                    sq += std::pow(static_cast<double>(h.in[0].f32()[i * 3 + k]) - h.in[1].f32()[i * 3 + k], 2);
                  bool similar = h.in[2].f32()[i] != 0.f;
-                 loss += similar ? sq : legacy ? std::max(2 - sq, 0.0) : std::pow(std::max(2 - std::sqrt(sq), 0.0), 2);
+                 loss += similar ? sq : legacy ? std::max(3 - sq, 0.0) : std::pow(std::max(3 - std::sqrt(sq), 0.0), 2);
                }
                return std::vector<Tensor>{scalar(loss / 4 / 2)};
              },
