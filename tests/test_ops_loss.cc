@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "formats/caffe_net.h"
 #include "op_harness.h"
 
 namespace bks::test {
@@ -224,6 +225,17 @@ TEST(InfogainLoss, MatrixFromSourceFile) {
   h.forward();
   EXPECT_NEAR(h.out[0].f32()[0], infogain(h.in[0], h.in[1], hm), 1e-5);
   h.check_gradients(1e-3f, 1e-2f, {0});
+}
+
+// A relative source is looked up beside the prototxt, as data sources are.
+TEST(InfogainLoss, RelativeSourceBesideThePrototxt) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "bks_infogain_net";
+  std::filesystem::create_directories(dir);
+  std::filesystem::rename(write_h("bks_infogain_rel.binaryproto", 4, 4), dir / "H.binaryproto");
+  std::ofstream(dir / "net.prototxt") << "layer { name: 'l' type: 'InfogainLoss' bottom: 'x' bottom: 'y' top: 'loss' "
+                                         "infogain_loss_param { source: 'H.binaryproto' } }\n";
+  NetLoad nl = load_net_file((dir / "net.prototxt").string());
+  EXPECT_EQ(nl.param.layer(0).infogain_loss_param().source(), (dir / "H.binaryproto").string());
 }
 
 TEST(InfogainLoss, BadSourceAndShapes) {
