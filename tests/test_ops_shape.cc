@@ -125,6 +125,8 @@ TEST(Tile, CopiesAlongTheAxisAndSumsGradients) {
   last.check_gradients();
   expect_error_naming("type: 'Tile'", {{2, 3}}, "tile_param.tiles");
   expect_error_naming("type: 'Tile' tile_param { axis: 2 tiles: 2 }", {{2, 3}}, "tile_param.axis");
+  // Checked before anything is allocated: the product does not fit in 64 bits.
+  expect_error_naming("type: 'Tile' tile_param { axis: 0 tiles: 2147483647 }", {{int64_t{1} << 40}}, "overflow");
 }
 
 TEST(BatchReindex, PicksItemsAndAccumulatesGradients) {

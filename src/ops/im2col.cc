@@ -2,6 +2,8 @@
 // geometry): each (c, i, j) of channel c and kernel tap (i, j) becomes a channel of the
 // output, at the taps' positions for every output location (zero where it reads padding).
 // Backward (col2im) sums each column entry back into the input element it copied.
+#include <cstdint>
+
 #include "ops/conv_attrs.h"
 #include "ops/op.h"
 
@@ -55,7 +57,8 @@ class Im2colDef final : public OpDef {
     Im2colGeometry g = im2col_geometry(c, in[0]);
     int axis = static_cast<int>(in[0].size()) - 3;
     out[0] = in[0];
-    out[0][axis] = g.c * g.kh * g.kw;
+    if (!checked_product({g.c, g.kh, g.kw}, INT64_MAX, out[0][axis]))
+      c.fail("{} channels times the {}x{} kernel overflow", g.c, g.kh, g.kw);
     out[0][axis + 1] = g.oh;
     out[0][axis + 2] = g.ow;
   }

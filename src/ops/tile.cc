@@ -47,7 +47,8 @@ class TileDef final : public OpDef {
     const TileAttrs& a = c.node.attrs.as<TileAttrs>();
     int axis = canonical_axis(a.axis, static_cast<int>(in[0].size()), "tile_param.axis");
     out[0] = in[0];
-    out[0][axis] *= a.tiles;
+    if (__builtin_mul_overflow(in[0][axis], a.tiles, &out[0][axis]))
+      c.fail("tile_param.tiles {} makes axis {} of {} overflow", a.tiles, axis, shape_str(in[0]));
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
     OpFacts f;
