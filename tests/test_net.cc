@@ -101,6 +101,30 @@ TEST(Net, FanOutAndRepeatedInputGradients) {
   t.check();
 }
 
+// The remaining BVLC layers inside a planned net: a Parameter blob (no bottoms) learns
+// through Tile, and SPP, Im2col and ContrastiveLoss pass gradients to the weights before
+// them. Random similarity labels in (-1, 1) truncate to 0: every pair is dissimilar.
+const char* kBvlcLayers = R"(
+name: "bvlc"
+layer { name: "in" type: "Input" top: "x" top: "sim" input_param { shape { dim: 2 dim: 2 dim: 6 dim: 5 } shape { dim: 2 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 2 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "spp" type: "SPP" bottom: "c" top: "spp" spp_param { pyramid_height: 2 pool: AVE } }
+layer { name: "pb" type: "Parameter" top: "pb" parameter_param { shape { dim: 1 dim: 10 } } }
+layer { name: "tile" type: "Tile" bottom: "pb" top: "pbt" tile_param { axis: 0 tiles: 2 } }
+layer { name: "sum" type: "Eltwise" bottom: "spp" bottom: "pbt" top: "a" }
+layer { name: "cols" type: "Im2col" bottom: "c" top: "cols" convolution_param { kernel_size: 2 stride: 2 } }
+layer { name: "ip" type: "InnerProduct" bottom: "cols" top: "b" inner_product_param { num_output: 10 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "loss" type: "ContrastiveLoss" bottom: "a" bottom: "b" bottom: "sim" top: "loss" contrastive_loss_param { margin: 20 } }
+)";
+
+TEST(Net, BvlcStructureLayersAndParameterLearn) {
+  TestNet t(kBvlcLayers);
+  t.check();
+  bool parameter_learns = false;
+  for (auto& p : t.store.all()) parameter_learns |= p.key == "pb.0" && p.learnable;
+  EXPECT_TRUE(parameter_learns) << "the Parameter layer's blob is a learnable parameter";
+}
+
 // Silence takes a blob and gives nothing back: the parameters before it get exactly the
 // gradient of the loss through the blob's other consumer (Caffe's Split and Silence).
 TEST(Net, SilencedBlobsAddNoGradient) {

@@ -757,6 +757,155 @@ std::vector<SweepCase> build_cases() {
                .grad_inputs = {-1},  // the input holds indices; the table's gradient is checked
                .step = 1e-2f});
 
+  // The remaining BVLC layers: pair and classification losses, Tile, BatchReindex,
+  // Parameter, Im2col, SPP.
+  auto contrastive = [&](const char* name, bool legacy) {
+    t.push_back(
+        {.name = name,
+         .layer =
+             fmt::format("type: 'ContrastiveLoss' contrastive_loss_param {{ margin: 3 legacy_version: {} }}", legacy),
+         .in = {{4, 3}, {4, 3}, {4}},
+         .oracle =
+             [legacy](const OpHarness& h) {
+               double loss = 0;
+               for (int i = 0; i < 4; ++i) {
+                 double sq = 0;
+                 for (int k = 0; k < 3; ++k)
+                   sq += std::pow(static_cast<double>(h.in[0].f32()[i * 3 + k]) - h.in[1].f32()[i * 3 + k], 2);
+                 bool similar = h.in[2].f32()[i] != 0.f;
+                 loss += similar ? sq : legacy ? std::max(3 - sq, 0.0) : std::pow(std::max(3 - std::sqrt(sq), 0.0), 2);
+               }
+               return std::vector<Tensor>{scalar(loss / 4 / 2)};
+             },
+         .setup = labels(2, 2),
+         .grad_inputs = {0, 1}});
+  };
+  contrastive("ContrastiveLoss", false);
+  contrastive("ContrastiveLoss_legacy", true);
+  t.push_back({.name = "InfogainLoss",
+               .layer = "type: 'InfogainLoss'",
+               .in = {{3, 4}, {3}, {4, 4}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor p = softmax_of(h.in[0]);
+                     double loss = 0;
+                     for (int n = 0; n < 3; ++n) {
+                       auto y = static_cast<int>(h.in[1].f32()[n]);
+                       for (int l = 0; l < 4; ++l) loss -= h.in[2].f32()[y * 4 + l] * std::log(p.f32()[n * 4 + l]);
+                     }
+                     return std::vector<Tensor>{scalar(loss / 3)};
+                   },
+               .setup = labels(1, 4),
+               .grad_inputs = {0}});
+  t.push_back({.name = "MultinomialLogisticLoss",
+               .layer = "type: 'MultinomialLogisticLoss'",
+               .in = {{4, 3}, {4}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     double loss = 0;
+                     for (int n = 0; n < 4; ++n)
+                       loss -= std::log(h.in[0].f32()[n * 3 + static_cast<int>(h.in[1].f32()[n])]);
+                     return std::vector<Tensor>{scalar(loss / 4)};
+                   },
+               .lo = 0.2f,
+               .setup = labels(1, 3),
+               .grad_inputs = {0}});
+  auto hinge = [&](const char* name, bool l2) {
+    t.push_back({.name = name,
+                 .layer = fmt::format("type: 'HingeLoss' hinge_loss_param {{ norm: {} }}", l2 ? "L2" : "L1"),
+                 .in = {{3, 4}, {3}},
+                 .oracle =
+                     [l2](const OpHarness& h) {
+                       double loss = 0;
+                       for (int n = 0; n < 3; ++n)
+                         for (int j = 0; j < 4; ++j) {
+                           double t = j == static_cast<int>(h.in[1].f32()[n]) ? -1 : 1;
+                           double m = std::max(0.0, 1 + t * h.in[0].f32()[n * 4 + j]);
+                           loss += l2 ? m * m : m;
+                         }
+                       return std::vector<Tensor>{scalar(loss / 3)};
+                     },
+                 .lo = -0.9f,  // inside the hinges' kinks at +-1
+                 .hi = 0.9f,
+                 .setup = labels(1, 4),
+                 .grad_inputs = {0}});
+  };
+  hinge("HingeLoss", false);
+  hinge("HingeLoss_L2", true);
+  t.push_back({.name = "Tile",
+               .layer = "type: 'Tile' tile_param { axis: 1 tiles: 3 }",
+               .in = {{2, 2, 3}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y({2, 6, 3});
+                 for (int o = 0; o < 2; ++o)
+                   for (int r = 0; r < 6; ++r)
+                     for (int i = 0; i < 3; ++i) y.f32()[(o * 6 + r) * 3 + i] = h.in[0].f32()[(o * 2 + r % 2) * 3 + i];
+                 return std::vector<Tensor>{y};
+               }});
+  t.push_back({.name = "BatchReindex",
+               .layer = "type: 'BatchReindex'",
+               .in = {{3, 2}, {4}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor y({4, 2});
+                     for (int i = 0; i < 4; ++i)
+                       for (int k = 0; k < 2; ++k)
+                         y.f32()[i * 2 + k] = h.in[0].f32()[static_cast<int>(h.in[1].f32()[i]) * 2 + k];
+                     return std::vector<Tensor>{y};
+                   },
+               .setup =
+                   [](OpHarness& h) {
+                     float idx[] = {2, 0, 2, 1};
+                     std::copy(idx, idx + 4, h.in[1].f32());
+                   },
+               .grad_inputs = {0}});
+  t.push_back({.name = "Parameter",
+               .layer = "type: 'Parameter' parameter_param { shape { dim: 2 dim: 3 } }",
+               .oracle = [](const OpHarness& h) { return std::vector<Tensor>{h.params[0].clone()}; }});
+  t.push_back({.name = "Im2col",
+               .layer = "type: 'Im2col' convolution_param { kernel_size: 2 stride: 2 pad: 1 }",
+               .in = {{1, 2, 3, 4}},
+               .oracle = [](const OpHarness& h) {
+                 Tensor y({1, 8, 2, 3});  // (c, i, j) channels; 2x3 positions
+                 for (int c = 0; c < 2; ++c)
+                   for (int i = 0; i < 2; ++i)
+                     for (int j = 0; j < 2; ++j)
+                       for (int oy = 0; oy < 2; ++oy)
+                         for (int ox = 0; ox < 3; ++ox) {
+                           int iy = oy * 2 - 1 + i, ix = ox * 2 - 1 + j;
+                           bool in = iy >= 0 && ix >= 0 && iy < 3 && ix < 4;
+                           y.f32()[(((c * 2 + i) * 2 + j) * 2 + oy) * 3 + ox] = in ? at4(h.in[0], 0, c, iy, ix) : 0.f;
+                         }
+                 return std::vector<Tensor>{y};
+               }});
+  // SPP: each level is Caffe's Pooling with the level's window (the Pooling oracle above),
+  // flattened per item and joined.
+  auto spp = [&](const char* name, bool max) {
+    t.push_back(
+        {.name = name,
+         .layer = fmt::format("type: 'SPP' spp_param {{ pyramid_height: 3 pool: {} }}", max ? "MAX" : "AVE"),
+         .in = {{2, 2, 9, 7}},
+         .oracle =
+             [max](const OpHarness& h) {
+               std::vector<std::vector<float>> items(2);
+               for (int64_t bins : {1, 2, 4}) {
+                 auto k_of = [&](int64_t in) { return (in + bins - 1) / bins; };
+                 int64_t kh = k_of(9), kw = k_of(7);
+                 Tensor lv = pooling({max, kh, kw, kh, kw, (kh * bins - 9 + 1) / 2, (kw * bins - 7 + 1) / 2})(h)[0];
+                 int64_t per = lv.numel() / 2;
+                 for (int n = 0; n < 2; ++n)
+                   items[n].insert(items[n].end(), lv.f32() + n * per, lv.f32() + (n + 1) * per);
+               }
+               Tensor y({2, static_cast<int64_t>(items[0].size())});
+               std::copy(items[0].begin(), items[0].end(), y.f32());
+               std::copy(items[1].begin(), items[1].end(), y.f32() + items[0].size());
+               return std::vector<Tensor>{y};
+             },
+         .setup = max ? Setup(distinct_input) : Setup()});
+  };
+  spp("SPP", true);
+  spp("SPP_ave", false);
+
   // Exemptions: ops with nothing for an oracle to predict.
   t.push_back({.name = "Silence",
                .layer = "type: 'Silence'",

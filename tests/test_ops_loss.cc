@@ -1,9 +1,13 @@
-// Softmax, SoftmaxWithLoss (normalisation, ignore_label), Accuracy (top-k), EuclideanLoss
-// and SigmoidCrossEntropyLoss.
+// Softmax, SoftmaxWithLoss (normalisation, ignore_label), Accuracy (top-k), EuclideanLoss,
+// SigmoidCrossEntropyLoss, ContrastiveLoss, InfogainLoss, MultinomialLogisticLoss and
+// HingeLoss.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
+#include "formats/caffe_net.h"
 #include "op_harness.h"
 
 namespace bks::test {
@@ -98,6 +102,201 @@ TEST(SigmoidCrossEntropyLoss, ValueAndGradient) {
   }
   EXPECT_NEAR(h.out[0].f32()[0], s / 2, 1e-5);
   h.check_gradients(1e-3f, 1e-2f, {0});
+}
+
+// The InputError building the layer gives, which must name `field`.
+void expect_error_naming(const std::string& layer, const std::vector<Shape>& in, const std::string& field) {
+  try {
+    OpHarness h(layer, in);
+    ADD_FAILURE() << layer << " was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+// Caffe's contrastive loss in double: similar pairs d^2, dissimilar max(m - d, 0)^2 (legacy:
+// max(m - d^2, 0)), over 2N.
+double contrastive(const OpHarness& h, double margin, bool legacy) {
+  int64_t n = h.in[0].dim(0), c = h.in[0].numel() / n;
+  double loss = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double sq = 0;
+    for (int64_t k = 0; k < c; ++k) sq += std::pow(double{h.in[0].f32()[i * c + k]} - h.in[1].f32()[i * c + k], 2);
+    if (static_cast<int>(h.in[2].f32()[i]) != 0)
+      loss += sq;
+    else
+      loss += legacy ? std::max(margin - sq, 0.0) : std::pow(std::max(margin - std::sqrt(sq), 0.0), 2);
+  }
+  return loss / static_cast<double>(n) / 2;
+}
+
+TEST(ContrastiveLoss, BothVersionsValueAndGradients) {
+  for (bool legacy : {false, true}) {
+    SCOPED_TRACE(legacy ? "legacy" : "Hadsell");
+    std::string layer = std::string("type: 'ContrastiveLoss' contrastive_loss_param { margin: 1.5 legacy_version: ") +
+                        (legacy ? "true" : "false") + " }";
+    OpHarness h(layer, {{5, 3, 1, 1}, {5, 3, 1, 1}, {5, 1, 1, 1}});
+    // Pair 1 is dissimilar and farther apart than the margin: no loss, no gradient.
+    for (int k = 0; k < 3; ++k) h.in[1].f32()[3 + k] = h.in[0].f32()[3 + k] + 1.5f;
+    set_labels(h.in[2], {1, 0, 0, 1, 0.5f});  // 0.5 truncates to 0: dissimilar, as in Caffe
+    h.forward();
+    EXPECT_NEAR(h.out[0].f32()[0], contrastive(h, 1.5, legacy), 1e-5);
+    h.check_gradients(1e-3f, 1e-2f, {0, 1});
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(h.in_grad[0].f32()[3 + k], 0.f) << "beyond the margin";
+  }
+}
+
+TEST(ContrastiveLoss, BadShapesAndMargin) {
+  expect_error_naming("type: 'ContrastiveLoss'", {{4, 3}, {4, 2}, {4}}, "bottoms 0 and 1");
+  expect_error_naming("type: 'ContrastiveLoss'", {{4, 3}, {4, 3}, {3}}, "bottom 2");
+  expect_error_naming("type: 'ContrastiveLoss'", {{4, 3, 2, 1}, {4, 3, 2, 1}, {4}}, "bottoms 0 and 1");
+  expect_error_naming("type: 'ContrastiveLoss' contrastive_loss_param { margin: inf }", {{4, 3}, {4, 3}, {4}},
+                      "contrastive_loss_param.margin");
+}
+
+// -sum over items of sum_l H[y][l] log softmax(x)_l, over the valid items (VALID).
+double infogain(const Tensor& x, const Tensor& label, const std::vector<double>& hm, int ignore = -100) {
+  int64_t outer = x.dim(0), k = x.dim(1), inner = x.numel() / (outer * k);
+  double loss = 0;
+  int64_t valid = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto y = static_cast<int64_t>(label.f32()[o * inner + i]);
+      if (y == ignore) continue;
+      double z = 0;
+      for (int64_t l = 0; l < k; ++l) z += std::exp(double{x.f32()[(o * k + l) * inner + i]});
+      for (int64_t l = 0; l < k; ++l)
+        loss -= hm[y * k + l] * std::log(std::exp(double{x.f32()[(o * k + l) * inner + i]}) / z);
+      ++valid;
+    }
+  return loss / static_cast<double>(std::max<int64_t>(valid, 1));
+}
+
+std::vector<double> fill_h(Tensor& t) {
+  std::vector<double> hm;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.f32()[i] = static_cast<float>((i * 7) % 5) * 0.25f + (i % 5 == 0 ? 1.f : 0.f);
+    hm.push_back(t.f32()[i]);
+  }
+  return hm;
+}
+
+TEST(InfogainLoss, MatrixAsThirdBottom) {
+  OpHarness h("type: 'InfogainLoss'", {{3, 4}, {3}, {4, 4}}, proto::TRAIN, 2);
+  std::vector<double> hm = fill_h(h.in[2]);
+  set_labels(h.in[1], {2, 0, 3});
+  h.forward();
+  EXPECT_NEAR(h.out[0].f32()[0], infogain(h.in[0], h.in[1], hm), 1e-5);
+  for (int n = 0; n < 3; ++n) {  // the second top is the softmax
+    double z = 0;
+    for (int c = 0; c < 4; ++c) z += std::exp(double{h.in[0].f32()[n * 4 + c]});
+    EXPECT_NEAR(h.out[1].f32()[n * 4 + 1], std::exp(double{h.in[0].f32()[n * 4 + 1]}) / z, 1e-6);
+  }
+  h.out_grad[1].zero();  // as in Caffe, only the loss top sends a gradient back
+  h.check_gradients(1e-3f, 1e-2f, {0});
+}
+
+TEST(InfogainLoss, SpatialAxisAndIgnoreLabel) {
+  OpHarness h("type: 'InfogainLoss' loss_param { ignore_label: 1 }", {{2, 3, 2, 2}, {2, 1, 2, 2}, {3, 3}});
+  std::vector<double> hm = fill_h(h.in[2]);
+  set_labels(h.in[1], {0, 1, 2, 2, 1, 0, 1, 2});
+  h.forward();
+  EXPECT_NEAR(h.out[0].f32()[0], infogain(h.in[0], h.in[1], hm, 1), 1e-5);
+  h.check_gradients(1e-3f, 1e-2f, {0});
+  EXPECT_EQ(h.in_grad[0].f32()[1], 0.f) << "an ignored item takes no gradient";
+}
+
+// H written as Caffe writes a .binaryproto (legacy 4-d shape fields).
+std::string write_h(const std::string& name, int rows, int cols) {
+  proto::BlobProto b;
+  b.set_num(1), b.set_channels(1), b.set_height(rows), b.set_width(cols);
+  for (int i = 0; i < rows * cols; ++i) b.add_data(static_cast<float>((i * 7) % 5) * 0.25f + (i % 5 == 0 ? 1.f : 0.f));
+  std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path, std::ios::binary) << b.SerializeAsString();
+  return path;
+}
+
+TEST(InfogainLoss, MatrixFromSourceFile) {
+  std::string path = write_h("bks_infogain_4x4.binaryproto", 4, 4);
+  OpHarness h("type: 'InfogainLoss' infogain_loss_param { source: '" + path + "' }", {{3, 4}, {3}});
+  OpHarness ref("type: 'InfogainLoss'", {{3, 4}, {3}, {4, 4}});
+  std::vector<double> hm = fill_h(ref.in[2]);
+  set_labels(h.in[1], {1, 3, 0});
+  h.forward();
+  EXPECT_NEAR(h.out[0].f32()[0], infogain(h.in[0], h.in[1], hm), 1e-5);
+  h.check_gradients(1e-3f, 1e-2f, {0});
+}
+
+// A relative source is looked up beside the prototxt, as data sources are.
+TEST(InfogainLoss, RelativeSourceBesideThePrototxt) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "bks_infogain_net";
+  std::filesystem::create_directories(dir);
+  std::filesystem::rename(write_h("bks_infogain_rel.binaryproto", 4, 4), dir / "H.binaryproto");
+  std::ofstream(dir / "net.prototxt") << "layer { name: 'l' type: 'InfogainLoss' bottom: 'x' bottom: 'y' top: 'loss' "
+                                         "infogain_loss_param { source: 'H.binaryproto' } }\n";
+  NetLoad nl = load_net_file((dir / "net.prototxt").string());
+  EXPECT_EQ(nl.param.layer(0).infogain_loss_param().source(), (dir / "H.binaryproto").string());
+}
+
+TEST(InfogainLoss, BadSourceAndShapes) {
+  expect_error_naming("type: 'InfogainLoss'", {{3, 4}, {3}}, "infogain_loss_param.source");
+  std::string small = write_h("bks_infogain_3x3.binaryproto", 3, 3);
+  expect_error_naming("type: 'InfogainLoss' infogain_loss_param { source: '" + small + "' }", {{3, 4}, {3}},
+                      "needs 4x4");
+  expect_error_naming("type: 'InfogainLoss' infogain_loss_param { source: '/nonexistent/h.binaryproto' }",
+                      {{3, 4}, {3}}, "infogain_loss_param.source");
+  // A file far larger than any 4x4 matrix is refused before it is read.
+  std::string big = (std::filesystem::temp_directory_path() / "bks_infogain_big.binaryproto").string();
+  std::ofstream(big, std::ios::binary) << std::string(1 << 20, 'x');
+  expect_error_naming("type: 'InfogainLoss' infogain_loss_param { source: '" + big + "' }", {{3, 4}, {3}}, "too large");
+  expect_error_naming("type: 'InfogainLoss'", {{3, 4}, {3}, {3, 3}}, "bottom 2");
+  expect_error_naming("type: 'InfogainLoss'", {{3, 4}, {2}, {4, 4}}, "label count");
+  expect_error_naming("type: 'InfogainLoss' loss_param { normalize: true }", {{3, 4}, {3}, {4, 4}},
+                      "loss_param.normalize");
+}
+
+TEST(MultinomialLogisticLoss, ValueAndGradient) {
+  OpHarness h("type: 'MultinomialLogisticLoss'", {{4, 3, 1, 1}, {4, 1, 1, 1}});
+  h.randomize_inputs(0.1f, 1.f);
+  set_labels(h.in[1], {2, 0, 1, 2});
+  h.forward();
+  double s = 0;
+  int labels[] = {2, 0, 1, 2};
+  for (int n = 0; n < 4; ++n) s -= std::log(double{h.in[0].f32()[n * 3 + labels[n]]});
+  EXPECT_NEAR(h.out[0].f32()[0], s / 4, 1e-5);
+  h.check_gradients(1e-4f, 1e-2f, {0});
+  EXPECT_EQ(h.in_grad[0].f32()[0], 0.f) << "only the labelled probability takes gradient";
+  set_labels(h.in[1], {2, 0, 3, 2});
+  EXPECT_THROW(h.forward(), RuntimeError);
+  expect_error_naming("type: 'MultinomialLogisticLoss'", {{4, 3}, {4, 3}}, "bottom 1");
+}
+
+// With t = -1 at the label, +1 elsewhere: sum of max(0, 1 + t x) (or its square) over N.
+double hinge(const OpHarness& h, bool l2) {
+  int64_t n = h.in[0].dim(0), dim = h.in[0].numel() / n;
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < dim; ++j) {
+      double t = j == static_cast<int64_t>(h.in[1].f32()[i]) ? -1 : 1;
+      double m = std::max(0.0, 1 + t * h.in[0].f32()[i * dim + j]);
+      s += l2 ? m * m : m;
+    }
+  return s / static_cast<double>(n);
+}
+
+TEST(HingeLoss, L1AndL2ValueAndGradient) {
+  for (bool l2 : {false, true}) {
+    SCOPED_TRACE(l2 ? "L2" : "L1");
+    OpHarness h(std::string("type: 'HingeLoss' hinge_loss_param { norm: ") + (l2 ? "L2" : "L1") + " }", {{4, 5}, {4}});
+    h.randomize_inputs(-2.f, 2.f);
+    for (int64_t i = 0; i < 20; ++i)  // away from the kinks at x = +-1
+      if (std::fabs(std::fabs(h.in[0].f32()[i]) - 1.f) < 0.05f) h.in[0].f32()[i] *= 1.2f;
+    set_labels(h.in[1], {4, 0, 2, 4});
+    h.forward();
+    EXPECT_NEAR(h.out[0].f32()[0], hinge(h, l2), 1e-5);
+    h.check_gradients(1e-3f, 1e-2f, {0});
+  }
+  expect_error_naming("type: 'HingeLoss'", {{4, 5}, {5}}, "bottom 1");
 }
 
 }  // namespace

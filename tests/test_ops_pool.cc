@@ -1,5 +1,5 @@
 // Pooling: Caffe's MAX and AVE (including its ceil rounding and divisor rules) against a
-// direct loop; backward by finite differences.
+// direct loop; backward by finite differences. SPP (spatial pyramid pooling) the same way.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -168,6 +168,83 @@ TEST(PoolingTiled, BlockedInputMatchesChannelsLast) {
             ASSERT_EQ(b, expect) << "block " << block << " n " << i << " c " << ch << " y " << y << " x " << x;
           }
   }
+}
+
+// Caffe's SPP, level by level: bins = 2^l, window ceil(H / bins), stride the window, pad
+// (window * bins - H + 1) / 2; Caffe's pooling output rule; AVE divides by the window clipped
+// to the padded plane. Levels flattened per item, in order.
+std::vector<double> naive_spp(const Tensor& x, int levels, bool max) {
+  int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
+  std::vector<std::vector<double>> items(static_cast<size_t>(n));
+  for (int l = 0; l < levels; ++l) {
+    double bins = std::pow(2.0, l);
+    auto axis = [&](int64_t in, int64_t& k, int64_t& pad, int64_t& out) {
+      k = static_cast<int64_t>(std::ceil(static_cast<double>(in) / bins));
+      pad = (k * static_cast<int64_t>(bins) - in + 1) / 2;
+      out = static_cast<int64_t>(std::ceil(static_cast<double>(in + 2 * pad - k) / static_cast<double>(k))) + 1;
+      if (pad > 0 && (out - 1) * k >= in + pad) --out;
+    };
+    int64_t kh, ph, oh, kw, pw, ow;
+    axis(H, kh, ph, oh);
+    axis(W, kw, pw, ow);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            int64_t y0 = oy * kh - ph, x0 = ox * kw - pw;
+            int64_t y1 = std::min(y0 + kh, H + ph), x1 = std::min(x0 + kw, W + pw);
+            double size = static_cast<double>((y1 - y0) * (x1 - x0)), best = -INFINITY, sum = 0;
+            for (int64_t i = std::max<int64_t>(y0, 0); i < std::min(y1, H); ++i)
+              for (int64_t j = std::max<int64_t>(x0, 0); j < std::min(x1, W); ++j) {
+                best = std::max<double>(best, at4(x, b, ch, i, j));
+                sum += at4(x, b, ch, i, j);
+              }
+            items[b].push_back(max ? best : sum / size);
+          }
+  }
+  std::vector<double> all;
+  for (auto& it : items) all.insert(all.end(), it.begin(), it.end());
+  return all;
+}
+
+void expect_spp(OpHarness& h, int levels, bool max) {
+  h.forward();
+  std::vector<double> want = naive_spp(h.in[0], levels, max);
+  ASSERT_EQ(static_cast<size_t>(h.out[0].numel()), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(h.out[0].f32()[i], want[i], 1e-5) << "element " << i;
+}
+
+TEST(SPP, MaxAndAveragePyramids) {
+  for (bool max : {true, false}) {
+    SCOPED_TRACE(max ? "MAX" : "AVE");
+    std::string pool = max ? "MAX" : "AVE";
+    OpHarness h("type: 'SPP' spp_param { pyramid_height: 3 pool: " + pool + " }", {{2, 3, 7, 6}});
+    ASSERT_EQ(h.out[0].shape(), (Shape{2, 3 * (1 + 4 + 16)}));
+    for (int64_t i = 0; i < h.in[0].numel(); ++i)  // distinct values: no ties within a step
+      h.in[0].f32()[i] = static_cast<float>((i * 7919) % 997) * 0.01f - 5.f;
+    expect_spp(h, 3, max);
+    h.check_gradients();
+    // One level is Caffe's pooled blob itself, still 4-d.
+    OpHarness one("type: 'SPP' spp_param { pyramid_height: 1 pool: " + pool + " }", {{2, 3, 5, 4}});
+    ASSERT_EQ(one.out[0].shape(), (Shape{2, 3, 1, 1}));
+    expect_spp(one, 1, max);
+  }
+}
+
+TEST(SPP, BadParameters) {
+  auto expect_error_naming = [](const std::string& layer, const Shape& in, const std::string& field) {
+    try {
+      OpHarness h(layer, {in});
+      ADD_FAILURE() << layer << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  expect_error_naming("type: 'SPP'", {1, 2, 8, 8}, "spp_param.pyramid_height");
+  // A 5-wide plane in 4 bins would pad 2 around a 2-wide window, which Caffe refuses.
+  expect_error_naming("type: 'SPP' spp_param { pyramid_height: 3 }", {1, 2, 8, 5}, "spp_param.pyramid_height");
+  expect_error_naming("type: 'SPP' spp_param { pyramid_height: 2 pool: STOCHASTIC }", {1, 2, 8, 8}, "spp_param.pool");
+  expect_error_naming("type: 'SPP' spp_param { pyramid_height: 2 }", {2, 8, 8}, "(N, C, H, W)");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Data-movement ops (Flatten, Reshape, Concat, Slice, Crop, Split, Silence), Eltwise,
-// Reduction and ArgMax.
+// Data-movement ops (Flatten, Reshape, Concat, Slice, Crop, Split, Silence, Tile,
+// BatchReindex, Im2col), Parameter, Eltwise, Reduction and ArgMax.
 #include <gtest/gtest.h>
 
 #include "op_harness.h"
@@ -98,6 +98,106 @@ TEST(ArgMax, TopKIndicesAndValues) {
   ASSERT_EQ(h.out[0].shape(), (Shape{2, 2, 2}));
   float want[] = {1, 2, 0.9f, 0.5f, 0, 2, 3, 2};
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(h.out[0].f32()[i], want[i]);
+}
+
+// The InputError building the layer gives, which must name `field`.
+void expect_error_naming(const std::string& layer, const std::vector<Shape>& in, const std::string& field) {
+  try {
+    OpHarness h(layer, in);
+    ADD_FAILURE() << layer << " was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+TEST(Tile, CopiesAlongTheAxisAndSumsGradients) {
+  OpHarness h("type: 'Tile' tile_param { axis: 1 tiles: 3 }", {{2, 3, 2}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{2, 9, 2}));
+  h.forward();
+  for (int o = 0; o < 2; ++o)
+    for (int t = 0; t < 3; ++t)
+      for (int c = 0; c < 3; ++c)
+        for (int i = 0; i < 2; ++i)
+          ASSERT_EQ(h.out[0].f32()[(o * 9 + t * 3 + c) * 2 + i], h.in[0].f32()[(o * 3 + c) * 2 + i]);
+  h.check_gradients();
+  OpHarness last("type: 'Tile' tile_param { axis: -1 tiles: 2 }", {{1, 3}});
+  EXPECT_EQ(last.out[0].shape(), (Shape{1, 6}));
+  last.check_gradients();
+  expect_error_naming("type: 'Tile'", {{2, 3}}, "tile_param.tiles");
+  expect_error_naming("type: 'Tile' tile_param { axis: 2 tiles: 2 }", {{2, 3}}, "tile_param.axis");
+  // Checked before anything is allocated: the product does not fit in 64 bits.
+  expect_error_naming("type: 'Tile' tile_param { axis: 0 tiles: 2147483647 }", {{int64_t{1} << 40}}, "overflow");
+}
+
+TEST(BatchReindex, PicksItemsAndAccumulatesGradients) {
+  OpHarness h("type: 'BatchReindex'", {{4, 2, 3}, {5}});
+  float idx[] = {3, 0, 3, 1, 3};  // item 2 is dropped, item 3 taken three times
+  std::copy(idx, idx + 5, h.in[1].f32());
+  ASSERT_EQ(h.out[0].shape(), (Shape{5, 2, 3}));
+  h.forward();
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < 6; ++k) ASSERT_EQ(h.out[0].f32()[i * 6 + k], h.in[0].f32()[static_cast<int>(idx[i]) * 6 + k]);
+  h.check_gradients(1e-3f, 1e-2f, {0});
+  for (int k = 0; k < 6; ++k) {
+    EXPECT_EQ(h.in_grad[0].f32()[2 * 6 + k], 0.f) << "a dropped item takes no gradient";
+    double sum = 0;
+    for (int i : {0, 2, 4}) sum += h.out_grad[0].f32()[i * 6 + k];
+    EXPECT_NEAR(h.in_grad[0].f32()[3 * 6 + k], sum, 1e-6) << "a repeated item takes the sum";
+  }
+  h.in[1].f32()[1] = 4;
+  EXPECT_THROW(h.forward(), RuntimeError);
+  expect_error_naming("type: 'BatchReindex'", {{4, 2}, {5, 1}}, "bottom 1");
+}
+
+TEST(Parameter, OutputIsTheBlobAndItsGradientTheTops) {
+  OpHarness h("type: 'Parameter' parameter_param { shape { dim: 2 dim: 3 } }", {});
+  ASSERT_EQ(h.out[0].shape(), (Shape{2, 3}));
+  ASSERT_EQ(h.params.size(), 1u);
+  h.forward();
+  expect_close(h.out[0], h.params[0], 0.f, "top is the blob");
+  h.check_gradients();
+  expect_error_naming("type: 'Parameter'", {}, "parameter_param.shape");
+  expect_error_naming("type: 'Parameter' parameter_param { shape { dim: 2 dim: 0 } }", {}, "parameter_param.shape");
+}
+
+struct Im2colSpec {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+// Column (c, i, j) at (oy, ox) reads x[c][oy sh - ph + i dh][ox sw - pw + j dw], 0 outside.
+Tensor naive_im2col(const Tensor& x, const Im2colSpec& k) {
+  int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
+  int64_t oh = (H + 2 * k.ph - (k.dh * (k.kh - 1) + 1)) / k.sh + 1;
+  int64_t ow = (W + 2 * k.pw - (k.dw * (k.kw - 1) + 1)) / k.sw + 1;
+  Tensor y({n, c * k.kh * k.kw, oh, ow});
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < k.kh; ++i)
+        for (int64_t j = 0; j < k.kw; ++j)
+          for (int64_t oy = 0; oy < oh; ++oy)
+            for (int64_t ox = 0; ox < ow; ++ox) {
+              int64_t iy = oy * k.sh - k.ph + i * k.dh, ix = ox * k.sw - k.pw + j * k.dw;
+              bool in = iy >= 0 && ix >= 0 && iy < H && ix < W;
+              y.f32()[(((b * c + ch) * k.kh + i) * k.kw + j) * oh * ow + oy * ow + ox] =
+                  in ? at4(x, b, ch, iy, ix) : 0.f;
+            }
+  return y;
+}
+
+TEST(Im2col, ColumnsOfTheConvolutionGeometry) {
+  OpHarness h("type: 'Im2col' convolution_param { kernel_size: 3 stride: 2 pad: 1 }", {{2, 3, 5, 4}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{2, 27, 3, 2}));
+  h.forward();
+  expect_close(h.out[0], naive_im2col(h.in[0], {3, 3, 2, 2, 1, 1, 1, 1}), 0.f, "im2col");
+  h.check_gradients();
+  OpHarness d("type: 'Im2col' convolution_param { kernel_h: 2 kernel_w: 3 pad_h: 0 pad_w: 2 dilation: 2 }",
+              {{1, 2, 6, 5}});
+  d.forward();
+  expect_close(d.out[0], naive_im2col(d.in[0], {2, 3, 1, 1, 0, 2, 2, 2}), 0.f, "dilated im2col");
+  d.check_gradients();
+  expect_error_naming("type: 'Im2col'", {{1, 2, 6, 5}}, "convolution_param.kernel_size");
+  expect_error_naming("type: 'Im2col' convolution_param { kernel_size: 3 }", {{2, 6, 5}}, "spatial axes");
+  expect_error_naming("type: 'Im2col' convolution_param { kernel_size: 7 }", {{1, 2, 6, 5}}, "does not fit");
 }
 
 }  // namespace

@@ -87,6 +87,14 @@ TEST(Parse, UnknownFieldIsAnError) {
   }
 }
 
+// Filter's tops change shape with the data; the error says so instead of "unknown type".
+TEST(Parse, FilterIsRefusedWithItsReason) {
+  expect_net_error(
+      "layer { name: 'in' type: 'Input' top: 'x' top: 's' input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } } }\n"
+      "layer { name: 'f' type: 'Filter' bottom: 'x' bottom: 's' top: 'y' }",
+      "Filter layers are not supported: its tops' batch size is the number of selected items");
+}
+
 TEST(Parse, SemanticErrors) {
   const char* input =
       "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }\n";

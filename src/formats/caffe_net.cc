@@ -111,6 +111,8 @@ void resolve_data_paths(proto::NetParameter& net, const std::string& dir) {
       l.mutable_data_param()->set_source(resolve_path(l.data_param().source(), dir));
     if (l.has_hdf5_data_param() && l.hdf5_data_param().has_source())
       l.mutable_hdf5_data_param()->set_source(resolve_path(l.hdf5_data_param().source(), dir));
+    if (l.has_infogain_loss_param() && l.infogain_loss_param().has_source())
+      l.mutable_infogain_loss_param()->set_source(resolve_path(l.infogain_loss_param().source(), dir));
     if (l.has_transform_param() && l.transform_param().has_mean_file())
       l.mutable_transform_param()->set_mean_file(resolve_path(l.transform_param().mean_file(), dir));
   }
