@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
   add("pack-dataset", bks::cli::add_pack_dataset);
+  add("upgrade_net_proto_text", bks::cli::add_upgrade_net_text);
+  add("upgrade_net_proto_binary", bks::cli::add_upgrade_net_binary);
+  add("upgrade_solver_proto_text", bks::cli::add_upgrade_solver_text);
 
   try {
     app.parse(argc, argv);
