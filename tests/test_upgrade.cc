@@ -338,6 +338,22 @@ TEST(Upgrade, MixingLayerAndLayersIsRefused) {
   EXPECT_NE(e.find("'old_relu'"), std::string::npos) << e;
 }
 
+// As train reads a solver: the enum upgraded, and a V1 net written inside it too.
+TEST(Upgrade, SolverFileWithInlineV1Net) {
+  const std::string path = write_temp("inline_solver.prototxt",
+                                      "solver_type: RMSPROP base_lr: 0.1\n"
+                                      "net_param { layers { name: 'r' type: RELU bottom: 'x' top: 'y' } }\n"
+                                      "test_net_param { layers { name: 't' type: TANH bottom: 'x' top: 'y' } }\n");
+  proto::SolverParameter s;
+  read_solver_file(path, s);
+  EXPECT_EQ(s.type(), "RMSProp");
+  ASSERT_EQ(s.net_param().layer_size(), 1);
+  EXPECT_EQ(s.net_param().layers_size(), 0);
+  EXPECT_EQ(s.net_param().layer(0).type(), "ReLU");
+  ASSERT_EQ(s.test_net_param(0).layer_size(), 1);
+  EXPECT_EQ(s.test_net_param(0).layer(0).type(), "TanH");
+}
+
 TEST(Upgrade, SolverTypeEnumBecomesType) {
   proto::SolverParameter s;
   parse_prototxt_string("base_lr: 0.1 solver_type: NESTEROV", "solver", s);
@@ -421,6 +437,20 @@ std::string current_caffemodel(const std::vector<Blob>& blobs) {
   return serialized(p);
 }
 
+// V0: the blobs inside `layers { layer { blobs } }`, string types.
+std::string v0_caffemodel(const std::vector<Blob>& blobs) {
+  proto::NetParameter p;
+  for (const Blob& b : blobs) {
+    if (p.layers_size() == 0 || p.layers(p.layers_size() - 1).layer().name() != b.layer) {
+      proto::V0LayerParameter* l = p.add_layers()->mutable_layer();
+      l->set_name(b.layer);
+      l->set_type(b.layer[0] == 'c' ? "conv" : "innerproduct");
+    }
+    fill_legacy(*p.mutable_layers(p.layers_size() - 1)->mutable_layer()->add_blobs(), b);
+  }
+  return serialized(p);
+}
+
 ParamStore lenet_store(const std::vector<Blob>& blobs) {
   ParamStore store;
   std::map<std::string, int> index;
@@ -436,12 +466,15 @@ TEST(Upgrade, V1CaffemodelLoadsTheSameTensors) {
   const std::vector<Blob> blobs = lenet_blobs();
   const std::string v1 = write_temp("lenet_v1.caffemodel", v1_caffemodel(blobs));
   const std::string v2 = write_temp("lenet_v2.caffemodel", current_caffemodel(blobs));
-  ParamStore a = lenet_store(blobs), b = lenet_store(blobs);
+  const std::string v0 = write_temp("lenet_v0.caffemodel", v0_caffemodel(blobs));
+  ParamStore a = lenet_store(blobs), b = lenet_store(blobs), c = lenet_store(blobs);
   EXPECT_EQ(load_weights(v1, a), 8);
   EXPECT_EQ(load_weights(v2, b), 8);
+  EXPECT_EQ(load_weights(v0, c), 8);
   for (size_t i = 0; i < blobs.size(); ++i) {
     EXPECT_TRUE(holds(a.all()[i].data, blobs[i])) << a.all()[i].key;
     EXPECT_TRUE(holds(b.all()[i].data, blobs[i])) << b.all()[i].key;
+    EXPECT_TRUE(holds(c.all()[i].data, blobs[i])) << c.all()[i].key << " (V0)";
   }
 }
 
