@@ -49,7 +49,8 @@ layers {
   type: DATA
   top: "data"
   top: "label"
-  data_param { source: ")" + kTrainImages + R"(" batch_size: 64 scale: 0.00390625 }
+  data_param { source: ")" +
+         kTrainImages + R"(" batch_size: 64 scale: 0.00390625 }
   include: { phase: TRAIN }
 }
 layers {
@@ -57,7 +58,8 @@ layers {
   type: DATA
   top: "data"
   top: "label"
-  data_param { source: ")" + kTestImages + R"(" batch_size: 100 scale: 0.00390625 }
+  data_param { source: ")" +
+         kTestImages + R"(" batch_size: 100 scale: 0.00390625 }
   include: { phase: TEST }
 }
 layers {
@@ -111,13 +113,15 @@ layer {
   name: "fashion" type: "Data" top: "data" top: "label"
   include { phase: TRAIN }
   transform_param { scale: 0.00390625 }
-  data_param { source: ")" + kTrainImages + R"(" batch_size: 64 }
+  data_param { source: ")" +
+         kTrainImages + R"(" batch_size: 64 }
 }
 layer {
   name: "fashion" type: "Data" top: "data" top: "label"
   include { phase: TEST }
   transform_param { scale: 0.00390625 }
-  data_param { source: ")" + kTestImages + R"(" batch_size: 100 }
+  data_param { source: ")" +
+         kTestImages + R"(" batch_size: 100 }
 }
 layer {
   name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
@@ -509,8 +513,9 @@ TrainResult tune(const std::string& name, const std::string& net_text, const std
 // layer whose blobs_lr is 0 still holds the file's values.
 TEST(Upgrade, FineTuneFromV1CaffemodelMatchesTheCurrentFormat) {
   const std::vector<Blob> blobs = lenet_blobs();
-  TrainResult old_run = tune("tune_v1", frozen_conv1(v1_lenet(), "blobs_lr: 1\n  blobs_lr: 2", "blobs_lr: 0 blobs_lr: 0"),
-                             "solver_type: SGD", write_temp("tune_v1.caffemodel", v1_caffemodel(blobs)));
+  TrainResult old_run =
+      tune("tune_v1", frozen_conv1(v1_lenet(), "blobs_lr: 1\n  blobs_lr: 2", "blobs_lr: 0 blobs_lr: 0"),
+           "solver_type: SGD", write_temp("tune_v1.caffemodel", v1_caffemodel(blobs)));
   TrainResult new_run = tune("tune_v2",
                              frozen_conv1(current_lenet(), "param { lr_mult: 1 } param { lr_mult: 2 }",
                                           "param { lr_mult: 0 } param { lr_mult: 0 }"),
@@ -601,10 +606,10 @@ TEST(Upgrade, V1NetRunsFromTheCommandLineWithOneNote) {
 }
 
 TEST(Upgrade, BadInputExitsTwoNamingTheLayer) {
-  const std::string mixed = write_temp(
-      "bad_mixed.prototxt",
-      "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 2 } } }\n"
-      "layers { name: 'old_relu' type: RELU bottom: 'x' top: 'y' }\n");
+  const std::string mixed =
+      write_temp("bad_mixed.prototxt",
+                 "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 2 } } }\n"
+                 "layers { name: 'old_relu' type: RELU bottom: 'x' top: 'y' }\n");
   const std::string out = (fs::temp_directory_path() / "bks_upgrade_bad_out").string();
   fs::remove(out);
   for (const std::string& cmd : {"time --model " + mixed, "upgrade_net_proto_text " + mixed + " " + out}) {
@@ -615,10 +620,9 @@ TEST(Upgrade, BadInputExitsTwoNamingTheLayer) {
   }
   // An enum value V1 never had: protobuf's parse error (at the token after the value), with
   // the layer it is in.
-  const std::string unknown = write_temp(
-      "bad_enum.prototxt",
-      "input: 'x' input_dim: 1 input_dim: 2 input_dim: 1 input_dim: 1\n"
-      "layers {\n  name: 'weird'\n  type: WARP_DRIVE\n  bottom: 'x' top: 'y'\n}\n");
+  const std::string unknown = write_temp("bad_enum.prototxt",
+                                         "input: 'x' input_dim: 1 input_dim: 2 input_dim: 1 input_dim: 1\n"
+                                         "layers {\n  name: 'weird'\n  type: WARP_DRIVE\n  bottom: 'x' top: 'y'\n}\n");
   auto r = run_cmd("time --model " + unknown);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find(unknown + ":5:3: Unknown enumeration value"), std::string::npos) << r.output;
@@ -626,14 +630,12 @@ TEST(Upgrade, BadInputExitsTwoNamingTheLayer) {
   EXPECT_NE(r.output.find("(in layer 'weird')"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   // A V1 type bakusoku does not implement: the error an unknown current type gets.
-  const std::string v1_im2col = write_temp(
-      "bad_im2col_v1.prototxt",
-      "input: 'x' input_dim: 1 input_dim: 2 input_dim: 3 input_dim: 3\n"
-      "layers { name: 'cols' type: IM2COL bottom: 'x' top: 'y' }\n");
-  const std::string v2_im2col = write_temp(
-      "bad_im2col_v2.prototxt",
-      "input: 'x' input_dim: 1 input_dim: 2 input_dim: 3 input_dim: 3\n"
-      "layer { name: 'cols' type: 'Im2col' bottom: 'x' top: 'y' }\n");
+  const std::string v1_im2col = write_temp("bad_im2col_v1.prototxt",
+                                           "input: 'x' input_dim: 1 input_dim: 2 input_dim: 3 input_dim: 3\n"
+                                           "layers { name: 'cols' type: IM2COL bottom: 'x' top: 'y' }\n");
+  const std::string v2_im2col = write_temp("bad_im2col_v2.prototxt",
+                                           "input: 'x' input_dim: 1 input_dim: 2 input_dim: 3 input_dim: 3\n"
+                                           "layer { name: 'cols' type: 'Im2col' bottom: 'x' top: 'y' }\n");
   auto a = run_cmd("time --model " + v1_im2col), b = run_cmd("time --model " + v2_im2col);
   EXPECT_EQ(a.code, 2) << a.output;
   EXPECT_EQ(b.code, 2) << b.output;

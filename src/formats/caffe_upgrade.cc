@@ -17,78 +17,76 @@ std::string at(const std::string& where, const std::vector<int>* lines, int i) {
 
 // V0's string types as V1 enums; any other V0 type is an error, as in Caffe.
 const std::map<std::string, V1::LayerType>& v0_types() {
-  static const std::map<std::string, V1::LayerType> types{
-      {"accuracy", V1::ACCURACY},
-      {"bnll", V1::BNLL},
-      {"concat", V1::CONCAT},
-      {"conv", V1::CONVOLUTION},
-      {"data", V1::DATA},
-      {"dropout", V1::DROPOUT},
-      {"euclidean_loss", V1::EUCLIDEAN_LOSS},
-      {"flatten", V1::FLATTEN},
-      {"hdf5_data", V1::HDF5_DATA},
-      {"hdf5_output", V1::HDF5_OUTPUT},
-      {"im2col", V1::IM2COL},
-      {"images", V1::IMAGE_DATA},
-      {"infogain_loss", V1::INFOGAIN_LOSS},
-      {"innerproduct", V1::INNER_PRODUCT},
-      {"lrn", V1::LRN},
-      {"multinomial_logistic_loss", V1::MULTINOMIAL_LOGISTIC_LOSS},
-      {"pool", V1::POOLING},
-      {"relu", V1::RELU},
-      {"sigmoid", V1::SIGMOID},
-      {"softmax", V1::SOFTMAX},
-      {"softmax_loss", V1::SOFTMAX_LOSS},
-      {"split", V1::SPLIT},
-      {"tanh", V1::TANH},
-      {"window_data", V1::WINDOW_DATA}};
+  static const std::map<std::string, V1::LayerType> types{{"accuracy", V1::ACCURACY},
+                                                          {"bnll", V1::BNLL},
+                                                          {"concat", V1::CONCAT},
+                                                          {"conv", V1::CONVOLUTION},
+                                                          {"data", V1::DATA},
+                                                          {"dropout", V1::DROPOUT},
+                                                          {"euclidean_loss", V1::EUCLIDEAN_LOSS},
+                                                          {"flatten", V1::FLATTEN},
+                                                          {"hdf5_data", V1::HDF5_DATA},
+                                                          {"hdf5_output", V1::HDF5_OUTPUT},
+                                                          {"im2col", V1::IM2COL},
+                                                          {"images", V1::IMAGE_DATA},
+                                                          {"infogain_loss", V1::INFOGAIN_LOSS},
+                                                          {"innerproduct", V1::INNER_PRODUCT},
+                                                          {"lrn", V1::LRN},
+                                                          {"multinomial_logistic_loss", V1::MULTINOMIAL_LOGISTIC_LOSS},
+                                                          {"pool", V1::POOLING},
+                                                          {"relu", V1::RELU},
+                                                          {"sigmoid", V1::SIGMOID},
+                                                          {"softmax", V1::SOFTMAX},
+                                                          {"softmax_loss", V1::SOFTMAX_LOSS},
+                                                          {"split", V1::SPLIT},
+                                                          {"tanh", V1::TANH},
+                                                          {"window_data", V1::WINDOW_DATA}};
   return types;
 }
 
 // V1's enum types as the current string types. Types bakusoku does not implement keep
 // their Caffe name, so the graph builder refuses them as it refuses any unknown type.
 std::string v1_type_name(V1::LayerType t) {
-  static const std::map<V1::LayerType, const char*> names{
-      {V1::NONE, ""},
-      {V1::ABSVAL, "AbsVal"},
-      {V1::ACCURACY, "Accuracy"},
-      {V1::ARGMAX, "ArgMax"},
-      {V1::BNLL, "BNLL"},
-      {V1::CONCAT, "Concat"},
-      {V1::CONTRASTIVE_LOSS, "ContrastiveLoss"},
-      {V1::CONVOLUTION, "Convolution"},
-      {V1::DECONVOLUTION, "Deconvolution"},
-      {V1::DATA, "Data"},
-      {V1::DROPOUT, "Dropout"},
-      {V1::DUMMY_DATA, "DummyData"},
-      {V1::EUCLIDEAN_LOSS, "EuclideanLoss"},
-      {V1::ELTWISE, "Eltwise"},
-      {V1::EXP, "Exp"},
-      {V1::FLATTEN, "Flatten"},
-      {V1::HDF5_DATA, "HDF5Data"},
-      {V1::HDF5_OUTPUT, "HDF5Output"},
-      {V1::HINGE_LOSS, "HingeLoss"},
-      {V1::IM2COL, "Im2col"},
-      {V1::IMAGE_DATA, "ImageData"},
-      {V1::INFOGAIN_LOSS, "InfogainLoss"},
-      {V1::INNER_PRODUCT, "InnerProduct"},
-      {V1::LRN, "LRN"},
-      {V1::MEMORY_DATA, "MemoryData"},
-      {V1::MULTINOMIAL_LOGISTIC_LOSS, "MultinomialLogisticLoss"},
-      {V1::MVN, "MVN"},
-      {V1::POOLING, "Pooling"},
-      {V1::POWER, "Power"},
-      {V1::RELU, "ReLU"},
-      {V1::SIGMOID, "Sigmoid"},
-      {V1::SIGMOID_CROSS_ENTROPY_LOSS, "SigmoidCrossEntropyLoss"},
-      {V1::SILENCE, "Silence"},
-      {V1::SOFTMAX, "Softmax"},
-      {V1::SOFTMAX_LOSS, "SoftmaxWithLoss"},
-      {V1::SPLIT, "Split"},
-      {V1::SLICE, "Slice"},
-      {V1::TANH, "TanH"},
-      {V1::WINDOW_DATA, "WindowData"},
-      {V1::THRESHOLD, "Threshold"}};
+  static const std::map<V1::LayerType, const char*> names{{V1::NONE, ""},
+                                                          {V1::ABSVAL, "AbsVal"},
+                                                          {V1::ACCURACY, "Accuracy"},
+                                                          {V1::ARGMAX, "ArgMax"},
+                                                          {V1::BNLL, "BNLL"},
+                                                          {V1::CONCAT, "Concat"},
+                                                          {V1::CONTRASTIVE_LOSS, "ContrastiveLoss"},
+                                                          {V1::CONVOLUTION, "Convolution"},
+                                                          {V1::DECONVOLUTION, "Deconvolution"},
+                                                          {V1::DATA, "Data"},
+                                                          {V1::DROPOUT, "Dropout"},
+                                                          {V1::DUMMY_DATA, "DummyData"},
+                                                          {V1::EUCLIDEAN_LOSS, "EuclideanLoss"},
+                                                          {V1::ELTWISE, "Eltwise"},
+                                                          {V1::EXP, "Exp"},
+                                                          {V1::FLATTEN, "Flatten"},
+                                                          {V1::HDF5_DATA, "HDF5Data"},
+                                                          {V1::HDF5_OUTPUT, "HDF5Output"},
+                                                          {V1::HINGE_LOSS, "HingeLoss"},
+                                                          {V1::IM2COL, "Im2col"},
+                                                          {V1::IMAGE_DATA, "ImageData"},
+                                                          {V1::INFOGAIN_LOSS, "InfogainLoss"},
+                                                          {V1::INNER_PRODUCT, "InnerProduct"},
+                                                          {V1::LRN, "LRN"},
+                                                          {V1::MEMORY_DATA, "MemoryData"},
+                                                          {V1::MULTINOMIAL_LOGISTIC_LOSS, "MultinomialLogisticLoss"},
+                                                          {V1::MVN, "MVN"},
+                                                          {V1::POOLING, "Pooling"},
+                                                          {V1::POWER, "Power"},
+                                                          {V1::RELU, "ReLU"},
+                                                          {V1::SIGMOID, "Sigmoid"},
+                                                          {V1::SIGMOID_CROSS_ENTROPY_LOSS, "SigmoidCrossEntropyLoss"},
+                                                          {V1::SILENCE, "Silence"},
+                                                          {V1::SOFTMAX, "Softmax"},
+                                                          {V1::SOFTMAX_LOSS, "SoftmaxWithLoss"},
+                                                          {V1::SPLIT, "Split"},
+                                                          {V1::SLICE, "Slice"},
+                                                          {V1::TANH, "TanH"},
+                                                          {V1::WINDOW_DATA, "WindowData"},
+                                                          {V1::THRESHOLD, "Threshold"}};
   auto it = names.find(t);
   return it == names.end() ? std::string() : it->second;
 }
@@ -125,13 +123,15 @@ void fold_v0_padding(proto::NetParameter& net, const std::string& where, std::ve
       if (it->second < 0 || !padding[it->second]) continue;
       const V1& src = old.Get(it->second);
       if (type != "conv" && type != "pool")
-        input_error("{}: layer '{}' ({}): its bottom comes from the V0 padding layer '{}', which may only feed a "
-                    "convolution or pooling (Caffe folds the padding into it)",
-                    here, v1_name(*l), type, v1_name(src));
+        input_error(
+            "{}: layer '{}' ({}): its bottom comes from the V0 padding layer '{}', which may only feed a "
+            "convolution or pooling (Caffe folds the padding into it)",
+            here, v1_name(*l), type, v1_name(src));
       if (l->bottom_size() != 1 || src.bottom_size() != 1 || src.top_size() != 1)
-        input_error("{}: layer '{}': V0 padding layer '{}' and the layer it feeds must each have one bottom "
-                    "(and the padding one top) to fold",
-                    here, v1_name(*l), v1_name(src));
+        input_error(
+            "{}: layer '{}': V0 padding layer '{}' and the layer it feeds must each have one bottom "
+            "(and the padding one top) to fold",
+            here, v1_name(*l), v1_name(src));
       l->mutable_layer()->set_pad(src.layer().pad());
       l->set_bottom(j, src.bottom(0));
     }
@@ -167,61 +167,91 @@ V1 upgrade_v0_layer(V1& in, const std::string& where) {
               field, t);
   };
   if (v.has_num_output()) {
-    if (conv) out.mutable_convolution_param()->set_num_output(v.num_output());
-    else if (ip) out.mutable_inner_product_param()->set_num_output(v.num_output());
-    else drop("num_output");
+    if (conv)
+      out.mutable_convolution_param()->set_num_output(v.num_output());
+    else if (ip)
+      out.mutable_inner_product_param()->set_num_output(v.num_output());
+    else
+      drop("num_output");
   }
   if (v.has_biasterm()) {
-    if (conv) out.mutable_convolution_param()->set_bias_term(v.biasterm());
-    else if (ip) out.mutable_inner_product_param()->set_bias_term(v.biasterm());
-    else drop("biasterm");
+    if (conv)
+      out.mutable_convolution_param()->set_bias_term(v.biasterm());
+    else if (ip)
+      out.mutable_inner_product_param()->set_bias_term(v.biasterm());
+    else
+      drop("biasterm");
   }
   if (v.has_weight_filler()) {
-    if (conv) *out.mutable_convolution_param()->mutable_weight_filler() = v.weight_filler();
-    else if (ip) *out.mutable_inner_product_param()->mutable_weight_filler() = v.weight_filler();
-    else drop("weight_filler");
+    if (conv)
+      *out.mutable_convolution_param()->mutable_weight_filler() = v.weight_filler();
+    else if (ip)
+      *out.mutable_inner_product_param()->mutable_weight_filler() = v.weight_filler();
+    else
+      drop("weight_filler");
   }
   if (v.has_bias_filler()) {
-    if (conv) *out.mutable_convolution_param()->mutable_bias_filler() = v.bias_filler();
-    else if (ip) *out.mutable_inner_product_param()->mutable_bias_filler() = v.bias_filler();
-    else drop("bias_filler");
+    if (conv)
+      *out.mutable_convolution_param()->mutable_bias_filler() = v.bias_filler();
+    else if (ip)
+      *out.mutable_inner_product_param()->mutable_bias_filler() = v.bias_filler();
+    else
+      drop("bias_filler");
   }
   if (v.has_pad()) {
-    if (conv) out.mutable_convolution_param()->add_pad(v.pad());
-    else if (pool) out.mutable_pooling_param()->set_pad(v.pad());
-    else drop("pad");
+    if (conv)
+      out.mutable_convolution_param()->add_pad(v.pad());
+    else if (pool)
+      out.mutable_pooling_param()->set_pad(v.pad());
+    else
+      drop("pad");
   }
   if (v.has_kernelsize()) {
-    if (conv) out.mutable_convolution_param()->add_kernel_size(v.kernelsize());
-    else if (pool) out.mutable_pooling_param()->set_kernel_size(v.kernelsize());
-    else drop("kernelsize");
+    if (conv)
+      out.mutable_convolution_param()->add_kernel_size(v.kernelsize());
+    else if (pool)
+      out.mutable_pooling_param()->set_kernel_size(v.kernelsize());
+    else
+      drop("kernelsize");
   }
   if (v.has_group()) {
-    if (conv) out.mutable_convolution_param()->set_group(v.group());
-    else drop("group");
+    if (conv)
+      out.mutable_convolution_param()->set_group(v.group());
+    else
+      drop("group");
   }
   if (v.has_stride()) {
-    if (conv) out.mutable_convolution_param()->add_stride(v.stride());
-    else if (pool) out.mutable_pooling_param()->set_stride(v.stride());
-    else drop("stride");
+    if (conv)
+      out.mutable_convolution_param()->add_stride(v.stride());
+    else if (pool)
+      out.mutable_pooling_param()->set_stride(v.stride());
+    else
+      drop("stride");
   }
   if (v.has_pool()) {
     // V0's MAX/AVE/STOCHASTIC have the values of PoolingParameter's.
-    if (pool) out.mutable_pooling_param()->set_pool(static_cast<proto::PoolingParameter::PoolMethod>(v.pool()));
-    else drop("pool");
+    if (pool)
+      out.mutable_pooling_param()->set_pool(static_cast<proto::PoolingParameter::PoolMethod>(v.pool()));
+    else
+      drop("pool");
   }
   if (v.has_dropout_ratio()) {
-    if (t == "dropout") out.mutable_dropout_param()->set_dropout_ratio(v.dropout_ratio());
-    else drop("dropout_ratio");
+    if (t == "dropout")
+      out.mutable_dropout_param()->set_dropout_ratio(v.dropout_ratio());
+    else
+      drop("dropout_ratio");
   }
   if (v.has_local_size()) lrn ? out.mutable_lrn_param()->set_local_size(v.local_size()) : drop("local_size");
   if (v.has_alpha()) lrn ? out.mutable_lrn_param()->set_alpha(v.alpha()) : drop("alpha");
   if (v.has_beta()) lrn ? out.mutable_lrn_param()->set_beta(v.beta()) : drop("beta");
   if (v.has_k()) lrn ? out.mutable_lrn_param()->set_k(v.k()) : drop("k");
   if (v.has_source()) {
-    if (data) out.mutable_data_param()->set_source(v.source());
-    else if (hdf5) out.mutable_hdf5_data_param()->set_source(v.source());
-    else if (!images && !window && t != "infogain_loss") drop("source");
+    if (data)
+      out.mutable_data_param()->set_source(v.source());
+    else if (hdf5)
+      out.mutable_hdf5_data_param()->set_source(v.source());
+    else if (!images && !window && t != "infogain_loss")
+      drop("source");
   }
   // Transformation fields move to transform_param whatever the type, as in Caffe.
   if (v.has_scale()) out.mutable_transform_param()->set_scale(v.scale());
@@ -229,13 +259,18 @@ V1 upgrade_v0_layer(V1& in, const std::string& where) {
   if (v.has_cropsize()) out.mutable_transform_param()->set_crop_size(v.cropsize());
   if (v.has_mirror()) out.mutable_transform_param()->set_mirror(v.mirror());
   if (v.has_batchsize()) {
-    if (data) out.mutable_data_param()->set_batch_size(v.batchsize());
-    else if (hdf5) out.mutable_hdf5_data_param()->set_batch_size(v.batchsize());
-    else if (!images && !window) drop("batchsize");
+    if (data)
+      out.mutable_data_param()->set_batch_size(v.batchsize());
+    else if (hdf5)
+      out.mutable_hdf5_data_param()->set_batch_size(v.batchsize());
+    else if (!images && !window)
+      drop("batchsize");
   }
   if (v.has_rand_skip()) {
-    if (data) out.mutable_data_param()->set_rand_skip(v.rand_skip());
-    else if (!images) drop("rand_skip");
+    if (data)
+      out.mutable_data_param()->set_rand_skip(v.rand_skip());
+    else if (!images)
+      drop("rand_skip");
   }
   if (!images) {
     if (v.has_shuffle_images()) drop("shuffle_images");
@@ -243,8 +278,10 @@ V1 upgrade_v0_layer(V1& in, const std::string& where) {
     if (v.has_new_width()) drop("new_width");
   }
   if (v.has_concat_dim()) {
-    if (t == "concat") out.mutable_concat_param()->set_concat_dim(v.concat_dim());
-    else drop("concat_dim");
+    if (t == "concat")
+      out.mutable_concat_param()->set_concat_dim(v.concat_dim());
+    else
+      drop("concat_dim");
   }
   if (!window) {
     if (v.has_det_fg_threshold()) drop("det_fg_threshold");
@@ -334,17 +371,16 @@ proto::LayerParameter upgrade_v1_layer(V1& v) {
 
 }  // namespace
 
-const char* net_format_name(NetFormat f) {
-  return f == NetFormat::v0 ? "V0" : f == NetFormat::v1 ? "V1" : "current";
-}
+const char* net_format_name(NetFormat f) { return f == NetFormat::v0 ? "V0" : f == NetFormat::v1 ? "V1" : "current"; }
 
 NetFormat upgrade_net(proto::NetParameter& net, const std::string& where, std::vector<int>* lines) {
   if (net.layers_size() == 0) return NetFormat::current;
   if (net.layer_size() > 0)
-    input_error("{}: layer '{}' is in the current format (layer {{ type: \"...\" }}) but the file also has old "
-                "V1 'layers' entries (the first is '{}'); Caffe refuses a net that mixes them: write every layer "
-                "as layer {{ ... }}",
-                at(where, lines, 0), net.layer(0).name(), v1_name(net.layers(0)));
+    input_error(
+        "{}: layer '{}' is in the current format (layer {{ type: \"...\" }}) but the file also has old "
+        "V1 'layers' entries (the first is '{}'); Caffe refuses a net that mixes them: write every layer "
+        "as layer {{ ... }}",
+        at(where, lines, 0), net.layer(0).name(), v1_name(net.layers(0)));
   NetFormat format = NetFormat::v1;
   for (const V1& l : net.layers())
     if (l.has_layer()) format = NetFormat::v0;
@@ -360,8 +396,7 @@ void upgrade_net_input(proto::NetParameter& net, const std::string& where) {
   const bool shapes = net.input_shape_size() > 0, dims = net.input_dim_size() > 0;
   if (shapes || dims) {
     if (shapes && net.input_shape_size() != net.input_size())
-      input_error("{}: {} 'input' names but {} 'input_shape' entries", where, net.input_size(),
-                  net.input_shape_size());
+      input_error("{}: {} 'input' names but {} 'input_shape' entries", where, net.input_size(), net.input_shape_size());
     if (!shapes && net.input_dim_size() != 4 * net.input_size())
       input_error("{}: 'input_dim' needs 4 values per input ({} inputs, {} values)", where, net.input_size(),
                   net.input_dim_size());
@@ -371,7 +406,8 @@ void upgrade_net_input(proto::NetParameter& net, const std::string& where) {
     for (int i = 0; i < net.input_size(); ++i) {
       in.add_top(net.input(i));
       proto::BlobShape* s = in.mutable_input_param()->add_shape();
-      if (shapes) *s = net.input_shape(i);
+      if (shapes)
+        *s = net.input_shape(i);
       else
         for (int k = 0; k < 4; ++k) s->add_dim(net.input_dim(4 * i + k));
     }
@@ -403,7 +439,8 @@ bool upgrade_solver(proto::SolverParameter& s, const std::string& where) {
       {proto::SolverParameter::ADAGRAD, "AdaGrad"},   {proto::SolverParameter::RMSPROP, "RMSProp"},
       {proto::SolverParameter::ADADELTA, "AdaDelta"}, {proto::SolverParameter::ADAM, "Adam"}};
   auto it = names.find(s.solver_type());
-  if (it == names.end()) input_error("{}: solver_type {} is not a Caffe solver", where, static_cast<int>(s.solver_type()));
+  if (it == names.end())
+    input_error("{}: solver_type {} is not a Caffe solver", where, static_cast<int>(s.solver_type()));
   s.set_type(it->second);
   s.clear_solver_type();
   return true;
@@ -412,16 +449,18 @@ bool upgrade_solver(proto::SolverParameter& s, const std::string& where) {
 void read_solver_file(const std::string& path, proto::SolverParameter& s) {
   read_prototxt(path, s);
   if (upgrade_solver(s, path))
-    log::warn("{}: Caffe's old solver_type enum, read as type: \"{}\"; `bakusoku upgrade_solver_proto_text {} NEW` "
-              "writes the current form",
-              path, s.type(), path);
+    log::warn(
+        "{}: Caffe's old solver_type enum, read as type: \"{}\"; `bakusoku upgrade_solver_proto_text {} NEW` "
+        "writes the current form",
+        path, s.type(), path);
   auto inline_net = [&](proto::NetParameter& net, const std::string& field) {
     const std::string where = fmt::format("{}: {}", path, field);
     NetFormat f = upgrade_net(net, where);
     if (f != NetFormat::current)
-      log::warn("{}: the net is in Caffe's {} format; upgraded on load (`bakusoku upgrade_solver_proto_text` "
-                "writes it in the current format)",
-                where, net_format_name(f));
+      log::warn(
+          "{}: the net is in Caffe's {} format; upgraded on load (`bakusoku upgrade_solver_proto_text` "
+          "writes it in the current format)",
+          where, net_format_name(f));
   };
   if (s.has_net_param()) inline_net(*s.mutable_net_param(), "net_param");
   if (s.has_train_net_param()) inline_net(*s.mutable_train_net_param(), "train_net_param");
