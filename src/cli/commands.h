@@ -20,5 +20,9 @@ Runner add_serve(CLI::App& app);
 Runner add_pack_dataset(CLI::App& app);
 Runner add_convert_imageset(CLI::App& app);
 Runner add_compute_image_mean(CLI::App& app);
+// Caffe's upgrade_net_proto_text / _binary and upgrade_solver_proto_text (cmd_upgrade.cc).
+Runner add_upgrade_net_text(CLI::App& app);
+Runner add_upgrade_net_binary(CLI::App& app);
+Runner add_upgrade_solver_text(CLI::App& app);
 
 }  // namespace bks::cli

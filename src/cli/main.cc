@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   add("pack-dataset", bks::cli::add_pack_dataset);
   add("convert_imageset", bks::cli::add_convert_imageset);
   add("compute_image_mean", bks::cli::add_compute_image_mean);
+  add("upgrade_net_proto_text", bks::cli::add_upgrade_net_text);
+  add("upgrade_net_proto_binary", bks::cli::add_upgrade_net_binary);
+  add("upgrade_solver_proto_text", bks::cli::add_upgrade_solver_text);
 
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "formats/caffe_upgrade.h"
 #include "formats/prototxt.h"
 
 namespace bks {
@@ -92,6 +93,10 @@ NetLoad load_net_file(const std::string& path) {
   NetLoad net;
   net.source = path;
   read_prototxt(path, net.param, &net.layer_lines);
+  if (NetFormat f = upgrade_net(net.param, path, &net.layer_lines); f != NetFormat::current)
+    log::warn("{}: the file is in Caffe's {} net format and was upgraded on load; `bakusoku upgrade_net_proto_text "
+              "{} NEW.prototxt` writes it in the current format",
+              path, net_format_name(f), path);
   resolve_data_paths(net.param, std::filesystem::path(path).parent_path().string());
   if (net.param.debug_info())
     log::warn("{}: debug_info: Caffe's per-blob statistics are not printed; `bakusoku time` measures each layer", path);

@@ -6,6 +6,7 @@
 #include "caffe.pb.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "formats/caffe_upgrade.h"
 #include "formats/safetensors.h"
 
 namespace bks {
@@ -14,6 +15,10 @@ namespace {
 TensorFile read_caffemodel(const std::string& path) {
   proto::NetParameter net;
   read_binary_proto(path, net);
+  if (NetFormat f = upgrade_net(net, path); f != NetFormat::current)
+    log::info("{}: a .caffemodel in Caffe's {} format, upgraded on load (`bakusoku upgrade_net_proto_binary {} "
+              "NEW.caffemodel` writes the current format)",
+              path, net_format_name(f), path);
   TensorFile tf;
   for (auto& layer : net.layer())
     for (int i = 0; i < layer.blobs_size(); ++i) {

@@ -11,8 +11,9 @@ namespace bks {
 void save_weights(const std::string& path, const ParamStore& store);
 // Copies every blob found in the file into the store. Blobs the file lacks keep their
 // initial values (as in a fine-tune whose last layer was renamed; one warning names them),
-// but a file with none of them is an InputError (a V1 .caffemodel, another net's weights),
-// and so is a blob of the wrong shape, naming both. Returns how many blobs were loaded.
+// but a file with none of them is an InputError (another net's weights), and so is a blob
+// of the wrong shape, naming both. A V1 or V0 .caffemodel is upgraded first, as Caffe does
+// (caffe_upgrade.h). Returns how many blobs were loaded.
 int load_weights(const std::string& path, ParamStore& store);
 
 }  // namespace bks

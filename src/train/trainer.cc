@@ -13,6 +13,7 @@
 #include "core/signals.h"
 #include "core/sysinfo.h"
 #include "formats/caffe_net.h"
+#include "formats/caffe_upgrade.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -186,7 +187,7 @@ nlohmann::json TrainerImpl::hardware_json() const {
 }
 
 void TrainerImpl::setup() {
-  read_prototxt(opt_.solver, sp_);
+  read_solver_file(opt_.solver, sp_);  // Caffe's solver and inline-net upgrades applied
   check_solver(sp_, opt_.solver);
   note_solver_fields(sp_, opt_.solver);
   NetSources ns = load_nets(sp_, opt_.solver);

@@ -1,7 +1,7 @@
 // A solver prototxt as `bakusoku train` reads it before building nets: parse, the
 // learning-rate policy and the solver's own checks, the schedule at a few iterations, and
 // nets given inline (net_param, train_net_param, test_net_param) up to shape inference.
-#include "formats/prototxt.h"
+#include "formats/caffe_upgrade.h"
 #include "fuzz_util.h"
 #include "net_check.h"
 #include "train/lr_policy.h"
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string path = fuzz::write_scratch("solver.prototxt", data, size);
   fuzz::expect_input_errors([&] {
     proto::SolverParameter sp;
-    read_prototxt(path, sp);
+    read_solver_file(path, sp);  // with Caffe's solver and inline-net upgrades, as train reads it
     check_lr_policy(sp, path);
     auto solver = Solver::create(sp, path);
     for (int64_t iter : {int64_t{0}, int64_t{1}, int64_t{sp.max_iter()} / 2, int64_t{sp.max_iter()}})

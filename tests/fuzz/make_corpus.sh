@@ -84,6 +84,24 @@ write("caffemodel/legacy_4d.caffemodel", layer("ip", "InnerProduct", [blob([1, 1
                                                                       blob([1, 1, 1, 2], bias, legacy=True)]))
 write("caffemodel/double.caffemodel", layer("data", "Input", []) +
       layer("ip", "InnerProduct", [blob([2, 3], w, double=True), blob([2], bias, double=True)]))
+# V1 (layers = 2: name 4, enum type 5, blobs 6, blobs_lr 7) and V0 (layers { layer = 1 {
+# name 1, type 2, blobs 50 } bottom 2 top 3 }): upgraded on load (formats/caffe_upgrade.cc).
+def v1_layer(name, type_enum, blobs, bottom=(), top=()):
+    return field(2, 2, b"".join(field(2, 2, b.encode()) for b in bottom) +
+                 b"".join(field(3, 2, t.encode()) for t in top) + field(4, 2, name.encode()) +
+                 field(5, 0, varint(type_enum)) + b"".join(field(6, 2, b) for b in blobs) +
+                 field(7, 5, f32(1)) + field(7, 5, f32(2)))
+write("caffemodel/ip_v1.caffemodel", field(1, 2, b"tiny") + field(3, 2, b"data") +
+      v1_layer("ip", 14, [blob([1, 1, 2, 3], w, legacy=True), blob([1, 1, 1, 2], bias, legacy=True)],
+               bottom=["data"], top=["ip"]) + v1_layer("prob", 20, [], bottom=["ip"], top=["prob"]))
+def v0_layer(name, type_, blobs, bottom, top):
+    inner = field(1, 2, name.encode()) + field(2, 2, type_.encode()) + b"".join(field(50, 2, b) for b in blobs)
+    return field(2, 2, field(1, 2, inner) + b"".join(field(2, 2, b.encode()) for b in bottom) +
+                 b"".join(field(3, 2, t.encode()) for t in top))
+write("caffemodel/ip_v0.caffemodel", field(3, 2, b"data") +
+      v0_layer("pad", "padding", [], ["data"], ["padded"]) +
+      v0_layer("ip", "innerproduct", [blob([1, 1, 2, 3], w, legacy=True), blob([1, 1, 1, 2], bias, legacy=True)],
+               ["data"], ["ip"]))
 
 # --- IDX: first byte = where the images end (fraction of 256 of the rest), images, labels ---
 def idx(dims, data):
@@ -220,6 +238,41 @@ test_iter: 2 test_interval: 10
 type: "Adam" base_lr: 0.001 momentum: 0.9 momentum2: 0.999 delta: 1e-8
 lr_policy: "multistep" gamma: 0.5 stepvalue: 10 stepvalue: 20
 max_iter: 30 clip_gradients: 5 iter_size: 2 regularization_type: "L1" weight_decay: 0.001
+SOLVER
+# Old formats, upgraded on load: V1 LeNet (enum types, blobs_lr, data_param scale), a V0
+# net with a padding layer, and a solver with the solver_type enum and an inline V1 net.
+sed -e 's#source: ".*"#source: "images-idx3-ubyte"#' -e 's/type: "Data"/type: DATA/' \
+    -e 's/type: "Convolution"/type: CONVOLUTION/' -e 's/type: "Pooling"/type: POOLING/' \
+    -e 's/type: "InnerProduct"/type: INNER_PRODUCT/' -e 's/type: "ReLU"/type: RELU/' \
+    -e 's/type: "Accuracy"/type: ACCURACY/' -e 's/type: "SoftmaxWithLoss"/type: SOFTMAX_LOSS/' \
+    -e 's/^layer {/layers {/' -e 's/param { lr_mult: \([0-9]*\) }/blobs_lr: \1/' \
+    -e '/transform_param/d' -e 's/^\(    batch_size: .*\)/\1\n    scale: 0.00390625/' \
+    "$root/examples/fashion_mnist/lenet_train_test.prototxt" > "$out/prototxt_net/lenet_v1.prototxt"
+cat > "$out/prototxt_net/v0_padding.prototxt" <<'NET'
+name: "v0"
+input: "data"
+input_dim: 1 input_dim: 3 input_dim: 8 input_dim: 8
+layers { layer { name: "pad1" type: "padding" pad: 2 } bottom: "data" top: "pad1" }
+layers { layer { name: "conv1" type: "conv" num_output: 4 kernelsize: 3 stride: 1 biasterm: false
+                 weight_filler { type: "gaussian" std: 0.01 } blobs_lr: 1 weight_decay: 1 }
+         bottom: "pad1" top: "conv1" }
+layers { layer { name: "relu1" type: "relu" } bottom: "conv1" top: "conv1" }
+layers { layer { name: "pool1" type: "pool" pool: AVE kernelsize: 2 stride: 2 } bottom: "conv1" top: "pool1" }
+layers { layer { name: "norm1" type: "lrn" local_size: 3 alpha: 0.0001 beta: 0.75 k: 2 } bottom: "pool1" top: "norm1" }
+layers { layer { name: "fc" type: "innerproduct" num_output: 10 bias_filler { value: 0.1 } } bottom: "norm1" top: "fc" }
+layers { layer { name: "drop" type: "dropout" dropout_ratio: 0.3 } bottom: "fc" top: "fc" }
+layers { layer { name: "prob" type: "softmax" } bottom: "fc" top: "prob" }
+NET
+cat > "$out/prototxt_solver/v1_solver_type.prototxt" <<'SOLVER'
+net_param {
+  name: "inline_v1"
+  input: "x" input_dim: 4 input_dim: 6 input_dim: 1 input_dim: 1
+  input: "y" input_dim: 4 input_dim: 1 input_dim: 1 input_dim: 1
+  layers { name: "ip" type: INNER_PRODUCT bottom: "x" top: "ip" blobs_lr: 1 blobs_lr: 2 weight_decay: 1
+           weight_decay: 0 inner_product_param { num_output: 3 } }
+  layers { name: "loss" type: SOFTMAX_LOSS bottom: "ip" bottom: "y" top: "loss" }
+}
+solver_type: NESTEROV base_lr: 0.01 momentum: 0.9 lr_policy: "step" gamma: 0.1 stepsize: 10 max_iter: 20
 SOLVER
 cat > "$out/prototxt_solver/policies.prototxt" <<'SOLVER'
 train_net_param {
