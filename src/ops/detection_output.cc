@@ -182,6 +182,12 @@ struct Detection {
   float score;
   int64_t label, prior;
 };
+// Best first; ties in label, then prior order. A total order, so a partial sort keeps the
+// same boxes, in the same order, as the fork's stable sorts of the lists it builds.
+bool better(const Detection& x, const Detection& y) {
+  if (x.score != y.score) return x.score > y.score;
+  return x.label != y.label ? x.label < y.label : x.prior < y.prior;
+}
 
 class DetectionOutputKernel final : public Kernel {
  public:
@@ -203,9 +209,10 @@ class DetectionOutputKernel final : public Kernel {
       const float s = conf[p * a_.num_classes + label];
       if (s > a_.confidence_threshold) candidates_.push_back({s, label, p});
     }
-    std::stable_sort(candidates_.begin(), candidates_.end(),
-                     [](const Detection& x, const Detection& y) { return x.score > y.score; });
-    if (a_.top_k >= 0 && a_.top_k < static_cast<int64_t>(candidates_.size())) candidates_.resize(a_.top_k);
+    const int64_t n = static_cast<int64_t>(candidates_.size());
+    const int64_t keep = a_.top_k >= 0 ? std::min(a_.top_k, n) : n;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), better);
+    candidates_.resize(keep);
     kept_.clear();
     float threshold = a_.nms_threshold;
     for (const Detection& d : candidates_) {
@@ -247,8 +254,7 @@ class DetectionOutputKernel final : public Kernel {
       }
       if (a_.keep_top_k >= 0 && static_cast<int64_t>(image_.size()) > a_.keep_top_k) {
         // The best keep_top_k over all classes, then back in label order (best first within each).
-        std::stable_sort(image_.begin(), image_.end(),
-                         [](const Detection& x, const Detection& y) { return x.score > y.score; });
+        std::partial_sort(image_.begin(), image_.begin() + a_.keep_top_k, image_.end(), better);
         image_.resize(a_.keep_top_k);
         std::stable_sort(image_.begin(), image_.end(),
                          [](const Detection& x, const Detection& y) { return x.label < y.label; });
