@@ -256,24 +256,26 @@ TEST(DetectionOutput, NmsSuppressesOverlappingBoxesOfAClass) {
   t.in("loc").zero();  // the boxes are the priors
   Tensor& conf = t.in("conf");
   conf.zero();
-  // Class 1: cell 0's priors 0, 1, 2 (IoU 0.67 and 0.55 with prior 0) and cell 1's prior 4.
-  const float score[kPriors] = {0.9f, 0.8f, 0.7f, 0, 0.6f};
+  // Class 1: cell 0's priors 0, 1, 2 (IoU 0.67 and 0.55 with prior 0), and the first
+  // prior of cells 1, 2, 3 with equal scores (ties keep prior order, as the fork's stable sort).
+  const float score[kPriors] = {0.9f, 0.8f, 0.7f, 0, 0.6f, 0, 0, 0, 0.6f, 0, 0, 0, 0.6f};
   for (int64_t p = 0; p < kPriors; ++p) conf.f32()[p * 2 + 1] = score[p];
   std::vector<DetRow> rows = t.check(s);
-  ASSERT_EQ(rows.size(), 2u) << "priors 1 and 2 are suppressed by prior 0";
-  // By hand: cell 0's 20-pixel square around (10, 10), then cell 1's around (30, 10).
-  const DetRow first{0, 1, 0.9, 0, 0, 0.5, 0.5}, second{0, 1, 0.6, 0.5, 0, 1, 0.5};
-  for (int k = 0; k < 7; ++k) {
-    EXPECT_NEAR(rows[0][k], first[k], 1e-6) << k;
-    EXPECT_NEAR(rows[1][k], second[k], 1e-6) << k;
-  }
+  ASSERT_EQ(rows.size(), 4u) << "priors 1 and 2 are suppressed by prior 0";
+  // By hand: cell 0's 20-pixel square around (10, 10), then those of cells 1, 2, 3.
+  const DetRow want[4] = {{0, 1, 0.9, 0, 0, 0.5, 0.5},
+                          {0, 1, 0.6, 0.5, 0, 1, 0.5},
+                          {0, 1, 0.6, 0, 0.5, 0.5, 1},
+                          {0, 1, 0.6, 0.5, 0.5, 1, 1}};
+  for (int r = 0; r < 4; ++r)
+    for (int k = 0; k < 7; ++k) EXPECT_NEAR(rows[r][k], want[r][k], 1e-6) << r << ", " << k;
   // A threshold above 0.67 keeps every box of the class.
   DetSpec loose = s;
   loose.nms_threshold = 0.7;
   DetNet u(loose, 1);
   u.in("loc").zero();
   u.in("conf").copy_from(conf);
-  EXPECT_EQ(u.check(loose).size(), 4u) << "priors 0, 1, 2 of cell 0 and prior 4";
+  EXPECT_EQ(u.check(loose).size(), 6u) << "priors 0, 1, 2 of cell 0 and 4, 8, 12";
 }
 
 TEST(DetectionOutput, SharedLocationsRandomBatch) {
