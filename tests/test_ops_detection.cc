@@ -377,5 +377,20 @@ TEST(DetectionOutput, SaveOutputParamIsReadAndIgnored) {
   EXPECT_FALSE(h.facts().has_backward);
 }
 
+// SSD training files are refused in one line that says why.
+TEST(SsdTraining, ForkTrainingFieldsAreNamedAsUnsupported) {
+  for (const char* text : {"layer { name: 'd' type: 'AnnotatedData' annotated_data_param { label_map_file: 'x' } }",
+                           "layer { name: 'd' type: 'Data' transform_param { resize_param { height: 300 } } }",
+                           "layer { name: 'l' type: 'MultiBoxLoss' multibox_loss_param { num_classes: 21 } }"}) {
+    proto::NetParameter net;
+    const std::string e = error_of([&] { parse_prototxt_string(text, "train.prototxt", net); });
+    EXPECT_NE(e.find("train.prototxt:1:"), std::string::npos) << e;
+    EXPECT_NE(e.find("AnnotatedData, MultiBoxLoss and DetectionEvaluate are not supported"), std::string::npos) << e;
+  }
+  proto::NetParameter net;
+  EXPECT_EQ(error_of([&] { parse_prototxt_string("layer { bogus: 1 }", "n.prototxt", net); }).find("SSD"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace bks::test

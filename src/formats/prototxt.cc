@@ -21,6 +21,17 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string first_;
 };
 
+// Fields only the SSD fork's training and evaluation files have (AnnotatedData,
+// MultiBoxLoss, DetectionEvaluate and their transforms): the error says what they are.
+std::string ssd_training_hint(const std::string& error) {
+  for (const char* f : {"annotated_data_param", "multibox_loss_param", "detection_evaluate_param", "resize_param",
+                        "noise_param", "distort_param", "expand_param", "emit_constraint", "batch_sampler"})
+    if (error.find(std::string("no field named \"") + f + "\"") != std::string::npos)
+      return " (a field of the SSD fork's training schema: AnnotatedData, MultiBoxLoss and DetectionEvaluate are "
+             "not supported; the net's deploy prototxt runs)";
+  return "";
+}
+
 }  // namespace
 
 void parse_prototxt_string(const std::string& text, const std::string& name, google::protobuf::Message& msg,
@@ -31,7 +42,8 @@ void parse_prototxt_string(const std::string& text, const std::string& name, goo
   google::protobuf::TextFormat::ParseInfoTree tree;
   parser.WriteLocationsTo(&tree);
   if (!parser.ParseFromString(text, &msg)) {
-    input_error("{}:{}", name, errors.first().empty() ? std::string(" cannot parse") : errors.first());
+    input_error("{}:{}{}", name, errors.first().empty() ? std::string(" cannot parse") : errors.first(),
+                ssd_training_hint(errors.first()));
   }
   if (layer_lines) {
     layer_lines->clear();
