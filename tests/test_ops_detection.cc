@@ -377,6 +377,105 @@ TEST(DetectionOutput, SaveOutputParamIsReadAndIgnored) {
   EXPECT_FALSE(h.facts().has_backward);
 }
 
+// A two-scale SSD head as the fork's nets build it (Normalize, loc/conf convolutions,
+// Permute, Flatten, Concat, softmax over classes, PriorBox per scale): the detections equal
+// the direct computation over the net's own concatenated blobs, and those blobs hold what
+// the heads computed in the order DetectionOutput reads (prior-major, then coordinates).
+TEST(DetectionOutput, TwoScaleSsdHeadEndToEnd) {
+  constexpr int C = 3, P = 4;  // classes; priors per cell (min, max, 2, 1/2)
+  std::string text = R"(
+layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 32 dim: 32 } } }
+layer { name: "f1" type: "Convolution" bottom: "data" top: "f1"
+  convolution_param { num_output: 4 kernel_size: 3 stride: 8 pad: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "f1_norm" type: "Normalize" bottom: "f1" top: "f1_norm"
+  norm_param { across_spatial: false channel_shared: false scale_filler { type: "constant" value: 2 } } }
+layer { name: "f2" type: "Pooling" bottom: "f1" top: "f2" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+)";
+  const char* sources[] = {"f1_norm", "f2"};
+  const int min_size[] = {8, 16}, max_size[] = {16, 28};
+  for (int k = 0; k < 2; ++k) {
+    const std::string s = sources[k];
+    for (auto [kind, n] : {std::pair<std::string, int>{"loc", P * 4}, {"conf", P * C}})
+      text += fmt::format(R"(
+layer {{ name: "{0}_{1}" type: "Convolution" bottom: "{0}" top: "{0}_{1}"
+  convolution_param {{ num_output: {2} kernel_size: 3 pad: 1 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "{0}_{1}_perm" type: "Permute" bottom: "{0}_{1}" top: "{0}_{1}_perm" permute_param {{ order: 0 order: 2 order: 3 order: 1 }} }}
+layer {{ name: "{0}_{1}_flat" type: "Flatten" bottom: "{0}_{1}_perm" top: "{0}_{1}_flat" }}
+)",
+                          s, kind, n);
+    text += fmt::format(R"(
+layer {{ name: "{0}_prior" type: "PriorBox" bottom: "{0}" bottom: "data" top: "{0}_prior"
+  prior_box_param {{ min_size: {1} max_size: {2} aspect_ratio: 2 variance: 0.1 variance: 0.1 variance: 0.2 variance: 0.2 }} }}
+)",
+                        s, min_size[k], max_size[k]);
+  }
+  text += fmt::format(R"(
+layer {{ name: "mbox_loc" type: "Concat" bottom: "f1_norm_loc_flat" bottom: "f2_loc_flat" top: "mbox_loc" }}
+layer {{ name: "mbox_conf" type: "Concat" bottom: "f1_norm_conf_flat" bottom: "f2_conf_flat" top: "mbox_conf" }}
+layer {{ name: "mbox_prior" type: "Concat" bottom: "f1_norm_prior" bottom: "f2_prior" top: "mbox_prior" concat_param {{ axis: 2 }} }}
+layer {{ name: "conf_reshape" type: "Reshape" bottom: "mbox_conf" top: "conf_reshape" reshape_param {{ shape {{ dim: 0 dim: -1 dim: {0} }} }} }}
+layer {{ name: "conf_softmax" type: "Softmax" bottom: "conf_reshape" top: "conf_softmax" softmax_param {{ axis: 2 }} }}
+layer {{ name: "conf_flat" type: "Flatten" bottom: "conf_softmax" top: "conf_flat" }}
+layer {{ name: "det" bottom: "mbox_loc" bottom: "conf_flat" bottom: "mbox_prior" top: "det" {1} }}
+)",
+                      C, "{}");
+  DetSpec d;
+  d.num_classes = C;
+  d.nms_threshold = 0.45;
+  d.top_k = 10;
+  d.keep_top_k = 12;
+  d.has_confidence_threshold = true;
+  d.confidence_threshold = 0.3;
+  d.code_type = "CENTER_SIZE";
+  text.replace(text.rfind("{}"), 2, detection_output_layer(d));
+
+  CpuBackend backend(2);
+  ParamStore store;
+  NetLoad nl;
+  nl.source = "ssd_head.prototxt";
+  parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  NetOptions opt;
+  opt.reuse_buffers = false;  // the intermediate blobs are read after the pass
+  Net net(build_caffe_graph(nl, st), proto::TEST, store, backend, 5, opt);
+  fill(net.value("data"), -1, 1, 51);
+  net.forward();
+
+  // The concatenated blobs: per image, scale 1's 4 x 4 cells then scale 2's 2 x 2, each
+  // cell's P priors, each prior's 4 offsets (or C scores), read from the heads' own outputs.
+  const int64_t priors = (16 + 4) * P;
+  const Tensor &loc = net.value("mbox_loc"), &conf = net.value("conf_flat"), &prior = net.value("mbox_prior");
+  ASSERT_EQ(loc.shape(), (Shape{2, priors * 4}));
+  ASSERT_EQ(prior.shape(), (Shape{1, 2, priors * 4}));
+  for (int64_t n = 0; n < 2; ++n) {
+    int64_t at = 0;
+    for (const char* s : sources) {
+      const Tensor& head = net.value(std::string(s) + "_loc");
+      for (int64_t y = 0; y < head.dim(2); ++y)
+        for (int64_t x = 0; x < head.dim(3); ++x)
+          for (int64_t c = 0; c < P * 4; ++c, ++at) ASSERT_EQ(loc.f32()[n * priors * 4 + at], at4(head, n, c, y, x));
+    }
+  }
+  PriorSpec ps = small_priors();
+  int64_t at = 0;
+  for (int k = 0; k < 2; ++k) {
+    ps.min_size = {static_cast<double>(min_size[k])};
+    ps.max_size = {static_cast<double>(max_size[k])};
+    const int64_t side = k == 0 ? 4 : 2;
+    Tensor want = naive_prior_box(ps, side, side, 32, 32);
+    const int64_t m = want.dim(2);
+    for (int64_t i = 0; i < m; ++i) {
+      EXPECT_NEAR(prior.f32()[at + i], want.f32()[i], 1e-6) << "box " << k << ", " << i;
+      EXPECT_NEAR(prior.f32()[priors * 4 + at + i], want.f32()[m + i], 1e-6) << "variance " << k << ", " << i;
+    }
+    at += m;
+  }
+  std::vector<DetRow> rows = naive_detections(loc, conf, prior, d);
+  EXPECT_GT(rows.size(), 4u);
+  expect_close(net.value("det"), padded_detections(rows, net.value("det").dim(2)), 1e-5f, "detections");
+}
+
 // SSD training files are refused in one line that says why.
 TEST(SsdTraining, ForkTrainingFieldsAreNamedAsUnsupported) {
   for (const char* text : {"layer { name: 'd' type: 'AnnotatedData' annotated_data_param { label_map_file: 'x' } }",
