@@ -40,7 +40,8 @@ Tensor naive_prior_box(const PriorSpec& s, int64_t fh, int64_t fw, int64_t img_h
       for (size_t k = 0; k < s.min_size.size(); ++k) {
         const double m = std::trunc(s.min_size[k]);
         add(m, m);
-        if (!s.max_size.empty()) add(std::sqrt(m * std::trunc(s.max_size[k])), std::sqrt(m * std::trunc(s.max_size[k])));
+        if (!s.max_size.empty())
+          add(std::sqrt(m * std::trunc(s.max_size[k])), std::sqrt(m * std::trunc(s.max_size[k])));
         for (double r : ratios)
           if (r != 1) add(m * std::sqrt(r), m / std::sqrt(r));
       }
@@ -123,8 +124,8 @@ std::vector<DetRow> naive_detections(const Tensor& loc, const Tensor& conf, cons
       double threshold = s.nms_threshold;
       std::vector<int64_t> mine;
       for (const Det& d : cand) {
-        bool keep = std::all_of(mine.begin(), mine.end(),
-                                [&](int64_t k) { return overlap(bx[d.p], bx[k]) <= threshold; });
+        bool keep =
+            std::all_of(mine.begin(), mine.end(), [&](int64_t k) { return overlap(bx[d.p], bx[k]) <= threshold; });
         if (!keep) continue;
         mine.push_back(d.p);
         kept.push_back(d);

@@ -18,8 +18,8 @@
 #include <ostream>
 
 #include "conv_oracle.h"
-#include "detection_oracle.h"
 #include "core/rng.h"
+#include "detection_oracle.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
 #include "formats/prototxt.h"
@@ -829,10 +829,8 @@ std::vector<SweepCase> build_cases() {
       return std::vector<Tensor>{y};
     };
   };
-  t.push_back({.name = "Normalize",
-               .layer = "type: 'Normalize'",
-               .in = {{2, 3, 2, 3}},
-               .oracle = normalized(true, true)});
+  t.push_back(
+      {.name = "Normalize", .layer = "type: 'Normalize'", .in = {{2, 3, 2, 3}}, .oracle = normalized(true, true)});
   t.push_back({.name = "Normalize_per_position_channel_scale",
                .layer = "type: 'Normalize' norm_param { across_spatial: false channel_shared: false }",
                .in = {{2, 4, 3, 2}},
@@ -842,11 +840,12 @@ std::vector<SweepCase> build_cases() {
   prior.max_size = {14};
   prior.aspect_ratio = {2, 3};
   prior.variance = {0.1, 0.1, 0.2, 0.2};
-  t.push_back({.name = "PriorBox",
-               .layer = prior_box_layer(prior),
-               .in = {{1, 2, 3, 4}, {1, 3, 24, 32}},
-               .oracle = [prior](const OpHarness&) { return std::vector<Tensor>{naive_prior_box(prior, 3, 4, 24, 32)}; },
-               .no_gradient = kNoBackward});
+  t.push_back(
+      {.name = "PriorBox",
+       .layer = prior_box_layer(prior),
+       .in = {{1, 2, 3, 4}, {1, 3, 24, 32}},
+       .oracle = [prior](const OpHarness&) { return std::vector<Tensor>{naive_prior_box(prior, 3, 4, 24, 32)}; },
+       .no_gradient = kNoBackward});
   PriorSpec fixed = prior;
   fixed.img_h = fixed.img_w = 20;
   fixed.step_h = fixed.step_w = 7;

@@ -35,8 +35,7 @@ TEST(Permute, MovesChannelsLastAsSsdHeadsDo) {
   for (int n = 0; n < 2; ++n)
     for (int c = 0; c < 3; ++c)
       for (int y = 0; y < 4; ++y)
-        for (int x = 0; x < 5; ++x)
-          EXPECT_EQ(h.out[0].f32()[((n * 4 + y) * 5 + x) * 3 + c], at4(h.in[0], n, c, y, x));
+        for (int x = 0; x < 5; ++x) EXPECT_EQ(h.out[0].f32()[((n * 4 + y) * 5 + x) * 3 + c], at4(h.in[0], n, c, y, x));
   h.check_gradients();
 }
 
@@ -52,11 +51,13 @@ TEST(Permute, AxesLeftOutFollowInOrder) {
 }
 
 TEST(Permute, BadOrderNamesTheField) {
-  EXPECT_NE(error_of([] { OpHarness("type: 'Permute' permute_param { order: 1 order: 1 }", {{2, 3}}); })
-                .find("permute_param.order names axis 1 twice"),
+  EXPECT_NE(error_of([] {
+              OpHarness("type: 'Permute' permute_param { order: 1 order: 1 }", {{2, 3}});
+            }).find("permute_param.order names axis 1 twice"),
             std::string::npos);
-  EXPECT_NE(error_of([] { OpHarness("type: 'Permute' permute_param { order: 3 }", {{2, 3, 4}}); })
-                .find("permute_param.order 3 must be less than"),
+  EXPECT_NE(error_of([] {
+              OpHarness("type: 'Permute' permute_param { order: 3 }", {{2, 3, 4}});
+            }).find("permute_param.order 3 must be less than"),
             std::string::npos);
 }
 
@@ -114,8 +115,9 @@ TEST(Normalize, ChannelScaleHasOneValuePerChannel) {
 }
 
 TEST(Normalize, NegativeEpsNamesTheField) {
-  EXPECT_NE(error_of([] { OpHarness("type: 'Normalize' norm_param { eps: -1 }", {{1, 2, 2, 2}}); })
-                .find("norm_param.eps must be non-negative"),
+  EXPECT_NE(error_of([] {
+              OpHarness("type: 'Normalize' norm_param { eps: -1 }", {{1, 2, 2, 2}});
+            }).find("norm_param.eps must be non-negative"),
             std::string::npos);
 }
 
@@ -219,8 +221,8 @@ layer {{ name: "in" type: "Input" top: "data" top: "feat" top: "loc" top: "conf"
 layer {{ name: "pb" bottom: "feat" bottom: "data" top: "prior" {3} }}
 layer {{ name: "det" bottom: "loc" bottom: "conf" bottom: "prior" top: "det" {4} }}
 )",
-                                         num, kPriors * L * 4, kPriors * s.num_classes,
-                                         prior_box_layer(small_priors()), detection_output_layer(s));
+                                         num, kPriors * L * 4, kPriors * s.num_classes, prior_box_layer(small_priors()),
+                                         detection_output_layer(s));
     NetLoad nl;
     nl.source = "det.prototxt";
     parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
@@ -350,21 +352,22 @@ TEST(DetectionOutput, NothingDetectedGivesTheForksPlaceholderRows) {
 
 TEST(DetectionOutput, BadInputNamesTheField) {
   const std::vector<Shape> in{{1, 64}, {1, 32}, {1, 2, 64}};
-  EXPECT_NE(error_of([&] { OpHarness("type: 'DetectionOutput'", in, proto::TEST); })
-                .find("detection_output_param.num_classes is required"),
+  EXPECT_NE(error_of([&] {
+              OpHarness("type: 'DetectionOutput'", in, proto::TEST);
+            }).find("detection_output_param.num_classes is required"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([&] { OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 3 }", in, proto::TEST); })
-          .find("16 priors x detection_output_param.num_classes 3 need 48"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 3 }", in, proto::TEST);
+            }).find("16 priors x detection_output_param.num_classes 3 need 48"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 2 nms_param { eta: 0 } }", in,
                         proto::TEST);
             }).find("nms_param.eta must be in (0, 1]"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 2 }", {{1, 64}, {1, 32}, {1, 64}},
-                        proto::TEST);
+              OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 2 }",
+                        {{1, 64}, {1, 32}, {1, 64}}, proto::TEST);
             }).find("the priors (bottom 2)"),
             std::string::npos);
 }

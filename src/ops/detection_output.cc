@@ -63,9 +63,10 @@ void detection_output_from_caffe(const proto::LayerParameter& l, DetectionOutput
   a.variance_encoded_in_target = p.variance_encoded_in_target();
   // What the fork does besides computing the top: files and pictures bakusoku does not make.
   if (!p.save_output_param().output_directory().empty())
-    log::warn("{}: detection_output_param.save_output_param is ignored (no result files are written; the "
-              "detections are the layer's top)",
-              where);
+    log::warn(
+        "{}: detection_output_param.save_output_param is ignored (no result files are written; the "
+        "detections are the layer's top)",
+        where);
   if (p.visualize()) log::warn("{}: detection_output_param.visualize is ignored (nothing is drawn)", where);
 }
 void detection_output_to_caffe(const DetectionOutputAttrs& a, proto::LayerParameter& l) {
@@ -108,11 +109,11 @@ Geometry geometry(const OpContext& c, const std::vector<Shape>& in) {
   const int64_t loc = shape_numel(in[0]) / std::max<int64_t>(g.num, 1);
   const int64_t conf = shape_numel(in[1]) / std::max<int64_t>(g.num, 1);
   if (loc != g.priors * g.loc_classes * 4)
-    c.fail("loc holds {} values per image; {} priors x {} location classes x 4 need {}", loc, g.priors,
-           g.loc_classes, g.priors * g.loc_classes * 4);
+    c.fail("loc holds {} values per image; {} priors x {} location classes x 4 need {}", loc, g.priors, g.loc_classes,
+           g.priors * g.loc_classes * 4);
   if (conf != g.priors * a.num_classes)
-    c.fail("conf holds {} values per image; {} priors x detection_output_param.num_classes {} need {}", conf,
-           g.priors, a.num_classes, g.priors * a.num_classes);
+    c.fail("conf holds {} values per image; {} priors x detection_output_param.num_classes {} need {}", conf, g.priors,
+           a.num_classes, g.priors * a.num_classes);
   const int64_t per_class = a.top_k >= 0 ? std::min(a.top_k, g.priors) : g.priors;
   int64_t per_image = foreground_classes(a) * per_class;
   if (a.keep_top_k >= 0) per_image = std::min(per_image, a.keep_top_k);
@@ -128,8 +129,7 @@ class DetectionOutputDef final : public OpDef {
     if (a.num_classes < 1) c.fail("detection_output_param.num_classes is required (at least 1)");
     if (!(a.nms_threshold >= 0.f))
       c.fail("detection_output_param.nms_param.nms_threshold must be non-negative, got {}", a.nms_threshold);
-    if (!(a.eta > 0.f && a.eta <= 1.f))
-      c.fail("detection_output_param.nms_param.eta must be in (0, 1], got {}", a.eta);
+    if (!(a.eta > 0.f && a.eta <= 1.f)) c.fail("detection_output_param.nms_param.eta must be in (0, 1], got {}", a.eta);
     if (a.keep_top_k < -1) c.fail("detection_output_param.keep_top_k must be -1 or more, got {}", a.keep_top_k);
     if (a.top_k < -1) c.fail("detection_output_param.nms_param.top_k must be -1 or more, got {}", a.top_k);
   }
@@ -278,9 +278,9 @@ class DetectionOutputKernel final : public Kernel {
  private:
   DetectionOutputAttrs a_;
   Geometry g_;
-  std::vector<Box> boxes_;                    // decoded, [location class][prior]
+  std::vector<Box> boxes_;                     // decoded, [location class][prior]
   std::vector<Detection> candidates_, image_;  // one class's before NMS; the image's kept
-  std::vector<int64_t> kept_;                 // one class's kept priors
+  std::vector<int64_t> kept_;                  // one class's kept priors
 };
 
 }  // namespace

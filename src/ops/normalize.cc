@@ -149,7 +149,6 @@ class NormalizeKernel final : public Kernel {
 }  // namespace
 
 BKS_REGISTER_OP_DEF("Normalize", NormalizeDef);
-BKS_REGISTER_KERNEL("Normalize", ::bks::DeviceKind::cpu, NormalizeKernel, "loops", ::bks::kReferencePriority,
-                    nullptr);
+BKS_REGISTER_KERNEL("Normalize", ::bks::DeviceKind::cpu, NormalizeKernel, "loops", ::bks::kReferencePriority, nullptr);
 
 }  // namespace bks

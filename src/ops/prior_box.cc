@@ -17,7 +17,7 @@ struct PriorBoxAttrs final : AttrsOf<PriorBoxAttrs> {
   std::vector<float> min_size, max_size, aspect_ratio, variance;
   bool flip = true;
   bool clip = false;
-  int64_t img_h = 0, img_w = 0;  // 0: the image bottom's
+  int64_t img_h = 0, img_w = 0;      // 0: the image bottom's
   float step_h = 0.f, step_w = 0.f;  // 0: image size / feature map size
   float offset = 0.5f;
   void visit(AttrVisitor& v) override {
@@ -166,7 +166,8 @@ class PriorBoxKernel final : public Kernel {
           const int min_px = static_cast<int>(a_.min_size[s]);
           put(cx, cy, min_px, min_px);
           if (!a_.max_size.empty()) {
-            const float side = static_cast<float>(std::sqrt(static_cast<double>(min_px) * static_cast<int>(a_.max_size[s])));
+            const float side =
+                static_cast<float>(std::sqrt(static_cast<double>(min_px) * static_cast<int>(a_.max_size[s])));
             put(cx, cy, side, side);
           }
           for (float ar : ratios) {
