@@ -19,6 +19,7 @@
 
 #include "conv_oracle.h"
 #include "core/rng.h"
+#include "detection_oracle.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
 #include "formats/prototxt.h"
@@ -925,6 +926,119 @@ std::vector<SweepCase> build_cases() {
                .layer = "type: 'HDF5Data' hdf5_data_param { source: 'list.txt' batch_size: 4 }",
                .no_oracle = kDataExempt,
                .no_gradient = kDataExempt});
+
+  // The SSD fork's layers (oracles shared with tests/test_ops_detection.cc where long).
+  auto permuted = [](std::vector<int> order) {
+    return [order](const OpHarness& h) {
+      const Shape& is = h.in[0].shape();
+      const int nd = static_cast<int>(is.size());
+      Shape os;
+      for (int o : order) os.push_back(is[o]);
+      Tensor y(os);
+      std::vector<int64_t> idx(nd, 0);  // output multi-index
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        int64_t rem = i, src = 0;
+        for (int j = nd - 1; j >= 0; --j) {
+          idx[j] = rem % os[j];
+          rem /= os[j];
+        }
+        for (int a = 0; a < nd; ++a) {
+          int j = static_cast<int>(std::find(order.begin(), order.end(), a) - order.begin());
+          src = src * is[a] + idx[j];
+        }
+        y.f32()[i] = h.in[0].f32()[src];
+      }
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back({.name = "Permute",
+               .layer = "type: 'Permute' permute_param { order: 0 order: 2 order: 3 order: 1 }",
+               .in = {{2, 3, 4, 5}},
+               .oracle = permuted({0, 2, 3, 1})});
+  t.push_back({.name = "Permute_partial_order",
+               .layer = "type: 'Permute' permute_param { order: 1 }",
+               .in = {{3, 2, 4}},
+               .oracle = permuted({1, 0, 2})});
+  auto normalized = [](bool across, bool shared) {
+    return [=](const OpHarness& h) {
+      const Tensor& x = h.in[0];
+      const int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / (n * c);
+      Tensor y(x.shape());
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < sp; ++i) {
+          double sum = 1e-10;
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t j = across ? 0 : i; j < (across ? sp : i + 1); ++j)
+              sum += std::pow(static_cast<double>(x.f32()[(b * c + k) * sp + j]), 2);
+          for (int64_t k = 0; k < c; ++k) {
+            const int64_t o = (b * c + k) * sp + i;
+            y.f32()[o] = static_cast<float>(h.params[0].f32()[shared ? 0 : k] * x.f32()[o] / std::sqrt(sum));
+          }
+        }
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back(
+      {.name = "Normalize", .layer = "type: 'Normalize'", .in = {{2, 3, 2, 3}}, .oracle = normalized(true, true)});
+  t.push_back({.name = "Normalize_per_position_channel_scale",
+               .layer = "type: 'Normalize' norm_param { across_spatial: false channel_shared: false }",
+               .in = {{2, 4, 3, 2}},
+               .oracle = normalized(false, false)});
+  PriorSpec prior;
+  prior.min_size = {8};
+  prior.max_size = {14};
+  prior.aspect_ratio = {2, 3};
+  prior.variance = {0.1, 0.1, 0.2, 0.2};
+  t.push_back(
+      {.name = "PriorBox",
+       .layer = prior_box_layer(prior),
+       .in = {{1, 2, 3, 4}, {1, 3, 24, 32}},
+       .oracle = [prior](const OpHarness&) { return std::vector<Tensor>{naive_prior_box(prior, 3, 4, 24, 32)}; },
+       .no_gradient = kNoBackward});
+  PriorSpec fixed = prior;
+  fixed.img_h = fixed.img_w = 20;
+  fixed.step_h = fixed.step_w = 7;
+  fixed.clip = true;
+  t.push_back({.name = "PriorBox_given_image_size",
+               .layer = prior_box_layer(fixed),
+               .in = {{2, 2, 3, 3}},
+               .oracle = [fixed](const OpHarness&) { return std::vector<Tensor>{naive_prior_box(fixed, 3, 3, 0, 0)}; },
+               .no_gradient = kNoBackward});
+  // DetectionOutput over PriorBox's boxes (the fixed 3 x 3 map: 54 priors) and scores in [0, 1].
+  auto detect = [&](const char* name, DetSpec d) {
+    const int64_t priors = 54, loc = priors * (d.share_location ? 1 : d.num_classes) * 4;
+    t.push_back({.name = name,
+                 .layer = detection_output_layer(d),
+                 .in = {{2, loc}, {2, priors * d.num_classes}, {1, 2, priors * 4}},
+                 .oracle =
+                     [d](const OpHarness& h) {
+                       return std::vector<Tensor>{
+                           padded_detections(naive_detections(h.in[0], h.in[1], h.in[2], d), h.out[0].dim(2))};
+                     },
+                 .no_gradient = kNoBackward,
+                 .phase = proto::TEST,
+                 .setup =
+                     [fixed](OpHarness& h) {
+                       h.in[2].copy_from(naive_prior_box(fixed, 3, 3, 0, 0));
+                       for (int64_t i = 0; i < h.in[1].numel(); ++i) h.in[1].f32()[i] = 0.5f * (h.in[1].f32()[i] + 1);
+                     }});
+  };
+  DetSpec shared;
+  shared.num_classes = 3;
+  shared.nms_threshold = 0.45;
+  shared.top_k = 20;
+  shared.keep_top_k = 10;
+  shared.has_confidence_threshold = true;
+  shared.confidence_threshold = 0.3;
+  shared.code_type = "CENTER_SIZE";
+  detect("DetectionOutput", shared);
+  DetSpec per_class;
+  per_class.num_classes = 3;
+  per_class.share_location = false;
+  per_class.background_label_id = 2;
+  per_class.nms_threshold = 0.5;
+  per_class.eta = 0.9;
+  detect("DetectionOutput_per_class_locations", per_class);
   return t;
 }
 

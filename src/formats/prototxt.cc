@@ -71,6 +71,17 @@ std::string enclosing_layer(const std::string& text, int line) {
   return depth > 0 && (block == "layer" || block == "layers") && line >= start ? describe() : "";
 }
 
+// Fields only the SSD fork's training and evaluation files have (AnnotatedData,
+// MultiBoxLoss, DetectionEvaluate and their transforms): the error says what they are.
+std::string ssd_training_hint(const std::string& error) {
+  for (const char* f : {"annotated_data_param", "multibox_loss_param", "detection_evaluate_param", "resize_param",
+                        "noise_param", "distort_param", "expand_param", "emit_constraint", "batch_sampler"})
+    if (error.find(std::string("no field named \"") + f + "\"") != std::string::npos)
+      return " (a field of the SSD fork's training schema: AnnotatedData, MultiBoxLoss and DetectionEvaluate are "
+             "not supported; the net's deploy prototxt runs)";
+  return "";
+}
+
 }  // namespace
 
 void parse_prototxt_string(const std::string& text, const std::string& name, google::protobuf::Message& msg,
@@ -82,7 +93,8 @@ void parse_prototxt_string(const std::string& text, const std::string& name, goo
   parser.WriteLocationsTo(&tree);
   if (!parser.ParseFromString(text, &msg)) {
     if (errors.first().empty()) input_error("{}: cannot parse", name);
-    input_error("{}:{}{}", name, errors.first(), enclosing_layer(text, errors.line()));
+    input_error("{}:{}{}{}", name, errors.first(), enclosing_layer(text, errors.line()),
+                ssd_training_hint(errors.first()));
   }
   if (layer_lines) {
     layer_lines->clear();
