@@ -9,7 +9,8 @@
 #   ZOO_DIR       folder of <short-name>/*.prototxt (default /work/zoo); solver and labelmap
 #                 files in it are skipped. ZOO_DIR/MANIFEST.tsv, when present, may give a file
 #                 (its 2nd column, relative to ZOO_DIR) a 6th column, an input shape such as
-#                 64,1,28,28 passed as --input-shape, and a 7th, a reason to skip the file.
+#                 64,1,28,28 passed as --input-shape, a 7th, a reason to skip the file, and an
+#                 8th, more flags for both commands (e.g. --stage test-on-test).
 #   --binary      bakusoku to run (default build/src/bakusoku)
 #   --timeout     seconds allowed to each command (default 300; a timed-out one reads "timeout")
 #   --iterations  timed forward passes for `time` (default 2)
@@ -17,15 +18,16 @@
 #                 batch); '' leaves the file's default (TRAIN: forward and backward)
 #   --logs        where each command's full output goes (default a new folder under /tmp)
 #   --only        run only files whose path matches this extended regex
+#   --threads     passed to time and deploy (default: theirs, all cores)
 # --input-shape is passed only when `bakusoku time --help` lists it, for files with no Input
 # layer or input_dim: the manifest's shape, else batch,3,crop,crop from the file's TEST-phase
 # batch_size and crop_size. ZOO_DIR/weights/PAIRS.tsv (model<TAB>weights, relative to
 # ZOO_DIR) adds `deploy --weights` rows for real trained .caffemodel files.
 # Exit code: 0 when the table was written (whatever the rows say), 2 on bad arguments.
 set -uo pipefail
-cd "$(dirname "$0")/.."
 
-binary=build/src/bakusoku timeout_s=300 iterations=2 phase=TEST logs="" only="" zoo=/work/zoo
+binary="$(dirname "$0")/../build/src/bakusoku" timeout_s=300 iterations=2 phase=TEST logs="" only="" threads=""
+zoo=/work/zoo
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=$2; shift 2 ;;
@@ -34,14 +36,15 @@ while [ $# -gt 0 ]; do
     --phase) phase=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    --threads) threads=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     -*) echo "zoo.sh: unknown option $1" >&2; exit 2 ;;
     *) zoo=$1; shift ;;
   esac
 done
 [ -x "$binary" ] || { echo "zoo.sh: no bakusoku binary at $binary (build it, or pass --binary)" >&2; exit 2; }
 [ -d "$zoo" ] || { echo "zoo.sh: no zoo folder $zoo" >&2; exit 2; }
-binary=$(realpath "$binary")
+binary=$(realpath "$binary") zoo=$(realpath "$zoo")
 [ -n "$logs" ] || logs=$(mktemp -d /tmp/zoo-logs.XXXXXX)
 mkdir -p "$logs"
 has_input_shape=0
@@ -68,11 +71,14 @@ guess_shape() {  # batch,3,crop,crop from the last batch_size (TEST comes after 
   [ -n "$crop" ] && [ -n "$batch" ] && echo "$batch,3,$crop,$crop"
 }
 
-first_error() {  # the first line that reads like an error, else the last non-empty line
+first_error() {  # bakusoku's "error: " line, else a line that reads like one, else the last line
   local line
-  line=$(grep -m1 -iE 'error|unknown|unsupported|not supported|cannot|can.t|fail|invalid|missing|no such|refus|abort|terminate' "$1")
+  line=$(grep -m1 -E '^(error: |bakusoku: )' "$1")
+  [ -n "$line" ] || line=$(grep -m1 -iE 'error|unknown|unsupported|cannot|fail|invalid|abort|terminate|signal' "$1")
   [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$1" | tail -1)
-  echo "$line" | cut -c1-160 | tr '|' '/'
+  line=${line#error: }
+  line=${line//"$zoo/"/}
+  echo "$line" | cut -c1-200 | tr '|' '/'
 }
 
 # run_cmd LOG CMD...: runs under the timeout; echoes rc and wall seconds
@@ -104,8 +110,8 @@ slowest_layer() {  # from time's per-layer table: "name (type) ms"
        END { if (name != "") printf "%s (%s) %.1f ms", name, type, best }' "$1"
 }
 
-echo "# bakusoku model zoo run: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, binary $binary"
-echo "# time: --iterations $iterations${phase:+ --phase $phase}; deploy: --random-weights; timeout ${timeout_s} s each; logs in $logs"
+echo "# bakusoku model zoo run: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores (load average $(cut -d' ' -f1-3 /proc/loadavg)), binary $binary"
+echo "# time: --iterations $iterations${phase:+ --phase $phase}${threads:+ --threads $threads}; deploy: --random-weights; timeout ${timeout_s} s each; logs in $logs"
 [ $has_input_shape = 1 ] || echo "# this binary has no --input-shape: files whose data source is absent are run as they are"
 echo
 echo "| file | time: forward ms (slowest layer) or error | deploy | wall s (time/deploy) |"
@@ -124,10 +130,13 @@ while IFS= read -r f; do
     continue
   fi
   extra=()
+  [ -z "$threads" ] || extra=(--threads "$threads")
+  read -ra more <<< "$(manifest_field "$rel" 8)"
+  extra+=("${more[@]}")
   if [ $has_input_shape = 1 ] && ! has_inputs "$f"; then
     shape=$(manifest_field "$rel" 6)
     [ -n "$shape" ] || shape=$(guess_shape "$f")
-    [ -z "$shape" ] || extra=(--input-shape "$shape")
+    [ -z "$shape" ] || extra+=(--input-shape "$shape")
   fi
   targs=(time --model "$f" --iterations "$iterations")
   [ -z "$phase" ] || targs+=(--phase "$phase")
@@ -142,7 +151,7 @@ while IFS= read -r f; do
   bundle="$logs/$key.bks"
   read -r drc dsec < <(run_cmd "$logs/$key.deploy.log" "$binary" deploy --model "$f" --random-weights -o "$bundle" "${extra[@]}")
   if [ "$drc" = 0 ]; then
-    dcell="ok ($(( $(stat -c %s "$bundle") / 1048576 )) MiB)"
+    dcell="ok ($(awk -v b="$(stat -c %s "$bundle")" 'BEGIN { printf "%.1f", b / 1048576 }') MiB)"
     n_deploy=$((n_deploy + 1))
     rm -f "$bundle"
   else
@@ -162,7 +171,7 @@ if [ -f "$pairs" ]; then
   while IFS=$'\t' read -r model weights; do
     case "$model" in ''|'#'*) continue ;; esac
     key=$(basename "$weights")
-    read -r drc _ < <(run_cmd "$logs/$key.weights.log" "$binary" deploy --model "$zoo/$model" --weights "$zoo/$weights" -o "$logs/$key.bks")
+    read -r drc _ < <(run_cmd "$logs/$key.weights.log" "$binary" deploy --model "$zoo/$model" --weights "$zoo/$weights" -o "$logs/$key.bks" ${threads:+--threads "$threads"})
     if [ "$drc" = 0 ]; then cell=ok; rm -f "$logs/$key.bks"; else cell=$(outcome "$drc" "$logs/$key.weights.log"); fi
     echo "| $model + $weights | $cell |"
   done < "$pairs"
