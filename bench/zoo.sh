@@ -85,6 +85,7 @@ first_error() {  # bakusoku's "error: " line, else a line that reads like one, e
 run_cmd() {
   local log=$1; shift
   local t0 t1 rc
+  { printf '%q ' "$@"; echo; } > "${log%.log}.cmd"
   t0=$(date +%s.%N)
   timeout -k 10 "$timeout_s" "$@" > "$log" 2>&1 < /dev/null
   rc=$?
@@ -111,10 +112,11 @@ slowest_layer() {  # from time's per-layer table: "name (type) ms"
 }
 
 echo "# bakusoku model zoo run: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores (load average $(cut -d' ' -f1-3 /proc/loadavg)), binary $binary"
-echo "# time: --iterations $iterations${phase:+ --phase $phase}${threads:+ --threads $threads}; deploy: --random-weights; timeout ${timeout_s} s each; logs in $logs"
+echo "# time: --iterations $iterations${phase:+ --phase $phase}${threads:+ --threads $threads}; deploy: --random-weights; timeout ${timeout_s} s each"
+echo "# each command's output is in $logs/<file>.{time,deploy}.log, the command itself in the .cmd beside it"
 [ $has_input_shape = 1 ] || echo "# this binary has no --input-shape: files whose data source is absent are run as they are"
 echo
-echo "| file | time: forward ms (slowest layer) or error | deploy | wall s (time/deploy) |"
+echo "| file | time: ms per iteration (slowest layer) or error | deploy --random-weights | wall s (time/deploy) |"
 echo "|---|---|---|---|"
 
 n=0 n_time=0 n_deploy=0
