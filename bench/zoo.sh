@@ -19,14 +19,16 @@
 #   --logs        where each command's full output goes (default a new folder under /tmp)
 #   --only        run only files whose path matches this extended regex
 #   --threads     passed to time and deploy (default: theirs, all cores)
+#   --guess-shape for files the manifest gives no shape, pass one made from crop_size (see below)
 # --input-shape is passed only when `bakusoku time --help` lists it, for files with no Input
-# layer or input_dim: the manifest's shape, else batch,3,crop,crop from the file's TEST-phase
-# batch_size and crop_size. ZOO_DIR/weights/PAIRS.tsv (model<TAB>weights, relative to
+# layer or input_dim, with the manifest's shape; without one, bakusoku takes the shape from the
+# file (batch_size, crop_size, the mean's channels). With --guess-shape, batch,3,crop,crop
+# from the file's last batch_size and first crop_size is passed instead. ZOO_DIR/weights/PAIRS.tsv (model<TAB>weights, relative to
 # ZOO_DIR) adds `deploy --weights` rows for real trained .caffemodel files.
 # Exit code: 0 when the table was written (whatever the rows say), 2 on bad arguments.
 set -uo pipefail
 
-binary="$(dirname "$0")/../build/src/bakusoku" timeout_s=300 iterations=2 phase=TEST logs="" only="" threads=""
+binary="$(dirname "$0")/../build/src/bakusoku" timeout_s=300 iterations=2 phase=TEST logs="" only="" threads="" guess=0
 zoo=/work/zoo
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --logs) logs=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --guess-shape) guess=1; shift ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     -*) echo "zoo.sh: unknown option $1" >&2; exit 2 ;;
     *) zoo=$1; shift ;;
@@ -137,7 +140,7 @@ while IFS= read -r f; do
   extra+=("${more[@]}")
   if [ $has_input_shape = 1 ] && ! has_inputs "$f"; then
     shape=$(manifest_field "$rel" 6)
-    [ -n "$shape" ] || shape=$(guess_shape "$f")
+    [ -n "$shape" ] || [ $guess = 0 ] || shape=$(guess_shape "$f")
     [ -z "$shape" ] || extra+=(--input-shape "$shape")
   fi
   targs=(time --model "$f" --iterations "$iterations")
