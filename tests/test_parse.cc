@@ -95,6 +95,23 @@ TEST(Parse, FilterIsRefusedWithItsReason) {
       "Filter layers are not supported: its tops' batch size is the number of selected items");
 }
 
+// Caffe accepts a layer name used twice (BVLC's mnist_autoencoder has two 'loss' layers);
+// names key the weights here, so the later one gets a name of its own.
+TEST(Parse, ALayerNameUsedTwiceIsRenamed) {
+  std::string path = write_temp("twice.prototxt",
+                                "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 } } }\n"
+                                "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x' }\n"
+                                "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'y' }\n"
+                                "layer { name: 'r_2' type: 'TanH' bottom: 'y' top: 'z' }\n");
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  Graph g = build_caffe_graph(load_net_file(path), st);
+  ASSERT_EQ(g.nodes.size(), 4u);
+  EXPECT_EQ(g.nodes[1].name, "r");
+  EXPECT_EQ(g.nodes[2].name, "r_2");
+  EXPECT_EQ(g.nodes[3].name, "r_2_2") << "a name taken by a later layer is not reused";
+}
+
 TEST(Parse, SemanticErrors) {
   const char* input =
       "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }\n";
@@ -102,10 +119,6 @@ TEST(Parse, SemanticErrors) {
                    "unknown layer type 'Quantum'");
   expect_net_error(std::string(input) + "layer { name: 'r' type: 'ReLU' bottom: 'nope' top: 'y' }",
                    "bottom 'nope' is not produced");
-  expect_net_error(std::string(input) +
-                       "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x' }\n"
-                       "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'y' }",
-                   "used twice");
   expect_net_error(std::string(input) + "layer { name: 'e' type: 'Eltwise' bottom: 'x' bottom: 'y' top: 'z' }\n",
                    "not produced");
   expect_net_error(std::string(input) +

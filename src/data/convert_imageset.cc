@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "caffe.pb.h"
@@ -34,22 +33,7 @@ int64_t convert_imageset(const std::string& root, const std::string& list_file, 
     input_error("convert_imageset: --encode_type {} is not png or jpg", o.encode_type);
   std::error_code ec;
   if (fs::exists(db, ec)) input_error("{}: already exists; give a new database path", db);
-  std::ifstream in(list_file);
-  if (!in) input_error("{}: cannot open the image list", list_file);
-  std::vector<std::pair<std::string, int>> lines;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    auto end = line.find_last_not_of(" \t\r");
-    if (end == std::string::npos) continue;
-    line.resize(end + 1);
-    auto sp = line.find_last_of(" \t");
-    char* stop = nullptr;
-    long label = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, &stop, 10);
-    if (sp == std::string::npos || *stop != 0 || stop == line.c_str() + sp + 1)
-      input_error("{}:{}: expected 'PATH LABEL', got '{}'", list_file, n, line);
-    lines.emplace_back(line.substr(0, line.find_last_not_of(" \t", sp) + 1), static_cast<int>(label));
-  }
-  if (lines.empty()) input_error("{}: lists no images", list_file);
+  std::vector<std::pair<std::string, int>> lines = read_image_list_file(list_file);
   if (o.shuffle) std::shuffle(lines.begin(), lines.end(), std::mt19937_64(o.seed));
 
   const std::string tmp = temporary_path(db);

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/file_io.h"
@@ -70,6 +71,9 @@ struct ImageListOptions {
   int64_t new_height = 0, new_width = 0;  // 0 and 0: each image's own size
 };
 std::shared_ptr<const Dataset> open_image_list(const std::string& list_file, const ImageListOptions& opt);
+// The (path, label) pairs of such a list, split at each line's last space as Caffe does (so
+// paths may hold spaces); InputError naming the file and line of a malformed one.
+std::vector<std::pair<std::string, int>> read_image_list_file(const std::string& list_file);
 
 // Readers, exposed for tests.
 std::shared_ptr<Dataset> read_idx_pair(const std::string& images, const std::string& labels);

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -167,12 +169,10 @@ std::shared_ptr<Dataset> read_datum_db(const std::string& path, DbBackend backen
   return ds;
 }
 
-std::shared_ptr<Dataset> read_image_list(const std::string& list_file, const ImageListOptions& opt) {
-  double t0 = now_us();
+std::vector<std::pair<std::string, int>> read_image_list_file(const std::string& list_file) {
   std::ifstream in(list_file);
   if (!in) input_error("{}: cannot open the image list", list_file);
-  std::vector<std::string> files, encoded;
-  std::vector<float> labels;
+  std::vector<std::pair<std::string, int>> lines;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     auto end = line.find_last_not_of(" \t\r");
@@ -182,12 +182,23 @@ std::shared_ptr<Dataset> read_image_list(const std::string& list_file, const Ima
     auto sp = line.find_last_of(" \t");
     char* stop = nullptr;
     long label = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, &stop, 10);
-    if (sp == std::string::npos || *stop != 0 || stop == line.c_str() + sp + 1)
+    if (sp == std::string::npos || *stop != 0 || stop == line.c_str() + sp + 1 || label < INT32_MIN ||
+        label > INT32_MAX)
       input_error("{}:{}: expected 'PATH LABEL', got '{}'", list_file, n, line);
-    files.push_back(opt.root_folder + line.substr(0, line.find_last_not_of(" \t", sp) + 1));
+    lines.emplace_back(line.substr(0, line.find_last_not_of(" \t", sp) + 1), static_cast<int>(label));
+  }
+  if (lines.empty()) input_error("{}: lists no images", list_file);
+  return lines;
+}
+
+std::shared_ptr<Dataset> read_image_list(const std::string& list_file, const ImageListOptions& opt) {
+  double t0 = now_us();
+  std::vector<std::string> files, encoded;
+  std::vector<float> labels;
+  for (auto& [file, label] : read_image_list_file(list_file)) {
+    files.push_back(opt.root_folder + file);
     labels.push_back(static_cast<float>(label));
   }
-  if (files.empty()) input_error("{}: lists no images", list_file);
   ImageDecodeOptions o;
   o.bgr = true;
   o.channels = opt.is_color ? 3 : 1;

@@ -180,7 +180,16 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
     if (lp.type().empty()) input_error("{}: layer '{}' has no 'type'", where, lp.name());
     Node n = caffe_layer_node(lp, where);
     if (lp.name().empty()) n.name = fmt::format("{}_{}", lp.type(), li);
-    if (!layer_names.insert(n.name).second) input_error("{}: layer name '{}' is used twice", where, n.name);
+    if (!layer_names.insert(n.name).second) {
+      // Caffe accepts a name used twice (BVLC's mnist_autoencoder has two 'loss' layers); here
+      // names key the weights, so the later layer gets a name of its own, and says so.
+      std::string unique;
+      for (int k = 2; !layer_names.insert(unique = fmt::format("{}_{}", n.name, k)).second; ++k) {
+      }
+      log::warn("{}: layer name '{}' is used twice; the later layer is called '{}' here (its weights too)", where,
+                n.name, unique);
+      n.name = unique;
+    }
     int id = static_cast<int>(g.nodes.size());
     for (auto& b : lp.bottom()) {
       auto it = latest.find(b);
