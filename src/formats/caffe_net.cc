@@ -93,8 +93,6 @@ NetLoad load_net_file(const std::string& path) {
   net.source = path;
   read_prototxt(path, net.param, &net.layer_lines);
   resolve_data_paths(net.param, std::filesystem::path(path).parent_path().string());
-  if (net.param.debug_info())
-    log::warn("{}: debug_info: Caffe's per-blob statistics are not printed; `bakusoku time` measures each layer", path);
   return net;
 }
 
