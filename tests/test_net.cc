@@ -97,6 +97,24 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "t" top: "loss" }
   t.check();
 }
 
+// A SegNet encoder-decoder step: a MAX pooling's mask top read by Upsample after an
+// in-place BN (LEARN mode) and ReLU; the net's gradients by finite differences.
+TEST(Net, SegNetPoolingMaskAndUpsample) {
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 1 dim: 2 dim: 6 dim: 5 } shape { dim: 1 dim: 2 dim: 6 dim: 5 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1" convolution_param { num_output: 2 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "pool" type: "Pooling" bottom: "c1" top: "p" top: "mask" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "c2" type: "Convolution" bottom: "p" top: "c2" convolution_param { num_output: 2 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn" type: "BN" bottom: "c2" top: "c2" bn_param { scale_filler { type: "constant" value: 1 } shift_filler { type: "constant" value: 0.1 } } }
+layer { name: "relu" type: "ReLU" bottom: "c2" top: "c2" }
+layer { name: "up" type: "Upsample" bottom: "c2" bottom: "mask" top: "u" upsample_param { upsample_h: 6 upsample_w: 5 } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "u" bottom: "t" top: "loss" }
+)");
+  t.net->forward();
+  EXPECT_EQ(t.net->value("u").shape(), (Shape{1, 2, 6, 5}));
+  t.check(1e-3f, 3e-2f);
+}
+
 TEST(Net, InPlaceChainKeepsGradientsCorrect) {
   // Sigmoid reads its output in backward, so the in-place ReLU after it must not share its
   // buffer; BatchNorm and Scale keep what they need and may.
