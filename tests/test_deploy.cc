@@ -218,6 +218,23 @@ layer { name: 'd' type: 'InnerProduct' bottom: 'c2' top: 'd' inner_product_param
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
+// The SegNet/ENet forks' BN: INFERENCE mode (y = scale * x + shift) folds into the
+// convolution before it; LEARN mode normalises with the batch's statistics and stays.
+TEST(DeployPasses, FoldForkBNInInferenceModeOnly) {
+  DeployOptions o = write_model("fork_bn", input_layer("data", {2, 3, 8, 8}) + R"(
+layer { name: 'a' type: 'Convolution' bottom: 'data' top: 'a' convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: 'a_bn' type: 'BN' bottom: 'a' top: 'a' bn_param { bn_mode: INFERENCE } }
+layer { name: 'a_relu' type: 'ReLU' bottom: 'a' top: 'a' }
+layer { name: 'b' type: 'Convolution' bottom: 'a' top: 'b' convolution_param { num_output: 2 kernel_size: 3 bias_term: false } }
+layer { name: 'b_bn' type: 'BN' bottom: 'b' top: 'b' }
+)");
+  DeployModel m = load_deploy_model(o);
+  auto reports = run_deploy_passes(m);
+  EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution", "BN"}));
+  EXPECT_TRUE(node(m, "a").deploy.fusion.relu);
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
 TEST(DeployPasses, StripTrainingOnlyLayers) {
   DeployOptions o = write_model("strip", input_layer("data", {4, 8}) + input_layer("label", {4}) + R"(
 layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'ip1' inner_product_param { num_output: 6 } }

@@ -6,9 +6,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
+#include "core/log.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "runtime/filler.h"
@@ -137,6 +141,24 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "t" top: "loss" }
 )");
   ASSERT_NE(t.net->graph().find_node("quiet"), nullptr);
   t.check();
+}
+
+// A SegNet encoder-decoder step: a MAX pooling's mask top read by Upsample after an
+// in-place BN (LEARN mode) and ReLU; the net's gradients by finite differences.
+TEST(Net, SegNetPoolingMaskAndUpsample) {
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 1 dim: 2 dim: 6 dim: 5 } shape { dim: 1 dim: 2 dim: 6 dim: 5 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1" convolution_param { num_output: 2 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "pool" type: "Pooling" bottom: "c1" top: "p" top: "mask" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "c2" type: "Convolution" bottom: "p" top: "c2" convolution_param { num_output: 2 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn" type: "BN" bottom: "c2" top: "c2" bn_param { scale_filler { type: "constant" value: 1 } shift_filler { type: "constant" value: 0.1 } } }
+layer { name: "relu" type: "ReLU" bottom: "c2" top: "c2" }
+layer { name: "up" type: "Upsample" bottom: "c2" bottom: "mask" top: "u" upsample_param { upsample_h: 6 upsample_w: 5 } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "u" bottom: "t" top: "loss" }
+)");
+  t.net->forward();
+  EXPECT_EQ(t.net->value("u").shape(), (Shape{1, 2, 6, 5}));
+  t.check(1e-3f, 3e-2f);
 }
 
 TEST(Net, InPlaceChainKeepsGradientsCorrect) {
@@ -375,6 +397,57 @@ TEST(Net, GradientsAccumulateAcrossBackwardPasses) {
     for (int64_t j = 0; j < once.store.at(i).grad.numel(); ++j)
       ASSERT_NEAR(twice.store.at(i).grad.f32()[j], 2 * once.store.at(i).grad.f32()[j], 1e-5)
           << once.store.at(i).key << "[" << j << "]";
+}
+
+// Caffe's debug_info on a net whose statistics are known: y = 0.5 (x0 + x1) + 0.25 for
+// x = (1, -2), (3, 4) gives y = (-0.25, 3.75); the Euclidean loss to 0 is 3.53125, its
+// gradient (-0.125, 1.875); dW = (5.5, 7.75), db = 1.75.
+TEST(Net, DebugInfoLogsCaffesStatistics) {
+  const char* text = R"(
+layer { name: 'x' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 2 } } }
+layer { name: 't' type: 'Input' top: 't' input_param { shape { dim: 2 dim: 1 } } }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'y' param { name: 'w' }
+        inner_product_param { num_output: 1 weight_filler { type: 'constant' value: 0.5 }
+                              bias_filler { type: 'constant' value: 0.25 } } }
+layer { name: 'loss' type: 'EuclideanLoss' bottom: 'y' bottom: 't' top: 'loss' }
+)";
+  TestNet t(text);
+  const float x[] = {1, -2, 3, 4};
+  std::copy(x, x + 4, t.net->value("x").f32());
+  t.net->value("t").zero();
+  const std::string path = (std::filesystem::temp_directory_path() / "bks_net_debug_info.log").string();
+  std::filesystem::remove(path);
+  auto run = [&](bool on) {
+    log::set_file(path);
+    t.net->set_debug_info(on);
+    t.store.clear_grads();
+    t.net->forward();
+    t.net->backward();
+    t.net->update_debug_info();
+    log::set_file("");
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::filesystem::remove(path);
+    return ss.str();
+  };
+  EXPECT_EQ(run(true),
+            "[info]     [Forward] Layer x, top blob x data: 2.5\n"
+            "[info]     [Forward] Layer t, top blob t data: 0\n"
+            "[info]     [Forward] Layer ip, top blob y data: 2\n"
+            "[info]     [Forward] Layer ip, param blob w data: 0.5\n"
+            "[info]     [Forward] Layer ip, param blob 1 data: 0.25\n"
+            "[info]     [Forward] Layer loss, top blob loss data: 3.53125\n"
+            "[info]     [Backward] Layer loss, bottom blob y diff: 1\n"
+            "[info]     [Backward] Layer ip, param blob 0 diff: 6.625\n"
+            "[info]     [Backward] Layer ip, param blob 1 diff: 1.75\n"
+            "[info]     [Backward] All net params (data, diff): L1 norm = (1.25, 15); L2 norm = (0.75, 9.66307)\n"
+            "[info]     [Update] Layer ip, param w data: 0.5; diff: 6.625\n"
+            "[info]     [Update] Layer ip, param 1 data: 0.25; diff: 1.75\n");
+  // Off, nothing is printed by forward and backward.
+  std::string off = run(false);
+  EXPECT_EQ(off.find("[Forward]"), std::string::npos) << off;
+  EXPECT_EQ(off.find("[Backward]"), std::string::npos) << off;
 }
 
 TEST(Net, GradReadyHookFiresOncePerParameter) {

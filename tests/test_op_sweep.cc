@@ -225,6 +225,49 @@ Oracle batch_norm(bool global, double eps) {
   };
 }
 
+// The SegNet/ENet forks' BN: y = scale[c] * x_hat + shift[c], x_hat the batch-normalised x
+// (biased variance, eps 1e-9) in LEARN mode and x itself in INFERENCE mode.
+Oracle fork_bn(bool learn) {
+  return [=](const OpHarness& h) {
+    Tensor y = learn ? batch_norm(false, 1e-9)(h)[0] : h.in[0].clone();
+    int64_t c = y.dim(1), sp = y.numel() / (y.dim(0) * c);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      int64_t ch = (i / sp) % c;
+      y.f32()[i] = static_cast<float>(static_cast<double>(y.f32()[i]) * h.params[0].f32()[ch] + h.params[1].f32()[ch]);
+    }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Upsample: each x at its mask index in a zeroed (oh, ow) plane.
+Oracle upsample(int64_t oh, int64_t ow) {
+  return [=](const OpHarness& h) {
+    const Tensor &x = h.in[0], &mask = h.in[1];
+    int64_t planes = x.dim(0) * x.dim(1), in = x.dim(2) * x.dim(3);
+    Tensor y({x.dim(0), x.dim(1), oh, ow});
+    y.zero();
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < in; ++i)
+        y.f32()[p * oh * ow + static_cast<int64_t>(mask.f32()[p * in + i])] = x.f32()[p * in + i];
+    return std::vector<Tensor>{y};
+  };
+}
+
+// A mask as max pooling with 2x2 windows and stride 2 would write it: one index inside
+// each input position's window of the (oh, ow) plane (clipped to it), chosen at random.
+void pooling_mask(OpHarness& h, int64_t oh, int64_t ow) {
+  Tensor& mask = h.in[1];
+  int64_t planes = mask.dim(0) * mask.dim(1), H = mask.dim(2), W = mask.dim(3);
+  Rng rng(11);
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = 0; j < W; ++j) {
+        int64_t r = rng.next_u32() % 2, q = rng.next_u32() % 2;
+        int64_t y = std::min(2 * i + r, oh - 1), x = std::min(2 * j + q, ow - 1);
+        mask.f32()[(p * H + i) * W + j] = static_cast<float>(y * ow + x);
+      }
+}
+
 // Softmax over axis 1 of x viewed as (outer, channels, inner).
 Tensor softmax_of(const Tensor& x) {
   int64_t outer = x.dim(0), ch = x.dim(1), inner = x.numel() / (outer * ch);
@@ -329,6 +372,7 @@ struct SweepCase {
   std::vector<int> grad_inputs{};  // for check_gradients (empty: all that propagate; {-1}: none)
   float fwd_tol = 1e-5f, step = 1e-3f, grad_tol = 1e-2f;
   float kernel_tol = 1e-4f;  // other kernels against the reference
+  std::string no_other_kernels{};  // why only the reference kernel computes this case
 };
 
 void PrintTo(const SweepCase& c, std::ostream* os) { *os << c.name; }
@@ -374,6 +418,8 @@ std::vector<SweepCase> build_cases() {
   act(
       "ReLU_leaky", "type: 'ReLU' relu_param { negative_slope: 0.1 }", [](double x) { return x > 0 ? x : 0.1 * x; }, -2,
       2, off_zero);
+  act(
+      "ReLU6", "type: 'ReLU6'", [](double x) { return std::clamp(x, 0.0, 6.0); }, -3, 9, away_from({0.f, 6.f}));
   act("Sigmoid", "type: 'Sigmoid'", sigmoid, -4, 4);
   act(
       "Swish", "type: 'Swish' swish_param { beta: 1.5 }", [](double x) { return x * sigmoid(1.5 * x); }, -3, 3);
@@ -447,6 +493,59 @@ std::vector<SweepCase> build_cases() {
   pool("Pooling_ave_global", {2, 3, 5, 4}, {false, 0, 0, 1, 1, 0, 0, true});
   pool("Pooling_max_global", {2, 3, 5, 4}, {true, 0, 0, 1, 1, 0, 0, true});
   pool("Pooling_ave_inference", {1, 3, 7, 6}, {false, 3, 3, 2, 2, 1, 1}, proto::TEST);
+  {
+    // The forks' ceil_mode spelling, and MAX's second top: each winner's index in its plane.
+    PoolSpec p{true, 3, 3, 2, 2, 0, 0, false, true};
+    std::string layer = pool_layer(p);
+    layer.replace(layer.find("round_mode: FLOOR"), 17, "ceil_mode: false");
+    t.push_back({.name = "Pooling_ceil_mode_false", .layer = layer, .in = {{1, 2, 8, 8}}, .oracle = pooling(p),
+                 .setup = distinct_input});
+    PoolSpec m{true, 2, 2, 2, 2, 0, 0};
+    t.push_back({.name = "Pooling_max_mask",
+                 .layer = pool_layer(m),
+                 .in = {{2, 3, 6, 5}},
+                 .oracle =
+                     [m](const OpHarness& h) {
+                       std::vector<Tensor> out = pooling(m)(h);
+                       const Tensor& x = h.in[0];
+                       const Tensor& y = out[0];
+                       Tensor mask(y.shape());
+                       int64_t H = x.dim(2), W = x.dim(3), oh = y.dim(2), ow = y.dim(3);
+                       for (int64_t pl = 0; pl < x.dim(0) * x.dim(1); ++pl)
+                         for (int64_t k = 0; k < oh * ow; ++k) {
+                           int64_t best = -1;
+                           for (int64_t a = (k / ow) * 2; a < std::min((k / ow) * 2 + 2, H); ++a)
+                             for (int64_t b = (k % ow) * 2; b < std::min((k % ow) * 2 + 2, W); ++b)
+                               if (best < 0 || x.f32()[pl * H * W + a * W + b] > x.f32()[pl * H * W + best])
+                                 best = a * W + b;
+                           mask.f32()[pl * oh * ow + k] = static_cast<float>(best);
+                         }
+                       out.push_back(mask);
+                       return out;
+                     },
+                 .outputs = 2,
+                 .setup = distinct_input,
+                 .no_other_kernels = "the mask top is the reference kernel's (oneDNN's refuses a second top)"});
+  }
+  // Upsample (the forks' max unpooling) from a pooling mask; the mask takes no gradient.
+  t.push_back({.name = "Upsample",
+               .layer = "type: 'Upsample' upsample_param { scale: 2 }",
+               .in = {{2, 3, 3, 4}, {2, 3, 3, 4}},
+               .oracle = upsample(6, 8),
+               .setup = [](OpHarness& h) { pooling_mask(h, 6, 8); },
+               .grad_inputs = {0}});
+  t.push_back({.name = "Upsample_size",
+               .layer = "type: 'Upsample' upsample_param { upsample_h: 5 upsample_w: 7 }",
+               .in = {{1, 2, 2, 3}, {1, 2, 2, 3}},
+               .oracle = upsample(5, 7),
+               .setup = [](OpHarness& h) { pooling_mask(h, 5, 7); },
+               .grad_inputs = {0}});
+  t.push_back({.name = "Upsample_pad_out",
+               .layer = "type: 'Upsample' upsample_param { scale_h: 2 scale_w: 3 pad_out_h: true }",
+               .in = {{1, 1, 3, 2}, {1, 1, 3, 2}},
+               .oracle = upsample(5, 6),
+               .setup = [](OpHarness& h) { pooling_mask(h, 5, 6); },
+               .grad_inputs = {0}});
 
   t.push_back({.name = "LRN",
                .layer = "type: 'LRN' lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 k: 2 }",
@@ -480,6 +579,18 @@ std::vector<SweepCase> build_cases() {
                  }
                  h.params[2].f32()[0] = 2.f;
                }});
+  // The SegNet/ENet forks' BN (scale and shift blobs of shape (1, C, 1, 1)).
+  t.push_back({.name = "BN",
+               .layer = "type: 'BN' bn_param { scale_filler { type: 'uniform' min: 0.5 max: 1.5 } shift_filler { type: "
+                        "'uniform' min: -1 max: 1 } }",
+               .in = {{3, 2, 2, 3}},
+               .oracle = fork_bn(true),
+               .grad_tol = 2e-2f});
+  t.push_back({.name = "BN_inference",
+               .layer = "type: 'BN' bn_param { bn_mode: INFERENCE scale_filler { type: 'gaussian' } shift_filler { type: "
+                        "'constant' value: 0.25 } }",
+               .in = {{2, 3, 2, 2}},
+               .oracle = fork_bn(false)});
   t.push_back({.name = "Scale",
                .layer = "type: 'Scale' scale_param { bias_term: true }",
                .in = {{2, 3, 2, 2}},
@@ -1216,6 +1327,7 @@ TEST_P(OpSweepCase, AttributesRoundTripThroughCaffeAndJson) {
 TEST_P(OpSweepCase, OtherKernelsMatchTheReference) {
   const SweepCase& c = GetParam();
   if (!c.oracle) GTEST_SKIP() << "exempt: " << c.no_oracle;
+  if (!c.no_other_kernels.empty()) GTEST_SKIP() << "exempt: " << c.no_other_kernels;
   std::string type = type_of(c), ref_name = reference_kernel(type);
   ASSERT_NE(ref_name, "") << type << " has no reference kernel";
   auto ref = harness(c, ref_name);

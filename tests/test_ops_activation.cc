@@ -2,6 +2,7 @@
 // finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -64,6 +65,28 @@ INSTANTIATE_TEST_SUITE_P(
                       ActCase{"Swish", "type: 'Swish' swish_param { beta: 1.5 }",
                               [](double x) { return x * sig(1.5 * x); }, -3, 3}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// ReLU6 saturates at 0 and 6: inputs cover both sides of each kink.
+TEST(ReLU6, ClampsToZeroAndSixWithGradientInside) {
+  OpHarness h("type: 'ReLU6'", {{2, 3, 4, 5}});
+  h.randomize_inputs(-4.f, 10.f);
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    float& x = h.in[0].f32()[i];
+    if (std::fabs(x) < 0.05f || std::fabs(x - 6.f) < 0.05f) x += 0.1f;  // off the kinks for the differences
+  }
+  h.forward();
+  int low = 0, high = 0;
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    double x = h.in[0].f32()[i];
+    ASSERT_EQ(h.out[0].f32()[i], static_cast<float>(std::min(std::max(x, 0.0), 6.0))) << "x = " << x;
+    low += x < 0;
+    high += x > 6;
+  }
+  EXPECT_GT(low, 0);
+  EXPECT_GT(high, 0);
+  EXPECT_TRUE(h.facts().allows_inplace);  // the gradient is read off y
+  h.check_gradients(1e-3f, 1e-2f);
+}
 
 TEST(PReLU, PerChannelSlopesAndGradients) {
   OpHarness h("type: 'PReLU'", {{2, 3, 2, 2}});

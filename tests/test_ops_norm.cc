@@ -60,6 +60,69 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
   h.check_gradients(1e-3f, 2e-2f);
 }
 
+// The SegNet/ENet forks' BN in LEARN mode: the batch's mean and biased variance per
+// channel over (N, H, W), eps 1e-9, then the blobs' scale and shift; in either phase.
+TEST(BN, LearnNormalisesWithBatchStatisticsThenScalesAndShifts) {
+  for (Phase phase : {proto::TRAIN, proto::TEST}) {
+    OpHarness h("type: 'BN' bn_param { scale_filler { type: 'constant' value: 1 } shift_filler { type: 'constant' "
+                "value: 0.001 } }",
+                {{3, 2, 3, 2}}, phase);
+    ASSERT_EQ(h.params.size(), 2u);
+    EXPECT_EQ(h.params[0].shape(), (Shape{1, 2, 1, 1})) << "the forks' blob shape";
+    h.randomize_inputs(-2, 5);
+    h.params[0].f32()[0] = 1.5f;
+    h.params[0].f32()[1] = -0.5f;
+    h.params[1].f32()[0] = 0.25f;
+    h.forward();
+    for (int c = 0; c < 2; ++c) {
+      double s = 0, sq = 0;
+      for (int n = 0; n < 3; ++n)
+        for (int i = 0; i < 6; ++i) s += h.in[0].f32()[(n * 2 + c) * 6 + i];
+      double mean = s / 18;
+      for (int n = 0; n < 3; ++n)
+        for (int i = 0; i < 6; ++i) sq += std::pow(h.in[0].f32()[(n * 2 + c) * 6 + i] - mean, 2);
+      double inv_std = 1 / std::sqrt(sq / 18 + 1e-9);
+      for (int n = 0; n < 3; ++n)
+        for (int i = 0; i < 6; ++i) {
+          int k = (n * 2 + c) * 6 + i;
+          double want = h.params[0].f32()[c] * (h.in[0].f32()[k] - mean) * inv_std + h.params[1].f32()[c];
+          ASSERT_NEAR(h.out[0].f32()[k], want, 1e-5) << "channel " << c << " phase " << phase;
+        }
+    }
+  }
+}
+
+TEST(BN, InferenceIsScaleAndShift) {
+  OpHarness h("type: 'BN' bn_param { bn_mode: INFERENCE scale_filler { type: 'gaussian' } shift_filler { type: "
+              "'gaussian' } }",
+              {{2, 3, 2, 2}});
+  h.forward();
+  for (int64_t i = 0; i < h.out[0].numel(); ++i) {
+    int64_t c = (i / 4) % 3;
+    ASSERT_NEAR(h.out[0].f32()[i], static_cast<double>(h.params[0].f32()[c]) * h.in[0].f32()[i] + h.params[1].f32()[c],
+                1e-6);
+  }
+  EXPECT_FALSE(h.facts().allows_inplace) << "backward reads x for the scale's gradient";
+  h.check_gradients(1e-3f, 1e-2f);
+}
+
+TEST(BN, LearnGradientsMatchFiniteDifferences) {
+  OpHarness h("type: 'BN' bn_param { scale_filler { type: 'uniform' min: 0.5 max: 2 } shift_filler { type: 'uniform' "
+              "} }",
+              {{2, 3, 3, 2}});
+  EXPECT_TRUE(h.facts().allows_inplace) << "LEARN keeps its normalised values";
+  h.check_gradients(1e-3f, 2e-2f);
+}
+
+TEST(BN, NeedsFourAxes) {
+  try {
+    OpHarness h("type: 'BN'", {{4, 3}});
+    FAIL() << "a 2-axis bottom accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bottom must be 4-d"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Scale, LearnedFactorAndBias) {
   OpHarness h("type: 'Scale' scale_param { bias_term: true }", {{2, 3, 2, 2}});
   ASSERT_EQ(h.params[0].shape(), (Shape{3}));

@@ -2,6 +2,7 @@
 // direct loop; backward by finite differences. SPP (spatial pyramid pooling) the same way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -115,6 +116,111 @@ TEST(Pooling, GlobalAverageCoversTheWholePlane) {
         for (int j = 0; j < 4; ++j) s += at4(h.in[0], n, c, i, j);
       EXPECT_NEAR(h.out[0].f32()[n * 3 + c], s / 20, 1e-5);
     }
+}
+
+// Expects building the layer to throw InputError whose message contains `needle`.
+void expect_layer_error(const std::string& layer, const std::vector<Shape>& in, const std::string& needle,
+                        int outputs = 1) {
+  try {
+    OpHarness h(layer, in, proto::TRAIN, outputs);
+    h.forward();
+    FAIL() << "no error for: " << layer;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// The forks' ceil_mode: false rounds the output size down (8 - 3) / 2 + 1 = 3, true up to 4.
+TEST(Pooling, CeilModeIsRoundMode) {
+  for (bool ceil : {false, true}) {
+    OpHarness h(fmt::format("type: 'Pooling' pooling_param {{ pool: MAX kernel_size: 3 stride: 2 ceil_mode: {} }}", ceil),
+                {{1, 2, 8, 8}});
+    h.forward();
+    EXPECT_EQ(h.out[0].shape(), (Shape{1, 2, ceil ? 4 : 3, ceil ? 4 : 3}));
+  }
+  OpHarness agree("type: 'Pooling' pooling_param { pool: AVE kernel_size: 3 stride: 2 ceil_mode: false round_mode: FLOOR }",
+                  {{1, 1, 8, 8}});
+  EXPECT_EQ(agree.out[0].dim(2), 3);
+  expect_layer_error("type: 'Pooling' pooling_param { pool: MAX kernel_size: 3 stride: 2 ceil_mode: true round_mode: FLOOR }",
+                     {{1, 1, 8, 8}}, "ceil_mode and round_mode disagree");
+}
+
+// A second top holds each winner's index within its (n, c) plane, as a float (Caffe's
+// top_mask), with padding and a ceil overhang.
+TEST(Pooling, MaxMaskTopHoldsTheWinnersIndex) {
+  const int64_t H = 7, W = 6, k = 3, s = 2, p = 1;
+  OpHarness h(fmt::format("type: 'Pooling' pooling_param {{ pool: MAX kernel_size: {} stride: {} pad: {} }}", k, s, p),
+              {{2, 3, H, W}}, proto::TRAIN, 2);
+  h.randomize_inputs(-1, 1, 3);
+  h.forward();
+  ASSERT_EQ(h.out[1].shape(), h.out[0].shape());
+  const int64_t oh = h.out[0].dim(2), ow = h.out[0].dim(3);
+  for (int64_t pl = 0; pl < 6; ++pl)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t best = -1;
+        for (int64_t a = std::max<int64_t>(i * s - p, 0); a < std::min(i * s - p + k, H); ++a)
+          for (int64_t b = std::max<int64_t>(j * s - p, 0); b < std::min(j * s - p + k, W); ++b)
+            if (best < 0 || h.in[0].f32()[pl * H * W + a * W + b] > h.in[0].f32()[pl * H * W + best]) best = a * W + b;
+        int64_t o = (pl * oh + i) * ow + j;
+        ASSERT_EQ(h.out[1].f32()[o], static_cast<float>(best)) << "plane " << pl << " at " << i << "," << j;
+        ASSERT_EQ(h.out[0].f32()[o], h.in[0].f32()[pl * H * W + best]);
+      }
+  EXPECT_EQ(h.op().kernel_name(), "reference loops");  // the kernel that writes masks
+  h.check_gradients();
+  expect_layer_error("type: 'Pooling' pooling_param { pool: AVE kernel_size: 2 stride: 2 }", {{1, 1, 4, 4}},
+                     "a second top (the argmax mask) needs pool: MAX", 2);
+}
+
+// Upsample from a real pooling mask: every winner goes back to its place, all else is zero;
+// the gradient flows back from those places.
+TEST(Upsample, UnpoolsAtTheMaskAndGathersTheGradient) {
+  OpHarness pool("type: 'Pooling' pooling_param { pool: MAX kernel_size: 2 stride: 2 }", {{2, 3, 5, 7}}, proto::TRAIN,
+                 2);
+  pool.randomize_inputs(-1, 1, 5);
+  pool.forward();
+  // Ceil rounding pools 5 x 7 to 3 x 4; upsample_h/upsample_w restore 5 x 7.
+  const int64_t ph = pool.out[0].dim(2), pw = pool.out[0].dim(3);
+  OpHarness up("type: 'Upsample' upsample_param { upsample_h: 5 upsample_w: 7 }", {{2, 3, ph, pw}, {2, 3, ph, pw}});
+  up.in[0].copy_from(pool.out[0]);
+  up.in[1].copy_from(pool.out[1]);
+  up.forward();
+  ASSERT_EQ(up.out[0].shape(), (Shape{2, 3, 5, 7}));
+  for (int64_t pl = 0; pl < 6; ++pl) {
+    std::vector<double> expect(35, 0.0);
+    for (int64_t i = 0; i < ph * pw; ++i)
+      expect[static_cast<int64_t>(pool.out[1].f32()[pl * ph * pw + i])] = pool.out[0].f32()[pl * ph * pw + i];
+    for (int64_t i = 0; i < 35; ++i) ASSERT_EQ(up.out[0].f32()[pl * 35 + i], expect[i]) << pl << " " << i;
+  }
+  up.check_gradients(1e-3f, 1e-2f, {0});
+  EXPECT_FALSE(up.can_propagate_to(1)) << "the mask takes no gradient";
+}
+
+TEST(Upsample, ScaleAndPadOutGiveTheOutputSize) {
+  OpHarness a("type: 'Upsample' upsample_param { scale: 2 }", {{1, 2, 3, 4}, {1, 2, 3, 4}});
+  EXPECT_EQ(a.out[0].shape(), (Shape{1, 2, 6, 8}));
+  OpHarness b("type: 'Upsample' upsample_param { scale_h: 2 scale_w: 3 pad_out_h: true }", {{1, 2, 3, 4}, {1, 2, 3, 4}});
+  EXPECT_EQ(b.out[0].shape(), (Shape{1, 2, 5, 12}));
+}
+
+TEST(Upsample, BadFieldsAndMasksAreNamed) {
+  Shape s{1, 1, 2, 2};
+  expect_layer_error("type: 'Upsample' upsample_param { upsample_h: 4 }", {s, s}, "upsample_h and upsample_w together");
+  expect_layer_error("type: 'Upsample' upsample_param { scale_h: 2 }", {s, s}, "scale_h and scale_w together");
+  expect_layer_error("type: 'Upsample' upsample_param { scale: 1 }", {s, s}, "upsample_param: scale must exceed 1");
+  expect_layer_error("type: 'Upsample' upsample_param { scale: 3 pad_out_w: true }", {s, s},
+                     "pad_out_h/pad_out_w need a scale of 2");
+  expect_layer_error("type: 'Upsample' upsample_param { scale: 2 }", {s, {1, 1, 2, 3}}, "the mask (bottom 1)");
+  OpHarness h("type: 'Upsample' upsample_param { scale: 2 }", {s, s});
+  for (int i = 0; i < 4; ++i) h.in[1].f32()[i] = static_cast<float>(5 * i);
+  h.in[1].f32()[2] = 16.f;  // the output plane is 4 x 4
+  try {
+    h.forward();
+    FAIL() << "no error for a mask index past the plane";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mask index 16 is outside the output plane of 16"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Pooling, RejectsStochasticAndMissingKernel) {

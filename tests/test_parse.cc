@@ -112,6 +112,33 @@ TEST(Parse, ALayerNameUsedTwiceIsRenamed) {
   EXPECT_EQ(g.nodes[3].name, "r_2_2") << "a name taken by a later layer is not reused";
 }
 
+// A field of a Caffe fork bakusoku lacks: the error names the layer, its type and the field
+// (inside its parameter message), not protobuf's message type.
+TEST(Parse, ForkFieldNamesTheLayerAndField) {
+  auto error_of = [](const std::string& file, const std::string& text) {
+    std::string path = write_temp(file, text);
+    proto::NetParameter p;
+    try {
+      read_prototxt(path, p);
+    } catch (const InputError& e) {
+      std::string m = e.what();
+      EXPECT_EQ(m.find("bks.proto"), std::string::npos) << "no internal type name: " << m;
+      return m.substr(m.find(file));
+    }
+    ADD_FAILURE() << "no error";
+    return std::string();
+  };
+  const std::string tail = " is not part of BVLC Caffe or the forks bakusoku supports";
+  EXPECT_EQ(error_of("fork1.prototxt",
+                     "name: 'n'\nlayer {\n  name: 'in'\n  type: 'Input'\n  top: 'x'\n}\nlayer {\n  name: 'conv1'\n"
+                     "  type: 'Convolution'\n  bottom: 'x'\n  top: 'y'\n  foo_param { bar: 1 }\n}\n"),
+            "fork1.prototxt:12: layer 'conv1' (Convolution): field 'foo_param'" + tail);
+  EXPECT_EQ(error_of("fork2.prototxt",
+                     "layer { name: 'p' type: 'Pooling'\n pooling_param { pool: MAX kernel_size: 2 dilation: 2 } }\n"),
+            "fork2.prototxt:2: layer 'p' (Pooling): field 'pooling_param.dilation'" + tail);
+  EXPECT_EQ(error_of("fork3.prototxt", "name: 'n'\nquantize: true\n"), "fork3.prototxt:2: field 'quantize'" + tail);
+}
+
 TEST(Parse, SemanticErrors) {
   const char* input =
       "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }\n";

@@ -146,6 +146,26 @@ TEST(Train, NaNLossStopsAndKeepsLastSnapshot) {
       << message;
 }
 
+// The solver's debug_info: Caffe's per-blob lines on display iterations (0 and 2 of 3) for
+// the train net, and on every pass for the test net; no warning that it is ignored.
+TEST(Train, DebugInfoPrintsStatisticsOnDisplayIterations) {
+  auto r = run(solver_file("debug_info", "max_iter: 3 display: 2 debug_info: true test_iter: 1 test_interval: 100\n"),
+               "bks_debug_info");
+  std::string log = read_file((fs::path(r.run_dir) / "log.txt").string(), "log");
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(log.find("[warning]"), std::string::npos) << log;
+  // LeNet's TRAIN net: 2 display iterations; the final test pass runs the TEST net once.
+  EXPECT_EQ(count("[Backward] Layer conv1, param blob 0 diff: "), 2) << log;
+  EXPECT_EQ(count("[Update] Layer conv1, param 0 data: "), 2) << log;
+  EXPECT_EQ(count("[Backward] All net params (data, diff): L1 norm = ("), 2) << log;
+  EXPECT_EQ(count("[Forward] Layer conv1, top blob conv1 data: "), 3) << log;
+  EXPECT_EQ(count("[Forward] Layer ip2, param blob 1 data: "), 3) << log;
+}
+
 TEST(Train, LenetReachesAccuracyOnFashionMnist) {
   auto r = run(solver_file("e2e", "max_iter: 1000 test_iter: 100 test_interval: 1000 snapshot_after_train: false\n"),
                "bks_e2e");

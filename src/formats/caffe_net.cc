@@ -98,8 +98,6 @@ NetLoad load_net_file(const std::string& path) {
               "{} NEW.prototxt` writes it in the current format",
               path, net_format_name(f), path);
   resolve_data_paths(net.param, std::filesystem::path(path).parent_path().string());
-  if (net.param.debug_info())
-    log::warn("{}: debug_info: Caffe's per-blob statistics are not printed; `bakusoku time` measures each layer", path);
   return net;
 }
 

@@ -260,6 +260,16 @@ struct SwishFn {
   }
 };
 
+// y = min(max(x, 0), 6): the MobileNet-v2 forks' ReLU6 (no parameters). The gradient is 1
+// where 0 < x < 6, which y tells as well (0 < y < 6), so it may run in place.
+struct ReLU6Fn {
+  static ReLU6Fn from(const OpContext&) { return {}; }
+  static constexpr auto add_traits = no_traits;
+  ElementwiseFlow flow() const { return {false, true, true}; }
+  float f(float x) const { return std::min(std::max(x, 0.f), 6.f); }
+  float grad(float, float y) const { return y > 0.f && y < 6.f ? 1.f : 0.f; }
+};
+
 // y = 1 where x > threshold, else 0 (Caffe's Threshold). Its gradient is zero wherever it
 // exists; Caffe has no backward for it at all.
 struct ThresholdAttrs final : AttrsOf<ThresholdAttrs> {
@@ -297,5 +307,6 @@ BKS_REGISTER_ELEMENTWISE("BNLL", BNLLFn);
 BKS_REGISTER_ELEMENTWISE("Clip", ClipFn);
 BKS_REGISTER_ELEMENTWISE("Swish", SwishFn);
 BKS_REGISTER_ELEMENTWISE("Threshold", ThresholdFn);
+BKS_REGISTER_ELEMENTWISE("ReLU6", ReLU6Fn);
 
 }  // namespace bks

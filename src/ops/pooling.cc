@@ -72,6 +72,12 @@ void pooling_from_caffe(const proto::LayerParameter& l, PoolingAttrs& a, const s
   else
     a.stride = {p.stride(), p.stride()};
   a.ceil = p.round_mode() == proto::PoolingParameter::CEIL;
+  // The forks' ceil_mode (true = CEIL) is another spelling of round_mode.
+  if (p.has_ceil_mode()) {
+    if (p.has_round_mode() && p.ceil_mode() != a.ceil)
+      fail("pooling_param: ceil_mode and round_mode disagree (give one of them)");
+    a.ceil = p.ceil_mode();
+  }
 }
 
 void pooling_to_caffe(const PoolingAttrs& a, proto::LayerParameter& l) {
@@ -135,10 +141,15 @@ PoolGeometry pool_geometry(const OpContext& c, const PoolWindow& a, const Shape&
 class PoolingDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
-  void check(const OpContext& c) const override { pool_window(c); }
+  // A second top is the argmax mask (the SegNet/ENet forks' Upsample reads it).
+  int max_outputs(const OpContext&) const override { return 2; }
+  void check(const OpContext& c) const override {
+    PoolWindow a = pool_window(c);
+    if (c.node.outputs.size() > 1 && !a.max) c.fail("a second top (the argmax mask) needs pool: MAX");
+  }
   void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
     PoolGeometry g = pool_geometry(c, pool_window(c), in[0]);
-    out[0] = {g.n, g.c, g.oh, g.ow};
+    for (Shape& s : out) s = {g.n, g.c, g.oh, g.ow};
   }
   // Max pooling keeps the winners' positions (oneDNN's workspace or our argmax), average
   // pooling needs nothing: backward never reads the input, so it may be freed early.
@@ -512,6 +523,8 @@ void PoolingAttrs::visit(AttrVisitor& v) {
 
 BKS_REGISTER_ATTRS("Pooling", PoolingAttrs, pooling_from_caffe, pooling_to_caffe);
 BKS_REGISTER_OP_DEF("Pooling", PoolingDef);
-BKS_REGISTER_KERNEL("Pooling", ::bks::DeviceKind::cpu, PoolingKernel, "oneDNN", 10, nullptr);
+// The mask top is the reference kernel's (the float index of each winner in its plane).
+static bool pooling_without_mask(const OpInit& i) { return i.node.outputs.size() == 1; }
+BKS_REGISTER_KERNEL("Pooling", ::bks::DeviceKind::cpu, PoolingKernel, "oneDNN", 10, pooling_without_mask);
 
 }  // namespace bks

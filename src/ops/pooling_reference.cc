@@ -36,6 +36,7 @@ class PoolingReference final : public Kernel {
   void forward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     float* y = c.out[0]->f32();
+    float* mask = c.out.size() > 1 ? c.out[1]->f32() : nullptr;
     for (int64_t plane = 0; plane < n_ * c_; ++plane)
       for (int64_t oy = 0; oy < oh_; ++oy)
         for (int64_t ox = 0; ox < ow_; ++ox) {
@@ -49,6 +50,7 @@ class PoolingReference final : public Kernel {
                 if (xp[iy * w_ + ix] > xp[best]) best = iy * w_ + ix;  // strict: the first maximum wins
             argmax_[o] = best;
             y[o] = xp[best];
+            if (mask) mask[o] = static_cast<float>(best);  // Caffe's top_mask: h * width + w
           } else {
             double sum = 0.0;
             for (int64_t iy = wd.y0; iy < wd.y1; ++iy)

@@ -193,6 +193,7 @@ float Net::forward(int64_t step) {
     double t0 = profiler_ ? now_us() : 0.0;
     kernels_[n]->forward(calls_[n]);
     if (profiler_) profiler_->record(n, graph_.nodes[n].name, Profiler::Pass::forward, t0, now_us());
+    if (debug_info_) forward_debug_info(n);
   }
   double loss = 0.0;
   for (int v = 0; v < static_cast<int>(plan_.grad.loss_weight.size()); ++v) {
@@ -232,9 +233,11 @@ void Net::backward() {
       if (c.param_grad[i] == &p.scratch) add_into(p.grad, p.scratch);
       p.grad_written = true;
     }
+    if (debug_info_) backward_debug_info(n);
     if (grad_ready_)
       for (int idx : plan_.grad.grad_ready_after[n]) grad_ready_(idx);
   }
+  if (debug_info_) backward_norms_debug_info();
 }
 
 Tensor& Net::value(const std::string& name) {

@@ -85,6 +85,15 @@ class Net {
   // One line per node: shapes, kernel, in-place decisions.
   std::string describe() const;
 
+  // Caffe's debug_info (runtime/net_debug_info.cc): when on, forward logs the mean |x| of
+  // each node's tops and parameters after it runs, backward that of each gradient it wrote
+  // (bottoms, parameters) and the net's parameter norms, one line each, as Caffe's
+  // Net::ForwardDebugInfo/BackwardDebugInfo do. Off, it costs one branch per node.
+  void set_debug_info(bool on) { debug_info_ = on; }
+  bool debug_info() const { return debug_info_; }
+  // Caffe's UpdateDebugInfo: each parameter's mean |data| and |diff| (after a solver step).
+  void update_debug_info();
+
  private:
   void create_ops(uint64_t seed);
   OpContext context(int n) const;
@@ -94,6 +103,10 @@ class Net {
   PreferredLayout preferred_layout();
   void apply_plan();  // layouts into the ops, buffers into the arena, kernels built
   void bind_to_arena();
+  void forward_debug_info(int n);
+  void backward_debug_info(int n);
+  void backward_norms_debug_info();
+  std::string param_display_name(int n, int i) const;
 
   Graph graph_;
   Phase phase_;
@@ -110,6 +123,7 @@ class Net {
   std::vector<OpCall> calls_;
   std::function<void(int)> grad_ready_;
   Profiler* profiler_ = nullptr;
+  bool debug_info_ = false;
 };
 
 }  // namespace bks

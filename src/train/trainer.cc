@@ -118,9 +118,6 @@ void note_solver_fields(const proto::SolverParameter& sp, const std::string& whe
         ".solverstate)",
         where, proto::SolverParameter::SnapshotFormat_Name(sp.snapshot_format()));
   if (sp.snapshot_diff()) log::warn("{}: snapshot_diff: snapshots hold the weights only, not their gradients", where);
-  if (sp.debug_info())
-    log::warn("{}: debug_info: Caffe's per-blob statistics are not printed; `bakusoku time` measures each layer",
-              where);
 }
 
 void check_solver(const proto::SolverParameter& sp, const std::string& where) {
@@ -171,6 +168,7 @@ class TrainerImpl {
   std::string run_dir_, last_snapshot_;
   uint64_t seed_ = 0;
   int64_t iter_ = 0, batch_ = 0, dataset_size_ = 0;
+  bool debug_info_ = false;  // Caffe's debug_info (the solver's or the net's)
   double start_us_ = 0;
   std::map<std::string, double> last_test_;
 };
@@ -242,9 +240,13 @@ void TrainerImpl::setup() {
   train_net_ =
       std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
   net_opt.force_backward = false;
+  // Caffe's solver prints the train net's statistics on display iterations, the test nets'
+  // on every pass; bakusoku also takes the net's own debug_info, which Caffe's solver overrides.
+  debug_info_ = sp_.debug_info() || ns.train.param.debug_info();
   for (size_t i = 0; i < ns.test.size(); ++i) {
     test_nets_.push_back(std::make_unique<Net>(build_caffe_graph(ns.test[i], ns.test_states[i]), proto::TEST, store_,
                                                *backend_, seed_, net_opt));
+    test_nets_.back()->set_debug_info(debug_info_);
     test_iters_.push_back(sp_.test_iter(static_cast<int>(i)));
   }
   log::debug("Train net:\n{}", train_net_->describe());
@@ -361,6 +363,7 @@ TrainResult TrainerImpl::run() {
     if (interrupt_requested()) break;
 
     double t0 = now_us();
+    train_net_->set_debug_info(debug_info_ && sp_.display() > 0 && iter_ % sp_.display() == 0);
     store_.clear_grads();
     float loss = 0;
     for (int k = 0; k < sp_.iter_size(); ++k) {
@@ -376,6 +379,7 @@ TrainResult TrainerImpl::run() {
     store_.zero_unwritten_grads();
     float rate = learning_rate(sp_, iter_);
     solver_->step(store_, params, rate, iter_);
+    if (train_net_->debug_info()) train_net_->update_debug_info();
     double dt = now_us() - t0;
     train_us += dt;
     window_us += dt;
