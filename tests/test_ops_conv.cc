@@ -80,6 +80,7 @@ struct DeconvCase {
   int64_t n, c, h, w;  // the input
   ConvSpec k;
   bool check_gradients = true;
+  friend void PrintTo(const DeconvCase& c, std::ostream* os) { *os << c.name; }
 };
 
 class DeconvGemmTest : public ::testing::TestWithParam<DeconvCase> {};
@@ -167,7 +168,8 @@ TEST(DeconvolutionGemm, KeepsOneDnnWhereItIsFast) {
 // Not a test (disabled; nothing asserts on time): forward and backward milliseconds of each
 // Deconvolution kernel on FCN's layers and a few others, for docs/benchmarks.md. Run with
 //   test_ops_conv --gtest_also_run_disabled_tests --gtest_filter='*DeconvolutionTiming*'
-// BKS_DECONV_TIMING_ONEDNN=1 includes oneDNN's kernel, which takes minutes on FCN's shapes.
+// BKS_DECONV_TIMING_ONEDNN=1 includes oneDNN's kernel, which takes minutes on FCN's shapes;
+// BKS_DECONV_TIMING_FORWARD_ONLY=1 skips backward, BKS_DECONV_TIMING_ONLY=<prefix> picks rows.
 TEST(DeconvolutionGemm, DISABLED_DeconvolutionTiming) {
   struct Row {
     const char* what;
@@ -207,7 +209,8 @@ TEST(DeconvolutionGemm, DISABLED_DeconvolutionTiming) {
         }
         return best;
       };
-      double fc, bc, f = ms([&] { h.forward(); }, fc), b = ms([&] { h.backward(); }, bc);
+      double fc, bc = 0, f = ms([&] { h.forward(); }, fc), b = 0;
+      if (!std::getenv("BKS_DECONV_TIMING_FORWARD_ONLY")) b = ms([&] { h.backward(); }, bc);
       std::printf("%-26s %-6s forward %9.2f ms (cpu %9.2f)  backward %9.2f ms (cpu %9.2f)  [%s]\n", r.what, kernel, f,
                   fc, b, bc, h.op().kernel_name().c_str());
       std::fflush(stdout);
