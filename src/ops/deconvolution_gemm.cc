@@ -1,8 +1,8 @@
 // Deconvolution as GEMM + col2im, the formulation Caffe uses, for the passes oneDNN has no
-// fast kernel for. oneDNN 2.6 runs its reference convolution backward-data for large
-// strides: FCN-8s' upscore8 (21 -> 21 channels, kernel 16, stride 8) and FCN-32s' upscore
-// (kernel 64, stride 32) took 110 s and over 200 s for one 500x500 image. Here each image
-// and group is
+// fast kernel for. oneDNN 2.6 runs reference loops for some passes of large strides:
+// FCN-32s' upscore forward (kernel 64, stride 32; its convolution backward-data) and
+// FCN-8s' upscore8 weight gradient (kernel 16, stride 8) on AVX2, upscore8's forward too on
+// AVX-512 (110 s for one 500x500 image); here they take 15-25 ms. Each image and group is
 //   patches[p][(co, i, j)] = sum over ci of x[ci][p] * w[ci][(co, i, j)]   (one sgemm)
 // followed by scattering the patch rows into the output (patches.h), over blocks of input
 // positions small enough to stay in cache. Backward gathers the output gradient into the
