@@ -22,4 +22,10 @@ std::string conv_layer(const char* type, const ConvSpec& k);
 // for x (N, C, H, W); b may be null.
 Tensor naive_conv(const Tensor& x, const Tensor& w, const Tensor* b, const ConvSpec& k);
 
+// Deconvolution, written as Caffe defines it (each input pixel scatters its window):
+// y[n][g * ocg + oo][iy * sh - ph + i * dh][ix * sw - pw + j * dw] +=
+//   w[c][oo][i][j] * x[n][c][iy][ix]   for c in group g (ocg = oc / group), plus b[o];
+// the output is sh * (H - 1) + dh * (kh - 1) + 1 - 2 ph high (likewise wide).
+Tensor naive_deconv(const Tensor& x, const Tensor& w, const Tensor* b, const ConvSpec& k);
+
 }  // namespace bks::test

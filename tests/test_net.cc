@@ -17,6 +17,8 @@
 #include "formats/prototxt.h"
 #include "runtime/filler.h"
 #include "runtime/net.h"
+#include "backend/dnnl_util.h"
+#include "ops/op.h"
 
 namespace bks {
 namespace {
@@ -66,6 +68,47 @@ struct TestNet {
     }
   }
 };
+
+// A oneDNN reference primitive any kernel builds is named in what `time` and --verbose show
+// (the runtime watches prepare()). A depthwise stride-2 convolution's weight gradient is
+// oneDNN 2.6's reference on AVX2; on a CPU where it is not, there is nothing to name.
+TEST(Net, NamesOneDnnReferencePrimitives) {
+  const char* layer =
+      "name: 'dw' type: 'Convolution' convolution_param { num_output: 8 kernel_size: 4 stride: 2 pad: 1 group: 8 }";
+  {
+    // The kernel's own name lists oneDNN's implementations: is one of them a reference?
+    CpuBackend backend(1);
+    proto::LayerParameter lp;
+    parse_prototxt_string(layer, "test", lp);
+    Node node = caffe_layer_node(lp, "test");
+    node.inputs = {0};
+    node.outputs = {1};
+    OpInit init{node, "test", proto::TRAIN, 1, backend};
+    auto k = KernelRegistry::get().create(init);
+    k->reshape({{1, 8, 12, 12}}, {{1, 8, 6, 6}});
+    k->prepare({{1, 8, 12, 12}}, {{1, 8, 6, 6}});
+    if (k->kernel_name().find("ref:") == std::string::npos)
+      GTEST_SKIP() << "oneDNN has fast kernels for every pass of this convolution on this CPU: " << k->kernel_name();
+  }
+  TestNet t(fmt::format(R"(
+layer {{ name: "in" type: "Input" top: "x" top: "t" input_param {{ shape {{ dim: 1 dim: 8 dim: 12 dim: 12 }} shape {{ dim: 1 dim: 8 dim: 6 dim: 6 }} }} }}
+layer {{ {} bottom: "x" top: "y" }}
+layer {{ name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" }}
+)",
+                        layer));
+  bool named = false;
+  for (int n = 0; n < t.net->num_nodes(); ++n) {
+    const Kernel& k = t.net->op(n);
+    if (k.kernel_name().find("ref:") == std::string::npos) continue;
+    ASSERT_FALSE(k.slow_paths().empty()) << k.kernel_name();
+    EXPECT_NE(k.slow_paths()[0].find("convolution "), std::string::npos) << k.slow_paths()[0];
+    EXPECT_NE(k.reported_name().find("[oneDNN ref (slow): " + k.slow_paths()[0]), std::string::npos)
+        << k.reported_name();
+    EXPECT_EQ(k.reported_name().rfind(k.kernel_name(), 0), 0u) << k.reported_name();
+    named = true;
+  }
+  EXPECT_TRUE(named);
+}
 
 const char* kFanOut = R"(
 name: "fanout"

@@ -457,6 +457,9 @@ std::vector<SweepCase> build_cases() {
   deconv("Deconvolution", {2, 2, 4, 3}, {3, 3, 3, 2, 2, 1, 1, 1, 1, 1, true});
   deconv("Deconvolution_group_dilation_nobias", {1, 4, 3, 4}, {6, 3, 2, 1, 2, 0, 1, 2, 1, 2, false});
   deconv("Deconvolution_rect_stride", {2, 3, 3, 3}, {2, 2, 3, 3, 1, 0, 1, 1, 1, 1, true});
+  // Strides oneDNN has only a reference for (FCN's upsampling; sgemm + col2im runs them).
+  deconv("Deconvolution_large_stride", {1, 2, 2, 3}, {2, 8, 8, 4, 4, 2, 2, 1, 1, 1, true});
+  deconv("Deconvolution_per_channel", {1, 3, 3, 4}, {3, 4, 4, 2, 2, 1, 1, 1, 1, 3, false});
 
   auto ip = [&](const char* name, std::string layer, Shape in, int64_t n, int axis, bool transpose, bool bias) {
     t.push_back({.name = name,

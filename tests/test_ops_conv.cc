@@ -2,6 +2,12 @@
 // differences, over odd shapes, groups, padding, strides and dilation.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/dnnl_util.h"
 #include "conv_oracle.h"
 #include "op_harness.h"
 
@@ -65,6 +71,150 @@ TEST(Deconvolution, GradientsMatchFiniteDifferences) {
       "weight_filler { type: 'gaussian' } bias_filler { type: 'gaussian' } }",
       {{2, 2, 4, 3}});
   h.check_gradients(1e-2f, 1e-2f);
+}
+
+// ---- Deconvolution through sgemm + col2im (the kernel production picks) ----
+
+struct DeconvCase {
+  const char* name;
+  int64_t n, c, h, w;  // the input
+  ConvSpec k;
+  bool check_gradients = true;
+  friend void PrintTo(const DeconvCase& c, std::ostream* os) { *os << c.name; }
+};
+
+class DeconvGemmTest : public ::testing::TestWithParam<DeconvCase> {};
+
+TEST_P(DeconvGemmTest, ForwardMatchesDirectLoop) {
+  const DeconvCase& p = GetParam();
+  OpHarness h(conv_layer("Deconvolution", p.k), {{p.n, p.c, p.h, p.w}}, proto::TRAIN, 1, {}, "gemm");
+  h.forward();
+  Tensor want = naive_deconv(h.in[0], h.params[0], p.k.bias ? &h.params[1] : nullptr, p.k);
+  expect_close(h.out[0], want, 1e-4f, h.op().kernel_name());
+}
+
+TEST_P(DeconvGemmTest, GradientsMatchFiniteDifferences) {
+  const DeconvCase& p = GetParam();
+  if (!p.check_gradients) GTEST_SKIP() << "forward only (large window)";
+  OpHarness h(conv_layer("Deconvolution", p.k), {{p.n, p.c, p.h, p.w}}, proto::TRAIN, 1, {}, "gemm");
+  h.check_gradients(1e-2f, 1e-2f);
+}
+
+// ConvSpec: oc, kh, kw, sh, sw, ph, pw, dh, dw, group, bias.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DeconvGemmTest,
+    ::testing::Values(DeconvCase{"fcn8s_upscore8", 2, 2, 3, 2, {2, 16, 16, 8, 8, 0, 0, 1, 1, 1, true}},
+                      DeconvCase{"bilinear_group_per_channel", 1, 4, 3, 5, {4, 4, 4, 2, 2, 1, 1, 1, 1, 4, false}},
+                      DeconvCase{"fcn32s_upscore", 1, 2, 2, 3, {2, 64, 64, 32, 32, 16, 16, 1, 1, 1, true}, false},
+                      DeconvCase{"odd_rect", 2, 3, 7, 6, {5, 5, 3, 3, 2, 2, 1, 1, 1, 1, true}},
+                      DeconvCase{"group_dilation", 1, 4, 3, 4, {6, 3, 2, 1, 2, 0, 1, 2, 1, 2, false}},
+                      DeconvCase{"pad_crops_edges", 2, 2, 4, 4, {3, 4, 4, 2, 2, 3, 3, 1, 1, 1, true}},
+                      DeconvCase{"pointwise", 2, 3, 3, 2, {2, 1, 1, 1, 1, 0, 0, 1, 1, 1, true}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Large enough that the patch rows come in two blocks, the second starting mid-row:
+// every gradient against the reference loops.
+TEST(DeconvolutionGemm, BlocksOfPositionsMatchTheReference) {
+  ConvSpec k{21, 16, 16, 8, 8, 4, 4, 1, 1, 1, true};
+  Shape in{2, 4, 15, 14};
+  OpHarness gemm(conv_layer("Deconvolution", k), {in}, proto::TRAIN, 1, {}, "gemm");
+  EXPECT_NE(gemm.op().kernel_name().find("(195 positions a block)"), std::string::npos) << gemm.op().kernel_name();
+  gemm.forward();
+  expect_close(gemm.out[0], naive_deconv(gemm.in[0], gemm.params[0], &gemm.params[1], k), 1e-4f, "forward");
+  gemm.backward();
+  OpHarness ref(conv_layer("Deconvolution", k), {in}, proto::TRAIN, 1, {}, "reference");
+  ref.backward();  // its forward is slow; backward needs only the inputs and output gradient
+  expect_close(gemm.in_grad[0], ref.in_grad[0], 1e-4f, "input gradient");
+  expect_close(gemm.param_grad[0], ref.param_grad[0], 1e-4f, "weight gradient");
+  expect_close(gemm.param_grad[1], ref.param_grad[1], 1e-4f, "bias gradient");
+}
+
+constexpr const char* kUpscore8 =
+    "type: 'Deconvolution' convolution_param { num_output: 21 bias_term: false kernel_size: 16 stride: 8 }";
+
+// FCN-8s' upscore8: oneDNN 2.6 has only reference kernels for some of its passes (the
+// weight gradient on AVX2, the forward's backward-data on AVX-512). The oneDNN kernel says
+// so (through the watch the runtime puts around prepare()); the kernel the registry
+// prefers runs sgemm for those passes instead and builds no slow path of its own.
+TEST(DeconvolutionGemm, ReplacesOneDnnReferenceKernels) {
+  {
+    DnnlReferenceWatch watch;
+    OpHarness onednn(kUpscore8, {{1, 21, 6, 6}}, proto::TRAIN, 1, {}, "oneDNN");
+    ASSERT_FALSE(watch.found().empty()) << "oneDNN now has fast kernels for this: " << onednn.op().kernel_name();
+    EXPECT_NE(watch.found()[0].find("convolution backward-"), std::string::npos) << watch.found()[0];
+    EXPECT_NE(watch.found()[0].find("ref"), std::string::npos) << watch.found()[0];
+  }
+  DnnlReferenceWatch watch;
+  OpHarness picked(kUpscore8, {{1, 21, 6, 6}});
+  EXPECT_NE(picked.op().kernel_name().find("sgemm"), std::string::npos) << picked.op().kernel_name();
+  EXPECT_TRUE(watch.found().empty()) << watch.found()[0];
+  // And it computes what the reference does, forward and backward.
+  OpHarness ref(kUpscore8, {{1, 21, 6, 6}}, proto::TRAIN, 1, {}, "reference");
+  picked.forward();
+  ref.forward();
+  expect_close(picked.out[0], ref.out[0], 1e-4f, "forward");
+  picked.backward();
+  ref.backward();
+  expect_close(picked.in_grad[0], ref.in_grad[0], 1e-4f, "input gradient");
+  expect_close(picked.param_grad[0], ref.param_grad[0], 1e-4f, "weight gradient");
+}
+
+// Where oneDNN has fast kernels (a stride-1 window) the preferred kernel leaves them to it.
+TEST(DeconvolutionGemm, KeepsOneDnnWhereItIsFast) {
+  OpHarness h("type: 'Deconvolution' convolution_param { num_output: 8 kernel_size: 3 pad: 1 }", {{1, 8, 6, 6}});
+  EXPECT_EQ(h.op().kernel_name().rfind("oneDNN ", 0), 0u) << h.op().kernel_name();
+}
+
+// Not a test (disabled; nothing asserts on time): forward and backward milliseconds of each
+// Deconvolution kernel on FCN's layers and a few others, for docs/benchmarks.md. Run with
+//   test_ops_conv --gtest_also_run_disabled_tests --gtest_filter='*DeconvolutionTiming*'
+// BKS_DECONV_TIMING_ONEDNN=1 includes oneDNN's kernel, which takes minutes on FCN's shapes;
+// BKS_DECONV_TIMING_FORWARD_ONLY=1 skips backward, BKS_DECONV_TIMING_ONLY=<prefix> picks rows.
+TEST(DeconvolutionGemm, DISABLED_DeconvolutionTiming) {
+  struct Row {
+    const char* what;
+    const char* layer;
+    Shape in;
+  };
+  const Row rows[] = {
+      {"FCN-8s upscore2", "num_output: 21 bias_term: false kernel_size: 4 stride: 2", {1, 21, 16, 16}},
+      {"FCN-8s upscore_pool4", "num_output: 21 bias_term: false kernel_size: 4 stride: 2", {1, 21, 34, 34}},
+      {"FCN-8s upscore8", "num_output: 21 bias_term: false kernel_size: 16 stride: 8", {1, 21, 70, 70}},
+      {"FCN-32s upscore", "num_output: 21 bias_term: false kernel_size: 64 stride: 32", {1, 21, 16, 16}},
+      {"bilinear x2, group 64", "num_output: 64 bias_term: false kernel_size: 4 stride: 2 pad: 1 group: 64",
+       {1, 64, 56, 56}},
+      {"U-Net up 128->64 k2 s2", "num_output: 64 kernel_size: 2 stride: 2", {1, 128, 56, 56}},
+      {"DCGAN 256->128 k4 s2 p1", "num_output: 128 kernel_size: 4 stride: 2 pad: 1", {16, 256, 8, 8}},
+      {"stride 1 k3 64->64", "num_output: 64 kernel_size: 3 pad: 1", {1, 64, 56, 56}},
+  };
+  const bool onednn = std::getenv("BKS_DECONV_TIMING_ONEDNN") != nullptr;
+  const char* only = std::getenv("BKS_DECONV_TIMING_ONLY");  // a row's name starts with this
+  for (const Row& r : rows)
+    for (const char* kernel : {"gemm", "oneDNN"}) {
+      if (!onednn && std::string(kernel) == "oneDNN" && std::string(r.what).rfind("FCN", 0) == 0) continue;
+      if (only && std::string(r.what).rfind(only, 0) != 0) continue;
+      std::string layer = std::string("type: 'Deconvolution' convolution_param { ") + r.layer + " }";
+      OpHarness h(layer, {r.in}, proto::TRAIN, 1, {}, kernel);
+      // Best wall and process CPU milliseconds of 5 runs (CPU time: the machine may be shared).
+      auto ms = [](auto&& f, double& cpu) {
+        double best = 1e30;
+        cpu = 1e30;
+        for (int i = 0; i < 5; ++i) {
+          auto t0 = std::chrono::steady_clock::now();
+          std::clock_t c0 = std::clock();
+          f();
+          cpu = std::min(cpu, 1000.0 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
+          best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          if (best > 2000) break;  // one run of a reference kernel is enough
+        }
+        return best;
+      };
+      double fc, bc = 0, f = ms([&] { h.forward(); }, fc), b = 0;
+      if (!std::getenv("BKS_DECONV_TIMING_FORWARD_ONLY")) b = ms([&] { h.backward(); }, bc);
+      std::printf("%-26s %-6s forward %9.2f ms (cpu %9.2f)  backward %9.2f ms (cpu %9.2f)  [%s]\n", r.what, kernel, f,
+                  fc, b, bc, h.op().kernel_name().c_str());
+      std::fflush(stdout);
+    }
 }
 
 TEST(Convolution, RejectsBadGeometry) {

@@ -1,7 +1,10 @@
 #include "backend/dnnl_util.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
+
+#include <oneapi/dnnl/dnnl_debug.h>
 
 #include "core/error.h"
 
@@ -36,6 +39,38 @@ float int8_levels(memory::data_type t) { return t == memory::data_type::u8 ? 255
 memory::data_type int8_output_type(bool non_negative, float out_threshold) {
   if (!(out_threshold > 0.f)) return memory::data_type::f32;
   return non_negative ? memory::data_type::u8 : memory::data_type::s8;
+}
+
+bool is_reference_impl(const std::string& impl) { return impl.find("ref") != std::string::npos; }
+
+namespace {
+thread_local DnnlReferenceWatch* active_watch = nullptr;
+
+std::string primitive_kind_name(const dnnl::primitive_desc_base& pd) {
+  const char* kind = dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(pd.get_kind()));
+  std::string s = kind ? kind : "primitive";
+  // Convolutions and the like run three passes under one kind: say which from the operands.
+  if (pd.diff_weights_desc(0).data.ndims > 0)
+    s += " backward-weights";
+  else if (pd.diff_src_desc(0).data.ndims > 0)
+    s += pd.weights_desc(0).data.ndims > 0 ? " backward-data" : " backward";
+  return s;
+}
+}  // namespace
+
+DnnlReferenceWatch::DnnlReferenceWatch(bool isolated) : outer_(active_watch), isolated_(isolated) {
+  active_watch = this;
+}
+
+DnnlReferenceWatch::~DnnlReferenceWatch() { active_watch = outer_; }
+
+void DnnlReferenceWatch::note(const dnnl::primitive_desc_base& pd) {
+  if (!active_watch) return;
+  std::string impl = pd.impl_info_str();
+  if (!is_reference_impl(impl)) return;
+  std::string what = primitive_kind_name(pd) + " " + impl;
+  for (DnnlReferenceWatch* w = active_watch; w; w = w->isolated_ ? nullptr : w->outer_)
+    if (std::find(w->found_.begin(), w->found_.end(), what) == w->found_.end()) w->found_.push_back(what);
 }
 
 dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr) {

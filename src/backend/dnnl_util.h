@@ -3,7 +3,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -30,12 +32,42 @@ memory::data_type int8_output_type(bool non_negative, float out_threshold);
 // DnnlPrimitive, which hands it a scratchpad owned by the calling thread.
 dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
 
+// Whether a oneDNN implementation name (primitive_desc::impl_info_str()) is one of its
+// reference implementations ("ref:any", "gemm:ref", ...): plain loops oneDNN picks,
+// silently, when it has no optimised kernel for a shape; they can be 1000x slower.
+bool is_reference_impl(const std::string& impl);
+
+// Collects the reference implementations among the primitives built on this thread while
+// it lives (nested watches each see them). The runtime watches every kernel's prepare(),
+// so a slow path is named in `time` and at --verbose whichever op built it; this is the
+// one place that knows, not each op.
+class DnnlReferenceWatch {
+ public:
+  // isolated: what this watch sees is not passed to the watches around it (a kernel
+  // probing what oneDNN would pick, to run something else where that is a reference).
+  explicit DnnlReferenceWatch(bool isolated = false);
+  ~DnnlReferenceWatch();
+  DnnlReferenceWatch(const DnnlReferenceWatch&) = delete;
+  DnnlReferenceWatch& operator=(const DnnlReferenceWatch&) = delete;
+  // "<primitive kind> <implementation>" for each reference primitive built, in order.
+  const std::vector<std::string>& found() const { return found_; }
+  // Called by DnnlPrimitive for every primitive it wraps.
+  static void note(const dnnl::primitive_desc_base& pd);
+
+ private:
+  std::vector<std::string> found_;
+  DnnlReferenceWatch* outer_;
+  bool isolated_;
+};
+
 class DnnlPrimitive {
  public:
   DnnlPrimitive() = default;
   // `p` was made from a primitive_desc `pd` whose attributes came from user_scratchpad().
   template <class PD>
-  DnnlPrimitive(const dnnl::primitive& p, const PD& pd) : prim_(p), scratchpad_(pd.scratchpad_desc()) {}
+  DnnlPrimitive(const dnnl::primitive& p, const PD& pd) : prim_(p), scratchpad_(pd.scratchpad_desc()) {
+    DnnlReferenceWatch::note(pd);
+  }
   explicit operator bool() const { return static_cast<bool>(prim_); }
   // Adds the scratchpad to `args` and runs. One primitive runs in one thread at a time.
   void execute(dnnl::stream& s, std::unordered_map<int, memory>& args);

@@ -102,10 +102,10 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
                     {"type", node.type},
                     {"ms", ms},
                     {"gflops", gflops},
-                    {"kernel", net.op(k).kernel_name()}});
+                    {"kernel", net.op(k).reported_name()}});
     if (print)
       fmt::print("  {:<20} {:<14} {:>10.4f} {:>10}   {}\n", node.name, node.type, ms,
-                 gflops > 0 ? fmt::format("{:.1f}", gflops) : std::string("-"), net.op(k).kernel_name());
+                 gflops > 0 ? fmt::format("{:.1f}", gflops) : std::string("-"), net.op(k).reported_name());
   }
   return rows;
 }

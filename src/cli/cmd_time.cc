@@ -47,7 +47,7 @@ Runner add_time(CLI::App& app) {
       bsum += b;
       const Node& node = net.graph().nodes[k];
       fmt::print("{:<20} {:<20} {:>12.4f} {:>12.4f}   {}\n", node.name, node.type, f,
-                 train && net.node_runs_backward(k) ? b : 0.0, net.op(k).kernel_name());
+                 train && net.node_runs_backward(k) ? b : 0.0, net.op(k).reported_name());
     }
     auto [batch, ds] = net.data_extent();
     if (batch == 0)

@@ -1,5 +1,8 @@
 #include "ops/op.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 #include "backend/dnnl_util.h"
@@ -17,6 +20,12 @@ Kernel::Kernel(const OpInit& init)
       bf16_(init.precision() == Precision::bf16) {}
 
 Kernel::~Kernel() = default;
+
+std::string Kernel::reported_name() const {
+  std::string s = kernel_name();
+  if (!slow_paths_.empty()) s += " [oneDNN ref (slow): " + fmt::format("{}", fmt::join(slow_paths_, ", ")) + "]";
+  return s;
+}
 
 void Kernel::backward(OpCall&) { fail("has no backward pass"); }
 

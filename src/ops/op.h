@@ -82,6 +82,12 @@ class Kernel {
   virtual int64_t dataset_size() const { return 0; }
   // Which implementation runs (logged with --verbose; never a silent slow path).
   virtual std::string kernel_name() const { return "reference"; }
+  // What `time`, `bench` and --verbose show: kernel_name(), followed by "oneDNN ref (slow)"
+  // and what it is when prepare() built a oneDNN reference primitive (the runtime watches
+  // prepare() and records them here), whichever kernel did.
+  std::string reported_name() const;
+  void set_slow_paths(std::vector<std::string> s) { slow_paths_ = std::move(s); }
+  const std::vector<std::string>& slow_paths() const { return slow_paths_; }
   // What autotuning chose, saved as the node's deploy.kernel ("" when nothing was).
   virtual std::string tuning_decision() const { return ""; }
 
@@ -115,6 +121,9 @@ class Kernel {
   Backend& backend_;
   bool constant_params_ = false;
   bool bf16_ = false;
+
+ private:
+  std::vector<std::string> slow_paths_;
 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const OpInit&)>;

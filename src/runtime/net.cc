@@ -116,9 +116,14 @@ void Net::apply_plan() {
     for (int v : node.inputs) in.push_back(graph_.values[v].shape);
     for (int v : node.outputs) out.push_back(graph_.values[v].shape);
     kernels_[n]->set_needs_input_grad(plan_.grad.need_in_grad[n]);
-    kernels_[n]->prepare(in, out);
+    {
+      // Whatever oneDNN reference primitive the kernel builds is named, never silent.
+      DnnlReferenceWatch watch;
+      kernels_[n]->prepare(in, out);
+      kernels_[n]->set_slow_paths(watch.found());
+    }
     log::debug("{}: {} -> {} [{}]{}", graph_.describe(n), in.empty() ? "" : shape_str(in[0]),
-               out.empty() ? "" : shape_str(out[0]), kernels_[n]->kernel_name(),
+               out.empty() ? "" : shape_str(out[0]), kernels_[n]->reported_name(),
                (!node.outputs.empty() && plan_.alias.data_alias[node.outputs[0]] >= 0) ? " (in place)" : "");
   }
   calls_.assign(num_nodes(), OpCall());
@@ -300,7 +305,7 @@ std::string Net::describe() const {
       outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
-                     kernels_[n]->kernel_name(),
+                     kernels_[n]->reported_name(),
                      !first_out || plan_.alias.data_alias[node.outputs[0]] < 0 ? ""
                      : graph_.values[plan_.alias.data_alias[node.outputs[0]]].producer > n
                          ? fmt::format(" written into {}", graph_.values[plan_.alias.data_alias[node.outputs[0]]].name)
