@@ -7,6 +7,7 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include "core/error.h"
+#include "core/sysinfo.h"
 
 namespace bks {
 
@@ -35,6 +36,14 @@ bool is_int8(const memory::desc& md) {
 }
 
 float int8_levels(memory::data_type t) { return t == memory::data_type::u8 ? 255.f : 127.f; }
+
+float int8_weight_levels() {
+  static const float levels = [] {
+    SysInfo si = query_sysinfo();
+    return si.has("avx512_vnni") || si.has("avx_vnni") || si.has("amx_int8") ? 127.f : 63.f;
+  }();
+  return levels;
+}
 
 memory::data_type int8_output_type(bool non_negative, float out_threshold) {
   if (!(out_threshold > 0.f)) return memory::data_type::f32;

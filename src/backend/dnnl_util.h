@@ -21,6 +21,10 @@ bool is_int8(const memory::desc& md);
 // Symmetric quantization: the level |x| = threshold maps to. s8 (and f32 quantized to s8):
 // 127; u8 (non-negative values, after a ReLU): 255.
 float int8_levels(memory::data_type t);
+// The level |w| = max(|w|) of a weight row maps to: 127 where the CPU multiplies u8 x s8
+// with VNNI (or AMX); 63 elsewhere, since AVX2 and plain AVX-512 add pairs of u8 x s8
+// products in 16 bits (vpmaddubsw), which saturate past 2 x 255 x 63 (oneDNN's advice).
+float int8_weight_levels();
 // The type an INT8 layer writes: f32 without an int8 output threshold; u8 when its values
 // are non-negative (a fused ReLU of slope 0); s8 otherwise.
 memory::data_type int8_output_type(bool non_negative, float out_threshold);

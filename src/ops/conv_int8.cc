@@ -96,7 +96,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   for (int64_t o = 0; o < oc; ++o) {
     float m = 0.f;
     for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(wei[o * per + i]));
-    wscale[o] = m > 0.f ? 127.f / m : 1.f;
+    wscale[o] = m > 0.f ? int8_weight_levels() / m : 1.f;
     oscale[o] = dst_scale_ / (src_scale_ * wscale[o]);
   }
   // The callers' layouts when oneDNN has a fast kernel for them, else its own choice with

@@ -310,7 +310,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
                            fpd.dst_desc());
       }
     } catch (const dnnl::error&) {
-      // No Winograd kernel for this shape or ISA: direct it is.
+      // No Winograd kernel for this shape or ISA (oneDNN 2.6 has one for AVX-512 only): direct
+      // it is, and the kernel's name says why nothing was timed.
+      tuning_ = " (direct: oneDNN has no Winograd kernel for this layer on this CPU)";
     }
   }
   fwd_ = DnnlPrimitive(dnnl::convolution_forward(fpd), fpd);

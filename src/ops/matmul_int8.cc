@@ -28,7 +28,7 @@ void Int8MatMul::build(dnnl::stream& s, const float* w, const float* bias) {
   for (int64_t j = 0; j < n; ++j) {
     float mx = 0.f;
     for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(kn ? w[i * n + j] : w[j * k + i]));
-    wscale[j] = mx > 0.f ? 127.f / mx : 1.f;
+    wscale[j] = mx > 0.f ? int8_weight_levels() / mx : 1.f;
     oscale[j] = dst_scale_ / (src_scale_ * wscale[j]);
   }
   memory::desc a({m, k}, src_type_, tag::ab);
