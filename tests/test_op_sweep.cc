@@ -1040,6 +1040,24 @@ std::vector<SweepCase> build_cases() {
                .layer = "type: 'HDF5Data' hdf5_data_param { source: 'list.txt' batch_size: 4 }",
                .no_oracle = kDataExempt,
                .no_gradient = kDataExempt});
+  t.push_back({.name = "Data_lmdb_force_gray",
+               .layer = "type: 'Data' data_param { source: 'train_lmdb' batch_size: 4 backend: LMDB rand_skip: 2 } "
+                        "transform_param { force_gray: true crop_size: 3 mean_value: 1 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt,
+               .outputs = 2});
+  t.push_back({.name = "ImageData",
+               .layer = "type: 'ImageData' image_data_param { source: 'list.txt' batch_size: 4 new_height: 8 "
+                        "new_width: 6 is_color: false shuffle: true root_folder: 'imgs/' rand_skip: 3 } "
+                        "transform_param { scale: 0.5 mirror: true crop_size: 4 mean_value: 1 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt,
+               .outputs = 2});
+  t.push_back({.name = "MemoryData",
+               .layer = "type: 'MemoryData' memory_data_param { batch_size: 2 channels: 3 height: 4 width: 5 }",
+               .no_oracle = "filled by the caller: its kernel computes nothing",
+               .no_gradient = "a graph input: no backward pass",
+               .outputs = 2});
 
   // The SSD fork's layers (oracles shared with tests/test_ops_detection.cc where long).
   auto permuted = [](std::vector<int> order) {

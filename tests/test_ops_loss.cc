@@ -301,3 +301,23 @@ TEST(HingeLoss, L1AndL2ValueAndGradient) {
 
 }  // namespace
 }  // namespace bks::test
+
+namespace bks {
+namespace {
+
+// At deploy InfogainLoss becomes a Softmax over the same axis (it was axis 1 whatever the
+// loss's axis).
+TEST(InfogainLoss, InferenceFormKeepsTheAxis) {
+  proto::LayerParameter l;
+  l.set_name("loss");
+  l.set_type("InfogainLoss");
+  l.mutable_infogain_loss_param()->set_axis(2);
+  Graph g;
+  g.nodes.push_back(caffe_layer_node(l, "net.prototxt:1"));
+  OpDefRegistry::get().find("InfogainLoss")->to_inference_form(g.nodes[0]);
+  ASSERT_EQ(g.nodes[0].type, "Softmax");
+  EXPECT_EQ(caffe_layer(g, 0).softmax_param().axis(), 2);
+}
+
+}  // namespace
+}  // namespace bks

@@ -163,9 +163,9 @@ TEST(Parse, SemanticErrors) {
                        "exclude { stage: 'a' } }",
                    "layer 'r' gives both include and exclude rules");
   expect_net_error(
-      "layer { name: 'd' type: 'Data' top: 'x' top: 'l' transform_param { force_color: true } data_param { source: "
-      "'/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz' batch_size: 4 } }",
-      "transform_param.force_color applies to encoded images in LMDB/LevelDB");
+      "layer { name: 'd' type: 'Data' top: 'x' top: 'l' transform_param { force_color: true force_gray: true } "
+      "data_param { source: '/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz' batch_size: 4 } }",
+      "transform_param.force_color and force_gray cannot both be set");
   expect_net_error(std::string(input) +
                        "layer { name: 'c' type: 'Convolution' bottom: 'x' top: 'c' param { lr_mult: 1 } param { } "
                        "param { } convolution_param { num_output: 4 kernel_size: 3 } }",

@@ -28,8 +28,6 @@ Int8Thresholds int8_thresholds(const OpContext& c) {
 
 namespace {
 
-bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
-
 dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const Int8ConvSpec& sp,
                                                   const memory::desc& src, const memory::desc& dst,
                                                   const dnnl::primitive_attr& attr) {
@@ -81,7 +79,7 @@ memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec
   for (const memory::desc& src : {is_int8(src_md) ? src_md : src_any, src_any}) {
     try {
       auto pd = int8_pd(eng, sp, src, dst_any, int8_attr(sp, ones, {}));
-      if (!is_reference(pd.impl_info_str())) return pd.dst_desc();
+      if (!is_reference_impl(pd.impl_info_str())) return pd.dst_desc();
     } catch (const dnnl::error&) {
     }
   }
@@ -107,7 +105,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   bool found = false;
   try {
     pd = int8_pd(eng_, spec_, src_k, dst_user_, int8_attr(spec_, oscale, dst_user_));
-    found = !is_reference(pd.impl_info_str());
+    found = !is_reference_impl(pd.impl_info_str());
   } catch (const dnnl::error&) {
   }
   if (!found) {

@@ -161,8 +161,6 @@ dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst)
   return attr;
 }
 
-bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
-
 // Milliseconds one forward call takes with this kernel, converting from and to the
 // caller's layouts as the real call would (best of 3 after a warm-up, on zeroed scratch
 // buffers).
@@ -218,7 +216,7 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
     memory::desc src(conv_descs(g).src, dt::f32, tag::nchw);
     memory::desc dst_any({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::any);
     auto pd = forward_pd(eng, g, bias, training, src, dst_any);
-    if (!is_reference(pd.impl_info_str())) return pd.dst_desc();
+    if (!is_reference_impl(pd.impl_info_str())) return pd.dst_desc();
   }
   // Otherwise channels-last: no channel padding (LeNet's 20 and 50 channels would pad to
   // 32 and 64 in 16-blocked layouts) and oneDNN's fastest (brgemm) kernels on AVX-512.
@@ -263,9 +261,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   }
   dnnl::convolution_forward::primitive_desc fpd =
       forward_pd(eng, g, bias, training, src_k, dst_k, {}, dnnl::algorithm::convolution_direct, bf16_ && !training);
-  if (bf16_ && !training && is_reference(fpd.impl_info_str()))
+  if (bf16_ && !training && is_reference_impl(fpd.impl_info_str()))
     throw InputError("bfloat16 convolution: oneDNN has no fast kernel for it on this CPU");
-  if (is_reference(fpd.impl_info_str())) {
+  if (is_reference_impl(fpd.impl_info_str())) {
     src_k = src_any;
     dst_k = dst_any;
     fpd = forward_pd(eng, g, bias, training, src_k, dst_k);
@@ -327,10 +325,24 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
 
   // Backward kernels see the same layouts as the forward one.
   memory::desc src_b = fpd.src_desc(), dst_b = fpd.dst_desc();
+  // oneDNN 2.6 on AVX2 has no JIT backward kernels for some of the forward's layouts (a plain
+  // source, which a first layer with one channel keeps: LeNet's conv1 took 2.9 s a step in
+  // reference loops for its weight gradient, against ~1 ms): where it would run reference
+  // loops, it picks the layouts, converted from the forward's at each step.
+  auto unless_reference = [](auto pd, auto alternative) {
+    if (is_reference_impl(pd.impl_info_str())) {
+      auto alt = alternative();
+      if (!is_reference_impl(alt.impl_info_str())) return alt;
+    }
+    return pd;
+  };
   if (need_bwd_data) {
-    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_b, wei_any, dst_b, strides, dil,
-                                             pl, pr);
-    dnnl::convolution_backward_data::primitive_desc bdpd(bd, user_scratchpad(), eng, fpd);
+    auto data_pd = [&](const memory::desc& s_md, const memory::desc& d_md) {
+      dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, s_md, wei_any, d_md, strides, dil,
+                                               pl, pr);
+      return dnnl::convolution_backward_data::primitive_desc(bd, user_scratchpad(), eng, fpd);
+    };
+    auto bdpd = unless_reference(data_pd(src_b, dst_b), [&] { return data_pd(src_any, dst_any); });
     bwd_data_ = DnnlPrimitive(dnnl::convolution_backward_data(bdpd), bdpd);
     d_ddst_.init(eng, dst_user, bdpd.diff_dst_desc());
     d_wei_.init(eng, wei_user, bdpd.weights_desc());
@@ -338,11 +350,14 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     name_ += fmt::format(" / bwd_data {}", bdpd.impl_info_str());
   }
 
-  auto wdesc = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
-                                                               bias_md, dst_b, strides, dil, pl, pr)
-                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_b, wei_any,
-                                                               dst_b, strides, dil, pl, pr);
-  dnnl::convolution_backward_weights::primitive_desc wpd(wdesc, user_scratchpad(), eng, fpd);
+  auto weights_pd = [&](const memory::desc& s_md, const memory::desc& d_md) {
+    auto wdesc = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, s_md, wei_any,
+                                                                 bias_md, d_md, strides, dil, pl, pr)
+                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, s_md, wei_any,
+                                                                 d_md, strides, dil, pl, pr);
+    return dnnl::convolution_backward_weights::primitive_desc(wdesc, user_scratchpad(), eng, fpd);
+  };
+  auto wpd = unless_reference(weights_pd(src_b, dst_b), [&] { return weights_pd(src_any, dst_any); });
   bwd_wei_ = DnnlPrimitive(dnnl::convolution_backward_weights(wpd), wpd);
   w_src_.init(eng, src_user, wpd.src_desc());
   w_ddst_.init(eng, dst_user, wpd.diff_dst_desc());

@@ -119,7 +119,8 @@ class InfogainLossDef final : public OpDef {
     proto::LayerParameter l;
     l.set_type("Softmax");
     l.mutable_softmax_param()->set_axis(static_cast<int32_t>(n.attrs.as<InfogainLossAttrs>().axis));
-    become(n, "Softmax");
+    n.type = "Softmax";
+    n.attrs = attrs_from_caffe(l, n.name);
     n.attrs = attrs_from_caffe(l, n.where);
   }
 };
