@@ -30,6 +30,10 @@ std::string onednn_isa() {
   }
 }
 
+void CpuBackend::enter() const {
+  if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+}
+
 std::string CpuBackend::describe() const { return fmt::format("cpu ({} threads, oneDNN)", threads_); }
 
 }  // namespace bks

@@ -25,6 +25,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string describe() const = 0;
+  // Makes the calling thread run this backend's kernels as they were built. Called at the
+  // start of every pass, since a net built in one thread may run in another.
+  virtual void enter() const {}
 };
 
 // CPU: oneDNN engine and stream; threads are OpenMP's (oneDNN and our loops share them).
@@ -34,6 +37,10 @@ class CpuBackend final : public Backend {
   Device device() const override { return {}; }
   std::string describe() const override;
   int threads() const { return threads_; }
+  // OpenMP's thread count is the calling thread's own: a net built with 1 thread and run in
+  // a fresh std::thread (which has all cores) ran oneDNN's matmul with twice the threads
+  // its scratchpad was sized for, and gave wrong results (examples/embed on AVX2).
+  void enter() const override;
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
 

@@ -193,6 +193,7 @@ void Net::bind_to_arena() {
 }
 
 float Net::forward(int64_t step) {
+  backend_.enter();
   for (int n = 0; n < num_nodes(); ++n) {
     calls_[n].step = step;
     double t0 = profiler_ ? now_us() : 0.0;
@@ -212,6 +213,7 @@ float Net::forward(int64_t step) {
 }
 
 void Net::backward() {
+  backend_.enter();
   for (int v = 0; v < static_cast<int>(plan_.grad.loss_weight.size()); ++v)
     if (plan_.grad.loss_weight[v] != 0.f && grad_[v].defined()) grad_[v].fill(plan_.grad.loss_weight[v]);
   for (int n = num_nodes() - 1; n >= 0; --n) {
