@@ -67,32 +67,7 @@ Oracle convolution(ConvSpec k) {
 
 Oracle deconvolution(ConvSpec k) {
   return [k](const OpHarness& h) {
-    const Tensor &x = h.in[0], &w = h.params[0];
-    int64_t n = x.dim(0), c = x.dim(1), H = x.dim(2), W = x.dim(3);
-    int64_t oh = k.sh * (H - 1) + k.dh * (k.kh - 1) + 1 - 2 * k.ph;
-    int64_t ow = k.sw * (W - 1) + k.dw * (k.kw - 1) + 1 - 2 * k.pw;
-    int64_t icg = c / k.group, ocg = k.oc / k.group;
-    std::vector<double> acc(static_cast<size_t>(n * k.oc * oh * ow));
-    auto y_at = [&](int64_t b, int64_t o, int64_t yy, int64_t xx) { return ((b * k.oc + o) * oh + yy) * ow + xx; };
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t o = 0; o < k.oc; ++o)
-        for (int64_t yy = 0; yy < oh; ++yy)
-          for (int64_t xx = 0; xx < ow; ++xx) acc[y_at(b, o, yy, xx)] = k.bias ? h.params[1].f32()[o] : 0.0;
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t ci = 0; ci < c; ++ci)
-        for (int64_t iy = 0; iy < H; ++iy)
-          for (int64_t ix = 0; ix < W; ++ix)
-            for (int64_t oo = 0; oo < ocg; ++oo)
-              for (int64_t i = 0; i < k.kh; ++i)
-                for (int64_t j = 0; j < k.kw; ++j) {
-                  int64_t yy = iy * k.sh - k.ph + i * k.dh, xx = ix * k.sw - k.pw + j * k.dw;
-                  if (yy < 0 || xx < 0 || yy >= oh || xx >= ow) continue;
-                  acc[y_at(b, (ci / icg) * ocg + oo, yy, xx)] +=
-                      static_cast<double>(w.f32()[((ci * ocg + oo) * k.kh + i) * k.kw + j]) * at4(x, b, ci, iy, ix);
-                }
-    Tensor y({n, k.oc, oh, ow});
-    for (size_t i = 0; i < acc.size(); ++i) y.f32()[i] = static_cast<float>(acc[i]);
-    return std::vector<Tensor>{y};
+    return std::vector<Tensor>{naive_deconv(h.in[0], h.params[0], k.bias ? &h.params[1] : nullptr, k)};
   };
 }
 
