@@ -14,6 +14,7 @@
 #include "data/convert_imageset.h"
 #include "data/dataset.h"
 #include "data/image_decode.h"
+#include "data/loader.h"
 
 namespace bks {
 namespace {
@@ -239,6 +240,88 @@ TEST(ImageList, ReadsResizesAndNamesBadLines) {
   o.root_folder = "/nonexistent/";
   EXPECT_NE(error_of([&] { read_image_list((root / "list.txt").string(), o); }).find("cannot open image"),
             std::string::npos);
+}
+
+// Sets BKS_DATA_CACHE_MB for one scope.
+struct CacheLimit {
+  explicit CacheLimit(const char* mb) { setenv("BKS_DATA_CACHE_MB", mb, 1); }
+  ~CacheLimit() { unsetenv("BKS_DATA_CACHE_MB"); }
+};
+
+// Every batch of a loader over `ds`, as floats.
+std::vector<std::vector<float>> batches(std::shared_ptr<const Dataset> ds, int64_t steps) {
+  TransformOptions t;
+  t.crop_size = 3, t.mirror = true, t.scale = 0.5f;
+  LoaderOptions o;
+  o.batch = 3, o.shuffle = true, o.seed = 7, o.name = "data";
+  BatchLoader loader(ds, {0, 1}, Transform(t, ds->fields[0].sample_shape, true, "test"), o);
+  std::vector<std::vector<float>> out;
+  auto shapes = loader.output_shapes();
+  for (int64_t s = 0; s < steps; ++s) {
+    Tensor data(shapes[0]), label(shapes[1]);
+    loader.load(s, {&data, &label});
+    out.emplace_back(data.f32(), data.f32() + data.numel());
+    out.back().insert(out.back().end(), label.f32(), label.f32() + label.numel());
+  }
+  return out;
+}
+
+TEST(DatumDb, EncodedImagesBeyondTheCacheAreDecodedAsBatchesAreBuilt) {
+  fs::path root = write_images("stream", 7, 4, 5);
+  ConvertImagesetOptions o;
+  o.encoded = true;
+  fs::remove_all(root / "db");
+  convert_imageset(root.string() + "/", (root / "list.txt").string(), (root / "db").string(), o, nullptr);
+  auto decoded = read_datum_db((root / "db").string(), DbBackend::lmdb, {});
+  ASSERT_FALSE(decoded->fields[0].encoded) << "7 small images fit the default cache";
+  std::shared_ptr<Dataset> kept;
+  {
+    CacheLimit none("0");
+    kept = read_datum_db((root / "db").string(), DbBackend::lmdb, {});
+  }
+  ASSERT_TRUE(kept->fields[0].encoded) << "a zero cache keeps the images encoded";
+  EXPECT_EQ(kept->fields[0].sample_shape, decoded->fields[0].sample_shape);
+  EXPECT_LT(kept->fields[0].bytes.size(), decoded->fields[0].bytes.size() * 2);
+  // The same batches (shuffled, cropped, mirrored; 5 steps wrap the 7 samples) either way.
+  EXPECT_EQ(batches(kept, 5), batches(decoded, 5));
+  std::vector<uint8_t> scratch;
+  const uint8_t* six = kept->fields[0].sample_u8(6, scratch, "db");
+  EXPECT_EQ(std::vector<uint8_t>(six, six + 60),
+            std::vector<uint8_t>(decoded->fields[0].u8(6), decoded->fields[0].u8(6) + 60));
+  std::vector<double> mean = compute_image_mean((root / "db").string(), (root / "m0").string());
+  {
+    CacheLimit none("0");
+    fs::remove_all(root / "db2");
+    fs::copy(root / "db", root / "db2");
+    ASSERT_TRUE(open_dataset((root / "db2").string())->fields[0].encoded);
+    EXPECT_EQ(compute_image_mean((root / "db2").string(), (root / "m1").string()), mean);
+  }
+  CacheLimit bad("lots");
+  EXPECT_NE(error_of([&] { read_datum_db((root / "db").string(), DbBackend::lmdb, {}); }).find("BKS_DATA_CACHE_MB"),
+            std::string::npos);
+}
+
+TEST(DatumDb, AnImageThatFailsToDecodeInTheLoaderNamesItsRecord) {
+  // A PNG cut short after its header: the header reads (the shape is known when the database
+  // opens), the pixels do not.
+  std::vector<uint8_t> px = rgb_pattern(4, 4);
+  std::string png = encode_image(px.data(), 3, 4, 4, false, false);
+  proto::Datum good, cut;
+  good.set_encoded(true), good.set_data(png);
+  cut.set_encoded(true), cut.set_data(png.substr(0, 40));
+  write_db(tmp("cutpng"), DbBackend::lmdb,
+           {{"a", good.SerializeAsString()}, {"b", good.SerializeAsString()}, {"c", cut.SerializeAsString()}});
+  CacheLimit none("0");
+  auto ds = read_datum_db(tmp("cutpng").string(), DbBackend::lmdb, {});
+  ASSERT_TRUE(ds->fields[0].encoded);
+  LoaderOptions o;
+  o.batch = 2, o.name = "data";
+  BatchLoader loader(ds, {0}, std::nullopt, o);
+  Tensor t(loader.output_shapes()[0]);
+  loader.load(0, {&t});  // records a, b
+  EXPECT_NE(error_of([&] { loader.load(1, {&t}); }).find("record 'c' cannot be decoded"), std::string::npos)
+      << "the background thread's failure reaches the step that needs it";
+  EXPECT_NO_THROW(loader.load(3, {&t})) << "records a and b";
 }
 
 TEST(ImageDecode, BilinearResizeFollowsOpenCvGeometry) {

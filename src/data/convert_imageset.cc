@@ -103,9 +103,10 @@ std::vector<double> compute_image_mean(const std::string& db, const std::string&
   const DatasetField& f = ds->fields[0];
   const int64_t per = f.sample_numel();
   std::vector<double> sum(static_cast<size_t>(per), 0.0);
+  std::vector<uint8_t> scratch;
   for (int64_t i = 0; i < ds->size; ++i) {
     if (f.dtype == DType::u8) {
-      const uint8_t* p = f.u8(i);
+      const uint8_t* p = f.sample_u8(i, scratch, db);
       for (int64_t k = 0; k < per; ++k) sum[static_cast<size_t>(k)] += p[k];
     } else {
       const float* p = f.f32(i);

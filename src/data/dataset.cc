@@ -1,5 +1,10 @@
 #include "data/dataset.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +22,50 @@ const DatasetField* Dataset::field(const std::string& name) const {
   for (auto& f : fields)
     if (f.name == name) return &f;
   return nullptr;
+}
+
+double physical_memory_bytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t data_cache_bytes() {
+  if (const char* env = std::getenv("BKS_DATA_CACHE_MB"); env && *env) {
+    char* end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    if (*end != 0 || mb < 0 || mb > (int64_t{1} << 40))
+      input_error("BKS_DATA_CACHE_MB: expected a number of megabytes, got '{}'", env);
+    return static_cast<int64_t>(mb) << 20;
+  }
+  return static_cast<int64_t>(physical_memory_bytes() / 2);
+}
+
+bool decode_sample(std::string_view bytes, const ImageDecodeOptions& o, const Shape& shape, uint8_t* out,
+                   std::string& why) {
+  DecodedImage img;
+  switch (decode_image(bytes, o, img, why)) {
+    case Decoded::ok: break;
+    case Decoded::not_an_image:
+    case Decoded::too_large: why = "cannot be decoded: " + why; return false;
+  }
+  if (img.channels != shape[0] || img.height != shape[1] || img.width != shape[2]) {
+    why = fmt::format("is {}x{}x{} (channels x height x width) but the first sample is {}", img.channels, img.height,
+                      img.width, shape_str(shape));
+    return false;
+  }
+  std::memcpy(out, img.chw.data(), img.chw.size());
+  return true;
+}
+
+const uint8_t* DatasetField::sample_u8(int64_t i, std::vector<uint8_t>& scratch, const std::string& source) const {
+  if (!encoded) return u8(i);
+  const auto k = static_cast<size_t>(i);
+  std::string_view img(reinterpret_cast<const char*>(bytes.data()) + encoded->offsets[k],
+                       encoded->offsets[k + 1] - encoded->offsets[k]);
+  scratch.resize(static_cast<size_t>(sample_numel()));
+  std::string why;
+  if (!decode_sample(img, encoded->decode, sample_shape, scratch.data(), why))
+    input_error("{}: {} {}", source, encoded->names[k], why);
+  return scratch.data();
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// Datasets decoded into memory once and shared by every layer that reads them.
+// Datasets held in memory once and shared by every layer that reads them.
 //
 // A dataset is a set of named fields with one entry per sample: images stay uint8 (IDX) so a
 // cached Fashion-MNIST costs 47 MB, not 188; HDF5 fields are float, or bytes when stored as
@@ -19,6 +19,7 @@
 #include "core/file_io.h"
 #include "core/tensor.h"
 #include "data/caffe_db.h"
+#include "data/image_decode.h"
 
 namespace bks {
 
@@ -29,14 +30,29 @@ constexpr int64_t kMaxDecompressionRatio = 1032;
 // deflate have no such bound, and unwritten chunks read as fill values.
 constexpr int64_t kMaxCompressedHdf5FieldBytes = int64_t{16} << 30;
 
+// PNG/JPEG images kept as stored, for a dataset whose decoded pixels would not fit the cache
+// (data_cache_bytes): sample i is the field's bytes [offsets[i], offsets[i+1]), decoded under
+// `decode` each time a batch needs it (in the loader's threads).
+struct EncodedImages {
+  std::vector<uint64_t> offsets;   // samples + 1
+  std::vector<std::string> names;  // "record 'KEY'" or "image PATH", for errors
+  ImageDecodeOptions decode;
+};
+
 struct DatasetField {
   std::string name;
   Shape sample_shape;       // shape of one sample, e.g. (1, 28, 28); () for a scalar label
   DType dtype = DType::u8;  // u8 or f32
   std::vector<uint8_t> bytes;
+  std::shared_ptr<const EncodedImages> encoded = nullptr;  // null: `bytes` holds the samples themselves
   int64_t sample_numel() const { return shape_numel(sample_shape); }
+  // The cached samples (not for an encoded field: see sample_u8).
   const uint8_t* u8(int64_t i) const { return bytes.data() + i * sample_numel(); }
   const float* f32(int64_t i) const { return reinterpret_cast<const float*>(bytes.data()) + i * sample_numel(); }
+  // The uint8 pixels of sample i: the cached ones, or decoded into `scratch` (sample_numel
+  // bytes) from an encoded field. InputError naming `source` and the sample when an image
+  // fails to decode or decodes to another shape.
+  const uint8_t* sample_u8(int64_t i, std::vector<uint8_t>& scratch, const std::string& source) const;
 };
 
 struct Dataset {
@@ -46,6 +62,17 @@ struct Dataset {
   std::vector<DatasetField> fields;
   const DatasetField* field(const std::string& name) const;
 };
+
+// How many bytes of decoded samples a dataset may keep in memory: BKS_DATA_CACHE_MB when set,
+// otherwise half of this machine's memory. A database of encoded images whose pixels would
+// need more is kept encoded and decoded batch by batch.
+int64_t data_cache_bytes();
+// This machine's physical memory in bytes.
+double physical_memory_bytes();
+// Decodes one encoded image under `o` into `out` (shape_numel(shape) bytes); false, saying
+// why in `why`, when it is not a decodable image or decodes to another shape.
+bool decode_sample(std::string_view bytes, const ImageDecodeOptions& o, const Shape& shape, uint8_t* out,
+                   std::string& why);
 
 // How encoded images become pixels (Caffe's transform_param.force_color / force_gray;
 // neither: each image's own channel count).
@@ -61,7 +88,8 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& source, const Ima
 std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, const std::vector<std::string>& fields);
 
 // Opens (or returns the cached) LMDB or LevelDB database of Caffe Datum records: raw pixels,
-// float_data or encoded PNG/JPEG images (decoded once, BGR as Caffe's OpenCV decodes them).
+// float_data or encoded PNG/JPEG images (BGR as Caffe's OpenCV decodes them; decoded once on
+// all cores when the pixels fit data_cache_bytes(), otherwise kept encoded).
 std::shared_ptr<const Dataset> open_datum_db(const std::string& path, const ImageChannels& channels);
 
 // ImageData's list file: one "PATH LABEL" per line, paths under `root_folder`.

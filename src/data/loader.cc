@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <numeric>
+#include <utility>
 
 #include "core/error.h"
 
@@ -23,6 +25,11 @@ BatchLoader::BatchLoader(std::shared_ptr<const Dataset> ds, std::vector<int> fie
   }
   for (auto* b : {&front_, &back_})
     for (auto& s : shapes_) b->t.emplace_back(s);
+  // Encoded images are decoded as batches are built, on several threads (a JPEG of ImageNet's
+  // size takes a few milliseconds: a batch of 256 on one thread would stall each step).
+  for (int f : fields_)
+    if (ds_->fields[static_cast<size_t>(f)].encoded)
+      decode_threads_ = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
   if (opt_.background) thread_ = std::thread([this] { worker(); });
 }
 
@@ -53,30 +60,53 @@ int64_t BatchLoader::sample_index(int64_t step, int64_t i) const {
   return perm_[static_cast<size_t>(g % n)];
 }
 
-void BatchLoader::build(int64_t step, Buffers& b) const {
+void BatchLoader::build_sample(int64_t step, int64_t i, int64_t idx, Buffers& b, std::vector<uint8_t>& scratch) const {
   for (size_t fi = 0; fi < fields_.size(); ++fi) {
     const auto& f = ds_->fields[fields_[fi]];
-    float* dst = b.t[fi].f32();
     int64_t per = shape_numel(shapes_[fi]) / opt_.batch;
-    for (int64_t i = 0; i < opt_.batch; ++i) {
-      int64_t idx = sample_index(step, i);
-      float* out = dst + i * per;
-      if (fi == 0 && transform_) {
-        std::optional<Rng> rng;
-        if (transform_->needs_rng())
-          rng = Rng::derive(opt_.seed, opt_.name + ".transform." + std::to_string(step * opt_.batch + i));
-        Rng* r = rng ? &*rng : nullptr;
-        if (f.dtype == DType::u8)
-          transform_->apply_u8(f.u8(idx), out, r);
-        else
-          transform_->apply_f32(f.f32(idx), out, r);
-      } else if (f.dtype == DType::u8) {
-        const uint8_t* s = f.u8(idx);
-        for (int64_t k = 0; k < per; ++k) out[k] = s[k];
-      } else {
-        std::memcpy(out, f.f32(idx), static_cast<size_t>(per) * sizeof(float));
-      }
+    float* out = b.t[fi].f32() + i * per;
+    if (fi == 0 && transform_) {
+      std::optional<Rng> rng;
+      if (transform_->needs_rng())
+        rng = Rng::derive(opt_.seed, opt_.name + ".transform." + std::to_string(step * opt_.batch + i));
+      Rng* r = rng ? &*rng : nullptr;
+      if (f.dtype == DType::u8)
+        transform_->apply_u8(f.sample_u8(idx, scratch, ds_->source), out, r);
+      else
+        transform_->apply_f32(f.f32(idx), out, r);
+    } else if (f.dtype == DType::u8) {
+      const uint8_t* s = f.sample_u8(idx, scratch, ds_->source);
+      for (int64_t k = 0; k < per; ++k) out[k] = s[k];
+    } else {
+      std::memcpy(out, f.f32(idx), static_cast<size_t>(per) * sizeof(float));
     }
+  }
+}
+
+void BatchLoader::build(int64_t step, Buffers& b) const {
+  std::vector<int64_t> idx(static_cast<size_t>(opt_.batch));
+  for (int64_t i = 0; i < opt_.batch; ++i) idx[static_cast<size_t>(i)] = sample_index(step, i);
+  const int64_t threads = std::min<int64_t>(decode_threads_, opt_.batch);
+  if (threads <= 1) {
+    std::vector<uint8_t> scratch;
+    for (int64_t i = 0; i < opt_.batch; ++i) build_sample(step, i, idx[static_cast<size_t>(i)], b, scratch);
+  } else {
+    // Encoded images: each thread decodes and transforms every threads-th sample; the first
+    // failure (in sample order) is the one reported.
+    std::vector<std::exception_ptr> failed(static_cast<size_t>(opt_.batch));
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        std::vector<uint8_t> scratch;
+        for (int64_t i = t; i < opt_.batch; i += threads) try {
+            build_sample(step, i, idx[static_cast<size_t>(i)], b, scratch);
+          } catch (...) {
+            failed[static_cast<size_t>(i)] = std::current_exception();
+          }
+      });
+    for (auto& th : pool) th.join();
+    for (auto& e : failed)
+      if (e) std::rethrow_exception(e);
   }
   b.step = step;
 }
@@ -90,7 +120,14 @@ void BatchLoader::worker() {
     want_ = -1;
     busy_ = true;
     lk.unlock();
-    build(s, back_);
+    try {
+      back_.error = nullptr;
+      build(s, back_);
+    } catch (...) {
+      // Thrown again by load() on the step's own thread.
+      back_.error = std::current_exception();
+      back_.step = s;
+    }
     lk.lock();
     busy_ = false;
     cv_.notify_all();
@@ -105,6 +142,10 @@ void BatchLoader::load(int64_t step, const std::vector<Tensor*>& out) {
     if (back_.step == step) {
       std::swap(front_, back_);
       src = &front_;
+      if (src->error) {
+        front_.step = -1;
+        std::rethrow_exception(std::exchange(front_.error, nullptr));
+      }
     }
   }
   if (!src) {

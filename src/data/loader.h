@@ -1,11 +1,13 @@
 // Assembles batches from an in-memory dataset on a background thread: while step s
-// computes, batch s+1 is transformed into a second buffer.
+// computes, batch s+1 is transformed into a second buffer (its encoded images decoded on
+// several threads).
 //
 // Which samples make batch s is a pure function of (seed, s), so a resumed run reads exactly
 // the batches an uninterrupted run would have read.
 #pragma once
 
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,8 +47,11 @@ class BatchLoader {
   struct Buffers {
     int64_t step = -1;
     std::vector<Tensor> t;
+    std::exception_ptr error;  // building `step` failed (an image that does not decode)
   };
   void build(int64_t step, Buffers& b) const;
+  // Sample i of batch `step` (dataset sample `idx`) into b; `scratch` holds a decoded image.
+  void build_sample(int64_t step, int64_t i, int64_t idx, Buffers& b, std::vector<uint8_t>& scratch) const;
   void worker();
 
   std::shared_ptr<const Dataset> ds_;
@@ -54,6 +59,7 @@ class BatchLoader {
   std::optional<Transform> transform_;
   LoaderOptions opt_;
   std::vector<Shape> shapes_;
+  int64_t decode_threads_ = 1;
   Buffers front_, back_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

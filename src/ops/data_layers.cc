@@ -566,7 +566,10 @@ class LoaderKernel : public Kernel {
 };
 
 std::string cached_description(const Dataset& ds) {
-  return fmt::format("{} dataset, {} samples, cached in memory, background loader", ds.format, ds.size);
+  const DatasetField* data = ds.field("data");
+  return fmt::format("{} dataset, {} samples, {}, background loader", ds.format, ds.size,
+                     data && data->encoded ? "kept encoded in memory and decoded as batches are built"
+                                           : "cached in memory");
 }
 
 class DataKernel final : public LoaderKernel {
