@@ -11,7 +11,7 @@ packages=(
   zlib1g-dev libhdf5-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcpp-httplib-dev libsqlite3-dev libstb-dev libjs-chart.js
+  libcpp-httplib-dev libsqlite3-dev libstb-dev libjpeg62-turbo-dev libjs-chart.js
   liblmdb-dev libleveldb-dev
   chromium
   dataset-fashion-mnist

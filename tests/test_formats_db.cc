@@ -324,6 +324,32 @@ TEST(DatumDb, AnImageThatFailsToDecodeInTheLoaderNamesItsRecord) {
   EXPECT_NO_THROW(loader.load(3, {&t})) << "records a and b";
 }
 
+TEST(ImageDecode, JpegCutShortDecodesItsFirstRowsAsOpenCvDoes) {
+  // libjpeg-turbo, as OpenCV decodes for Caffe: a JPEG cut short still decodes, its first
+  // rows exactly as in the whole file (stb refused such files).
+  std::vector<uint8_t> px(3 * 64 * 48);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 7) % 251);
+  std::string jpg = encode_image(px.data(), 3, 64, 48, false, true);
+  ImageDecodeOptions o;
+  DecodedImage whole, cut;
+  std::string why;
+  ASSERT_EQ(decode_image(jpg, o, whole, why), Decoded::ok) << why;
+  ASSERT_EQ(decode_image(jpg.substr(0, jpg.size() * 2 / 3), o, cut, why), Decoded::ok) << why;
+  ASSERT_EQ(cut.chw.size(), whole.chw.size());
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 8 * 48; ++i)  // the first 8 rows of each channel
+      ASSERT_EQ(cut.chw[static_cast<size_t>(k * 64 * 48 + i)], whole.chw[static_cast<size_t>(k * 64 * 48 + i)]) << k;
+  // Grey: libjpeg's luma, within rounding of the colour decode's BT.601 luma.
+  o.channels = 1;
+  DecodedImage grey;
+  ASSERT_EQ(decode_image(jpg, o, grey, why), Decoded::ok) << why;
+  const size_t plane = 64 * 48;
+  for (size_t i = 0; i < plane; i += 97) {
+    double y = 0.299 * whole.chw[i] + 0.587 * whole.chw[plane + i] + 0.114 * whole.chw[2 * plane + i];
+    EXPECT_NEAR(grey.chw[i], y, 12.0) << i;
+  }
+}
+
 TEST(ImageDecode, BilinearResizeFollowsOpenCvGeometry) {
   // A 1x2 grey image [0, 200] widened to 4 pixels: OpenCV's INTER_LINEAR gives
   // [0, 50, 150, 200] (source x = (x + 0.5) / 2 - 0.5, clamped).

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <memory>
 
 #include "data/dataset.h"
+#include "data/jpeg_decode.h"
 
 namespace bks {
 namespace {
@@ -108,11 +110,23 @@ Decoded decode_image(std::string_view bytes, const ImageDecodeOptions& o, Decode
     why = fmt::format("resizing to {} x {}; at most {} Mpixel", w, h, kMaxImagePixels >> 20);
     return Decoded::too_large;
   }
-  stbi_uc* px = stbi_load_from_memory(data, size, &iw, &ih, &ic, c);
-  if (!px) {
-    why = stbi_failure_reason();
-    return Decoded::not_an_image;
+  // JPEGs through libjpeg-turbo (Caffe's pixels, faster); PNGs, and JPEGs libjpeg does not
+  // convert (CMYK), through stb.
+  std::vector<uint8_t> jpeg;
+  std::string jpeg_why;
+  stbi_uc* px = nullptr;
+  const bool by_libjpeg = is_jpeg(bytes) && decode_jpeg(bytes, c, int64_t{iw} * ih, jpeg, iw, ih, jpeg_why);
+  if (by_libjpeg) {
+    px = jpeg.data();
+  } else {
+    px = stbi_load_from_memory(data, size, &iw, &ih, &ic, c);
+    if (!px) {
+      why = jpeg_why.empty() ? stbi_failure_reason() : jpeg_why;
+      return Decoded::not_an_image;
+    }
   }
+  // stb's pixels are freed when this returns; libjpeg's are in `jpeg`.
+  std::unique_ptr<stbi_uc, void (*)(void*)> owned(by_libjpeg ? nullptr : px, stbi_image_free);
   const uint8_t* hwc = px;
   std::vector<uint8_t> resized;
   if (h != ih || w != iw) {
@@ -120,7 +134,6 @@ Decoded decode_image(std::string_view bytes, const ImageDecodeOptions& o, Decode
     if (o.resize == ImageDecodeOptions::Resize::bilinear) {
       resize_bilinear(px, iw, ih, resized.data(), w, h, c);
     } else if (!stbir_resize_uint8(px, iw, ih, 0, resized.data(), w, h, 0, c)) {
-      stbi_image_free(px);
       why = "cannot resize";
       return Decoded::not_an_image;
     }
@@ -136,7 +149,6 @@ Decoded decode_image(std::string_view bytes, const ImageDecodeOptions& o, Decode
     uint8_t* dst = out.chw.data() + ch * plane;
     for (size_t i = 0; i < plane; ++i) dst[i] = hwc[i * c + from];
   }
-  stbi_image_free(px);
   return Decoded::ok;
 }
 
