@@ -56,7 +56,14 @@ Runner add_time(CLI::App& app) {
     fmt::print("Average forward pass: {:.4f} ms\n", fsum);
     if (train) fmt::print("Average backward pass: {:.4f} ms\n", bsum);
     fmt::print("Average {} iteration: {:.4f} ms", train ? "forward-backward" : "forward", per_iter);
-    if (batch > 0) fmt::print(" ({:.0f} images/s at batch {})", batch * 1000.0 / per_iter, batch);
+    if (batch > 0) {
+      // Slow nets (FCN at 500x500: 0.03 images/s on two cores) keep two significant digits.
+      const double rate = batch * 1000.0 / per_iter;
+      if (rate >= 10)
+        fmt::print(" ({:.0f} images/s at batch {})", rate, batch);
+      else
+        fmt::print(" ({:.2g} images/s at batch {})", rate, batch);
+    }
     fmt::print("\nTotal time: {:.1f} ms for {} iterations\n", total_ms, o->iterations);
     if (!o->trace.empty()) {
       prof.write_chrome_trace(o->trace);
