@@ -536,6 +536,14 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
   json p = post(c, "/api/models/validate", {{"prototxt", "layer {\n  name: 'ip' type: InnerProduct }\n"}});
   EXPECT_FALSE(p["ok"].get<bool>());
   EXPECT_EQ(p.value("line", 0), 2) << p.dump();
+  // Caffe's V1 format ('layers', enum types) is upgraded as files are: its layers are checked.
+  json v1 = post(c, "/api/models/validate",
+                 {{"prototxt",
+                   "layers { name: 'ip' type: INNER_PRODUCT bottom: 'data' top: 'ip' inner_product_param { num_output: "
+                   "10 } }\nlayers { name: 'r' type: RELU bottom: 'nope' top: 'r' }\n"}});
+  EXPECT_FALSE(v1["ok"].get<bool>()) << v1.dump();
+  EXPECT_EQ(v1.value("line", 0), 2) << v1.dump();
+  EXPECT_NE(v1.value("error", std::string()).find("nope"), std::string::npos) << v1.dump();
 
   int64_t ds = fashion_dataset(c);
   json bad_solver =

@@ -89,15 +89,30 @@ proto::NetState net_state(const NetLoad& net, Phase phase, const StateFlags& fla
   return st;
 }
 
+namespace {
+void upgrade_loaded(NetLoad& net) {
+  if (NetFormat f = upgrade_net(net.param, net.source, &net.layer_lines); f != NetFormat::current)
+    log::warn(
+        "{}: the file is in Caffe's {} net format and was upgraded on load; `bakusoku upgrade_net_proto_text "
+        "{} NEW.prototxt` writes it in the current format",
+        net.source, net_format_name(f), net.source);
+}
+}  // namespace
+
 NetLoad load_net_file(const std::string& path) {
   NetLoad net;
   net.source = path;
   read_prototxt(path, net.param, &net.layer_lines);
-  if (NetFormat f = upgrade_net(net.param, path, &net.layer_lines); f != NetFormat::current)
-    log::warn("{}: the file is in Caffe's {} net format and was upgraded on load; `bakusoku upgrade_net_proto_text "
-              "{} NEW.prototxt` writes it in the current format",
-              path, net_format_name(f), path);
+  upgrade_loaded(net);
   resolve_data_paths(net.param, std::filesystem::path(path).parent_path().string());
+  return net;
+}
+
+NetLoad parse_net_text(const std::string& text, const std::string& source) {
+  NetLoad net;
+  net.source = source;
+  parse_prototxt_string(text, source, net.param, &net.layer_lines);
+  upgrade_loaded(net);
   return net;
 }
 

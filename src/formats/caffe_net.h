@@ -16,7 +16,10 @@ struct NetLoad {
   std::string source;
 };
 
+// Reads a net file, upgraded from Caffe's V0/V1 formats when it is in one (with a warning).
 NetLoad load_net_file(const std::string& path);
+// The same for a net's text (`source` names it in errors); data paths stay as written.
+NetLoad parse_net_text(const std::string& text, const std::string& source);
 
 // One layer as a node (name, type, attributes, loss weights), not yet wired to values.
 Node caffe_layer_node(const proto::LayerParameter& layer, const std::string& where);

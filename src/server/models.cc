@@ -132,10 +132,8 @@ bool is_data_layer(const std::string& type) {
 
 // The user's layers (data layers dropped) after `head`, keeping each layer's source line.
 NetLoad with_own_data(const std::string& text, const std::string& head) {
-  NetLoad user, own, out;
-  user.source = own.source = out.source = "custom.prototxt";
-  parse_prototxt_string(text, user.source, user.param, &user.layer_lines);
-  parse_prototxt_string(head, "data layers", own.param, &own.layer_lines);
+  NetLoad user = parse_net_text(text, "custom.prototxt"), own = parse_net_text(head, "data layers"), out;
+  out.source = "custom.prototxt";
   out.param = user.param;
   out.param.clear_layer();
   out.param.clear_input();
@@ -257,9 +255,7 @@ int line_of(const std::string& message) {
 
 void check_builds(const std::string& text, const std::string& field) {
   try {
-    NetLoad nl;
-    nl.source = "network.prototxt";
-    parse_prototxt_string(text, nl.source, nl.param, &nl.layer_lines);
+    NetLoad nl = parse_net_text(text, "network.prototxt");
     build_both_phases(nl, field);
   } catch (const ApiError&) {
     throw;
