@@ -932,6 +932,43 @@ std::vector<SweepCase> build_cases() {
                      for (int i = 0; i < 3; ++i) y.f32()[(o * 6 + r) * 3 + i] = h.in[0].f32()[(o * 2 + r % 2) * 3 + i];
                  return std::vector<Tensor>{y};
                }});
+  // ShuffleChannel (the ShuffleNet forks): output channel k * group + r is input channel
+  // r * (C / group) + k.
+  auto shuffled = [](int64_t group) {
+    return [group](const OpHarness& h) {
+      const Tensor& x = h.in[0];
+      int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / (n * c), cols = c / group;
+      Tensor y(x.shape());
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t r = 0; r < group; ++r)
+          for (int64_t k = 0; k < cols; ++k)
+            for (int64_t i = 0; i < sp; ++i)
+              y.f32()[(b * c + k * group + r) * sp + i] = x.f32()[(b * c + r * cols + k) * sp + i];
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back({.name = "ShuffleChannel",
+               .layer = "type: 'ShuffleChannel' shuffle_channel_param { group: 3 }",
+               .in = {{2, 6, 2, 3}},
+               .oracle = shuffled(3)});
+  t.push_back({.name = "ShuffleChannel_group2_3d",
+               .layer = "type: 'ShuffleChannel' shuffle_channel_param { group: 2 }",
+               .in = {{3, 8, 5}},
+               .oracle = shuffled(2)});
+  // Axpy (the SENet fork): a[n][c] * x + y.
+  auto axpy = [](const OpHarness& h) {
+    const Tensor &a = h.in[0], &x = h.in[1], &y = h.in[2];
+    int64_t planes = x.dim(0) * x.dim(1), sp = x.numel() / planes;
+    Tensor out(x.shape());
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < sp; ++i)
+        out.f32()[p * sp + i] =
+            static_cast<float>(static_cast<double>(a.f32()[p]) * x.f32()[p * sp + i] + y.f32()[p * sp + i]);
+    return std::vector<Tensor>{out};
+  };
+  t.push_back(
+      {.name = "Axpy", .layer = "type: 'Axpy'", .in = {{2, 3, 1, 1}, {2, 3, 4, 5}, {2, 3, 4, 5}}, .oracle = axpy});
+  t.push_back({.name = "Axpy_2d_scale", .layer = "type: 'Axpy'", .in = {{2, 4}, {2, 4, 3}, {2, 4, 3}}, .oracle = axpy});
   t.push_back({.name = "BatchReindex",
                .layer = "type: 'BatchReindex'",
                .in = {{3, 2}, {4}},
