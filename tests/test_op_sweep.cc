@@ -415,6 +415,34 @@ std::vector<SweepCase> build_cases() {
   conv("Convolution_dilation_nobias", {2, 2, 8, 9}, {3, 3, 3, 1, 2, 2, 1, 2, 1, 1, false});
   conv("Convolution_depthwise", {1, 6, 5, 5}, {6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true});
   conv("Convolution_5x5_pad2", {3, 1, 6, 5}, {2, 5, 5, 1, 1, 2, 2, 1, 1, 1, true});
+  // The forks' depthwise types: the same op under their names. ConvolutionDepthwise ignores
+  // the file's group (one output channel per input channel); DepthwiseConvolution is a
+  // Convolution with the file's group.
+  {
+    ConvSpec k{5, 3, 3, 2, 1, 1, 0, 1, 2, 5, true};
+    ConvSpec file = k;
+    file.group = 1;
+    t.push_back({.name = "ConvolutionDepthwise",
+                 .layer = conv_layer("ConvolutionDepthwise", file),
+                 .in = {{2, 5, 7, 8}},
+                 .oracle = convolution(k),
+                 .step = 1e-2f});
+    ConvSpec nb{4, 3, 3, 1, 1, 1, 1, 1, 1, 4, false};
+    t.push_back(
+        {.name = "ConvolutionDepthwise_nobias_inference",
+         .layer = "type: 'ConvolutionDepthwise' convolution_param { num_output: 4 kernel_size: 3 pad: 1 "
+                  "bias_term: false }",
+         .in = {{1, 4, 6, 6}},
+         .oracle = convolution(nb),
+         .no_gradient = "TEST phase: the oneDNN kernel builds no backward pass; the TRAIN cases check gradients",
+         .phase = proto::TEST});
+    ConvSpec dw{6, 3, 3, 1, 1, 1, 1, 1, 1, 3, true};
+    t.push_back({.name = "DepthwiseConvolution",
+                 .layer = conv_layer("DepthwiseConvolution", dw),
+                 .in = {{1, 3, 5, 6}},
+                 .oracle = convolution(dw),
+                 .step = 1e-2f});
+  }
   {
     ConvSpec k{4, 3, 3, 2, 2, 1, 1, 1, 1, 1, true};
     t.push_back(
