@@ -235,6 +235,35 @@ layer { name: 'b_bn' type: 'BN' bottom: 'b' top: 'b' }
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
+// The MobileNet/ShuffleNet/SENet/PSPNet forks' layers in one small net: the depthwise
+// convolution is a Convolution to the passes (its BatchNorm, Scale and ReLU fold in and
+// keep its type), and the rest runs unchanged in the bundle.
+TEST(DeployPasses, ForkLayersDeployAndTheDepthwiseConvolutionFolds) {
+  DeployOptions o = write_model("fork_layers", input_layer("data", {2, 6, 9, 9}) + R"(
+layer { name: 'dw' type: 'ConvolutionDepthwise' bottom: 'data' top: 'dw'
+        convolution_param { num_output: 6 kernel_size: 3 pad: 1 stride: 2 bias_term: false } }
+layer { name: 'dw_bn' type: 'BatchNorm' bottom: 'dw' top: 'dw' }
+layer { name: 'dw_scale' type: 'Scale' bottom: 'dw' top: 'dw' scale_param { bias_term: true } }
+layer { name: 'dw_relu' type: 'ReLU' bottom: 'dw' top: 'dw' }
+layer { name: 'shuffle' type: 'ShuffleChannel' bottom: 'dw' top: 'shuffle' shuffle_channel_param { group: 3 } }
+layer { name: 'pw' type: 'DepthwiseConvolution' bottom: 'shuffle' top: 'pw'
+        convolution_param { num_output: 6 kernel_size: 1 group: 2 } }
+layer { name: 'se_pool' type: 'Pooling' bottom: 'pw' top: 'se_pool' pooling_param { pool: AVE global_pooling: true } }
+layer { name: 'se_fc' type: 'Convolution' bottom: 'se_pool' top: 'se_fc' convolution_param { num_output: 6 kernel_size: 1 } }
+layer { name: 'se_gate' type: 'Sigmoid' bottom: 'se_fc' top: 'se_fc' }
+layer { name: 'se' type: 'Axpy' bottom: 'se_fc' bottom: 'pw' bottom: 'shuffle' top: 'se' }
+layer { name: 'up' type: 'Interp' bottom: 'se' top: 'up' interp_param { zoom_factor: 3 pad_end: -1 } }
+)");
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  EXPECT_EQ(types(m),
+            (std::vector<std::string>{"Input", "ConvolutionDepthwise", "ShuffleChannel", "DepthwiseConvolution",
+                                      "Pooling", "Convolution", "Sigmoid", "Axpy", "Interp"}));
+  EXPECT_TRUE(node(m, "dw").attrs.as<ConvAttrs>().bias_term);
+  EXPECT_TRUE(node(m, "dw").deploy.fusion.relu);
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
 TEST(DeployPasses, StripTrainingOnlyLayers) {
   DeployOptions o = write_model("strip", input_layer("data", {4, 8}) + input_layer("label", {4}) + R"(
 layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'ip1' inner_product_param { num_output: 6 } }

@@ -228,6 +228,37 @@ Oracle upsample(int64_t oh, int64_t ow) {
   };
 }
 
+// Interp (the DeepLab/PSPNet forks): bilinear with aligned corners from the input cropped
+// by `crop` (-pad_beg) at the top left to h x w, to an (oh, ow) plane. Output row i reads
+// the input at i * (h - 1) / (oh - 1), between its floor and the next row (none past the
+// last); columns alike.
+Oracle interp(int64_t crop, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+  return [=](const OpHarness& hs) {
+    const Tensor& x = hs.in[0];
+    int64_t n = x.dim(0), c = x.dim(1);
+    auto source = [](int64_t i, int64_t in, int64_t out, int64_t& lo, int64_t& hi, double& frac) {
+      double r = out > 1 ? static_cast<double>(i) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+      lo = std::min(static_cast<int64_t>(std::floor(r)), in - 1);
+      hi = std::min(lo + 1, in - 1);
+      frac = r - static_cast<double>(lo);
+    };
+    Tensor y({n, c, oh, ow});
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            int64_t r0, r1, c0, c1;
+            double fr, fc;
+            source(i, h, oh, r0, r1, fr);
+            source(j, w, ow, c0, c1, fc);
+            auto v = [&](int64_t r, int64_t q) { return static_cast<double>(at4(x, b, ch, crop + r, crop + q)); };
+            double top = (1 - fc) * v(r0, c0) + fc * v(r0, c1), bottom = (1 - fc) * v(r1, c0) + fc * v(r1, c1);
+            y.f32()[((b * c + ch) * oh + i) * ow + j] = static_cast<float>((1 - fr) * top + fr * bottom);
+          }
+    return std::vector<Tensor>{y};
+  };
+}
+
 // A mask as max pooling with 2x2 windows and stride 2 would write it: one index inside
 // each input position's window of the (oh, ow) plane (clipped to it), chosen at random.
 void pooling_mask(OpHarness& h, int64_t oh, int64_t ow) {
@@ -415,6 +446,34 @@ std::vector<SweepCase> build_cases() {
   conv("Convolution_dilation_nobias", {2, 2, 8, 9}, {3, 3, 3, 1, 2, 2, 1, 2, 1, 1, false});
   conv("Convolution_depthwise", {1, 6, 5, 5}, {6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true});
   conv("Convolution_5x5_pad2", {3, 1, 6, 5}, {2, 5, 5, 1, 1, 2, 2, 1, 1, 1, true});
+  // The forks' depthwise types: the same op under their names. ConvolutionDepthwise ignores
+  // the file's group (one output channel per input channel); DepthwiseConvolution is a
+  // Convolution with the file's group.
+  {
+    ConvSpec k{5, 3, 3, 2, 1, 1, 0, 1, 2, 5, true};
+    ConvSpec file = k;
+    file.group = 1;
+    t.push_back({.name = "ConvolutionDepthwise",
+                 .layer = conv_layer("ConvolutionDepthwise", file),
+                 .in = {{2, 5, 7, 8}},
+                 .oracle = convolution(k),
+                 .step = 1e-2f});
+    ConvSpec nb{4, 3, 3, 1, 1, 1, 1, 1, 1, 4, false};
+    t.push_back(
+        {.name = "ConvolutionDepthwise_nobias_inference",
+         .layer = "type: 'ConvolutionDepthwise' convolution_param { num_output: 4 kernel_size: 3 pad: 1 "
+                  "bias_term: false }",
+         .in = {{1, 4, 6, 6}},
+         .oracle = convolution(nb),
+         .no_gradient = "TEST phase: the oneDNN kernel builds no backward pass; the TRAIN cases check gradients",
+         .phase = proto::TEST});
+    ConvSpec dw{6, 3, 3, 1, 1, 1, 1, 1, 1, 3, true};
+    t.push_back({.name = "DepthwiseConvolution",
+                 .layer = conv_layer("DepthwiseConvolution", dw),
+                 .in = {{1, 3, 5, 6}},
+                 .oracle = convolution(dw),
+                 .step = 1e-2f});
+  }
   {
     ConvSpec k{4, 3, 3, 2, 2, 1, 1, 1, 1, 1, true};
     t.push_back(
@@ -523,6 +582,37 @@ std::vector<SweepCase> build_cases() {
                .in = {{1, 1, 3, 2}, {1, 1, 3, 2}},
                .oracle = upsample(5, 6),
                .setup = [](OpHarness& h) { pooling_mask(h, 5, 6); },
+               .grad_inputs = {0}});
+
+  // Interp (DeepLab v2 / PSPNet): every way of giving the size, cropping, a same-size copy.
+  t.push_back({.name = "Interp",
+               .layer = "type: 'Interp' interp_param { zoom_factor: 2 }",
+               .in = {{2, 3, 4, 5}},
+               .oracle = interp(0, 4, 5, 7, 9)});
+  t.push_back({.name = "Interp_size",
+               .layer = "type: 'Interp' interp_param { height: 6 width: 3 }",
+               .in = {{1, 2, 4, 5}},
+               .oracle = interp(0, 4, 5, 6, 3)});
+  t.push_back({.name = "Interp_shrink",
+               .layer = "type: 'Interp' interp_param { shrink_factor: 2 }",
+               .in = {{1, 2, 7, 6}},
+               .oracle = interp(0, 7, 6, 4, 3)});
+  t.push_back({.name = "Interp_shrink_zoom_crop",
+               .layer = "type: 'Interp' interp_param { shrink_factor: 2 zoom_factor: 3 pad_beg: -1 pad_end: -1 }",
+               .in = {{1, 2, 7, 8}},
+               .oracle = interp(1, 5, 6, 7, 7)});
+  t.push_back({.name = "Interp_to_one_pixel",
+               .layer = "type: 'Interp' interp_param { height: 1 width: 1 }",
+               .in = {{2, 2, 3, 4}},
+               .oracle = interp(0, 3, 4, 1, 1)});
+  t.push_back({.name = "Interp_same_size_crop",
+               .layer = "type: 'Interp' interp_param { height: 3 width: 4 pad_end: -1 }",
+               .in = {{1, 2, 4, 5}},
+               .oracle = interp(0, 3, 4, 3, 4)});
+  t.push_back({.name = "Interp_size_of_bottom_1",
+               .layer = "type: 'Interp'",
+               .in = {{2, 2, 3, 3}, {2, 5, 5, 8}},
+               .oracle = interp(0, 3, 3, 5, 8),
                .grad_inputs = {0}});
 
   t.push_back({.name = "LRN",
@@ -932,6 +1022,43 @@ std::vector<SweepCase> build_cases() {
                      for (int i = 0; i < 3; ++i) y.f32()[(o * 6 + r) * 3 + i] = h.in[0].f32()[(o * 2 + r % 2) * 3 + i];
                  return std::vector<Tensor>{y};
                }});
+  // ShuffleChannel (the ShuffleNet forks): output channel k * group + r is input channel
+  // r * (C / group) + k.
+  auto shuffled = [](int64_t group) {
+    return [group](const OpHarness& h) {
+      const Tensor& x = h.in[0];
+      int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / (n * c), cols = c / group;
+      Tensor y(x.shape());
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t r = 0; r < group; ++r)
+          for (int64_t k = 0; k < cols; ++k)
+            for (int64_t i = 0; i < sp; ++i)
+              y.f32()[(b * c + k * group + r) * sp + i] = x.f32()[(b * c + r * cols + k) * sp + i];
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back({.name = "ShuffleChannel",
+               .layer = "type: 'ShuffleChannel' shuffle_channel_param { group: 3 }",
+               .in = {{2, 6, 2, 3}},
+               .oracle = shuffled(3)});
+  t.push_back({.name = "ShuffleChannel_group2_3d",
+               .layer = "type: 'ShuffleChannel' shuffle_channel_param { group: 2 }",
+               .in = {{3, 8, 5}},
+               .oracle = shuffled(2)});
+  // Axpy (the SENet fork): a[n][c] * x + y.
+  auto axpy = [](const OpHarness& h) {
+    const Tensor &a = h.in[0], &x = h.in[1], &y = h.in[2];
+    int64_t planes = x.dim(0) * x.dim(1), sp = x.numel() / planes;
+    Tensor out(x.shape());
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < sp; ++i)
+        out.f32()[p * sp + i] =
+            static_cast<float>(static_cast<double>(a.f32()[p]) * x.f32()[p * sp + i] + y.f32()[p * sp + i]);
+    return std::vector<Tensor>{out};
+  };
+  t.push_back(
+      {.name = "Axpy", .layer = "type: 'Axpy'", .in = {{2, 3, 1, 1}, {2, 3, 4, 5}, {2, 3, 4, 5}}, .oracle = axpy});
+  t.push_back({.name = "Axpy_2d_scale", .layer = "type: 'Axpy'", .in = {{2, 4}, {2, 4, 3}, {2, 4, 3}}, .oracle = axpy});
   t.push_back({.name = "BatchReindex",
                .layer = "type: 'BatchReindex'",
                .in = {{3, 2}, {4}},

@@ -1,11 +1,14 @@
 // Convolution and Deconvolution: forward against a direct loop, backward by finite
-// differences, over odd shapes, groups, padding, strides and dilation.
+// differences, over odd shapes, groups, padding, strides and dilation. The forks'
+// depthwise types (ConvolutionDepthwise, DepthwiseConvolution) run the same op.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 
 #include "backend/dnnl_util.h"
 #include "conv_oracle.h"
@@ -223,6 +226,61 @@ TEST(DeconvolutionGemm, DISABLED_DeconvolutionTiming) {
                   fc, b, bc, h.op().kernel_name().c_str());
       std::fflush(stdout);
     }
+}
+
+// The error building the layer gives, which must contain `needle`.
+void expect_conv_error(const std::string& layer, const Shape& in, const std::string& needle) {
+  try {
+    OpHarness h(layer, {in});
+    ADD_FAILURE() << "no error for: " << layer;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// ConvolutionDepthwise filters each channel with its own kernel whatever group the file
+// says (the fork ignores it), with weights of C x 1 x kh x kw as its .caffemodel stores them,
+// on oneDNN's kernels.
+TEST(ConvolutionDepthwise, FiltersEachChannelWithItsOwnKernel) {
+  for (const char* group : {"", "group: 1"}) {
+    OpHarness h(
+        fmt::format("type: 'ConvolutionDepthwise' convolution_param {{ num_output: 2 kernel_size: 2 {} }}", group),
+        {{1, 2, 2, 3}});
+    ASSERT_EQ(h.params.size(), 2u);
+    EXPECT_EQ(h.params[0].shape(), (Shape{2, 1, 2, 2}));
+    EXPECT_EQ(h.params[1].shape(), (Shape{2}));
+    ASSERT_EQ(h.out[0].shape(), (Shape{1, 2, 1, 2}));
+    EXPECT_NE(h.op().kernel_name().find("oneDNN"), std::string::npos) << h.op().kernel_name();
+    float x[] = {1,  2,  3,  4,  5,  6,    // channel 0: rows (1 2 3), (4 5 6)
+                 10, 20, 30, 40, 50, 60};  // channel 1
+    float w[] = {1, 0, 0,  1,              // channel 0: the main diagonal
+                 0, 1, -1, 0};             // channel 1: top right less bottom left
+    std::copy(x, x + 12, h.in[0].f32());
+    std::copy(w, w + 8, h.params[0].f32());
+    h.params[1].f32()[0] = 0.5f;
+    h.params[1].f32()[1] = -1.f;
+    h.forward();
+    // Channel 0: 1 + 5, 2 + 6, plus 0.5; channel 1: 20 - 40, 30 - 50, less 1.
+    float want[] = {6.5f, 8.5f, -21, -21};
+    for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(h.out[0].f32()[i], want[i]) << group << " " << i;
+  }
+  OpHarness g("type: 'ConvolutionDepthwise' convolution_param { num_output: 3 kernel_size: 3 stride: 2 pad: 1 }",
+              {{2, 3, 5, 4}});
+  g.check_gradients(1e-2f, 1e-2f);
+  expect_conv_error("type: 'ConvolutionDepthwise' convolution_param { num_output: 4 kernel_size: 3 }", {1, 2, 5, 5},
+                    "num_output 4 must equal the bottom's 2 channels");
+  expect_conv_error("type: 'ConvolutionDepthwise' convolution_param { kernel_size: 3 }", {1, 2, 5, 5},
+                    "convolution_param.num_output must be given");
+}
+
+// DepthwiseConvolution (yonghenglh6's fork) is a Convolution: group and num_output as given.
+TEST(DepthwiseConvolution, IsAConvolutionWithTheFilesGroup) {
+  OpHarness h("type: 'DepthwiseConvolution' convolution_param { num_output: 4 kernel_size: 3 pad: 1 group: 2 }",
+              {{1, 2, 4, 4}});
+  EXPECT_EQ(h.params[0].shape(), (Shape{4, 1, 3, 3}));
+  h.forward();
+  expect_close(h.out[0], naive_conv(h.in[0], h.params[0], &h.params[1], {4, 3, 3, 1, 1, 1, 1, 1, 1, 2, true}), 1e-4f,
+               "grouped");
 }
 
 TEST(Convolution, RejectsBadGeometry) {

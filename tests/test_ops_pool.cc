@@ -1,10 +1,13 @@
 // Pooling: Caffe's MAX and AVE (including its ceil rounding and divisor rules) against a
 // direct loop; backward by finite differences. SPP (spatial pyramid pooling) the same way.
+// The forks' resampling layers: Upsample (max unpooling) and Interp (bilinear).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <initializer_list>
+#include <string>
 
 #include "op_harness.h"
 #include "ops/pooling_tiled.h"
@@ -221,6 +224,93 @@ TEST(Upsample, BadFieldsAndMasksAreNamed) {
     EXPECT_NE(std::string(e.what()).find("mask index 16 is outside the output plane of 16"), std::string::npos)
         << e.what();
   }
+}
+
+void set_plane(Tensor& t, std::initializer_list<float> v) { std::copy(v.begin(), v.end(), t.f32()); }
+
+void expect_plane(const Tensor& t, std::initializer_list<float> want, const char* what) {
+  ASSERT_EQ(t.numel(), static_cast<int64_t>(want.size())) << what;
+  int i = 0;
+  for (float w : want) {
+    EXPECT_NEAR(t.f32()[i], w, 1e-5) << what << " at " << i;
+    ++i;
+  }
+}
+
+// Interp aligns the corners: 2 x 2 zoomed by 2 is 3 x 3 with the input at the corners, the
+// edges' means between them and the four's mean in the middle.
+TEST(Interp, ZoomAlignsCornersAndInterpolatesBetween) {
+  OpHarness h("type: 'Interp' interp_param { zoom_factor: 2 }", {{1, 1, 2, 2}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{1, 1, 3, 3}));
+  set_plane(h.in[0], {1, 5, 3, 11});
+  h.forward();
+  expect_plane(h.out[0], {1, 3, 5, 2, 5, 8, 3, 7, 11}, "zoomed");
+  // Backward is the adjoint: the middle's gradient splits four ways, (0, 1)'s two ways.
+  h.out_grad[0].zero();
+  h.out_grad[0].f32()[4] = 4;
+  h.out_grad[0].f32()[1] = 2;
+  h.backward();
+  expect_plane(h.in_grad[0], {2, 2, 1, 1}, "gradient");
+  h.check_gradients();
+}
+
+// Output row i samples input row i (in - 1) / (out - 1): 3 rows to 2 read rows 0 and 2 (the
+// middle one not at all); 2 columns to 4 read columns 0, 1/3, 2/3 and 1.
+TEST(Interp, SizeGivenSamplesAtTheAlignedPositions) {
+  OpHarness h("type: 'Interp' interp_param { height: 2 width: 4 }", {{1, 1, 3, 2}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{1, 1, 2, 4}));
+  set_plane(h.in[0], {0, 6, 100, 200, 9, 3});
+  h.forward();
+  expect_plane(h.out[0], {0, 2, 4, 6, 9, 7, 5, 3}, "resized");
+  h.check_gradients();
+}
+
+// pad_beg and pad_end crop the input first: 4 x 4 less one row and column each side is the
+// middle 2 x 2, which zooms to 3 x 3.
+TEST(Interp, NegativePadsCropBeforeResizing) {
+  OpHarness h("type: 'Interp' interp_param { zoom_factor: 2 pad_beg: -1 pad_end: -1 }", {{1, 1, 4, 4}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{1, 1, 3, 3}));
+  for (int i = 0; i < 16; ++i) h.in[0].f32()[i] = static_cast<float>(i);
+  h.forward();
+  expect_plane(h.out[0], {5, 5.5f, 6, 7, 7.5f, 8, 9, 9.5f, 10}, "cropped and zoomed");
+  h.check_gradients();
+  for (int i : {0, 1, 2, 3, 4, 7, 8, 11, 12, 13, 14, 15}) EXPECT_EQ(h.in_grad[0].f32()[i], 0.f) << "cropped " << i;
+  // Cropped to the output's size, the plane is copied.
+  OpHarness same("type: 'Interp' interp_param { height: 2 width: 3 pad_end: -1 }", {{1, 1, 3, 4}});
+  for (int i = 0; i < 12; ++i) same.in[0].f32()[i] = static_cast<float>(i);
+  same.forward();
+  expect_plane(same.out[0], {0, 1, 2, 4, 5, 6}, "copied");
+}
+
+// The fork's order: one factor alone wins over height/width, which win over both factors;
+// (in - 1) / shrink + 1 rounds down.
+TEST(Interp, OutputSizeFollowsTheForksPrecedence) {
+  auto size = [](const std::string& p, Shape in) {
+    return OpHarness("type: 'Interp' interp_param { " + p + " }", {in}).out[0].shape();
+  };
+  EXPECT_EQ(size("zoom_factor: 3", {1, 2, 4, 5}), (Shape{1, 2, 10, 13}));
+  EXPECT_EQ(size("shrink_factor: 2", {1, 2, 8, 9}), (Shape{1, 2, 4, 5}));
+  EXPECT_EQ(size("shrink_factor: 2 zoom_factor: 4", {1, 2, 8, 9}), (Shape{1, 2, 13, 17}));
+  EXPECT_EQ(size("zoom_factor: 2 height: 10 width: 11", {1, 2, 4, 5}), (Shape{1, 2, 7, 9}));
+  EXPECT_EQ(size("shrink_factor: 2 zoom_factor: 2 height: 10 width: 11", {1, 2, 4, 5}), (Shape{1, 2, 10, 11}));
+  // A second bottom gives the size (and takes no gradient).
+  OpHarness two("type: 'Interp'", {{2, 3, 4, 4}, {2, 1, 6, 7}});
+  EXPECT_EQ(two.out[0].shape(), (Shape{2, 3, 6, 7}));
+  EXPECT_FALSE(two.can_propagate_to(1));
+}
+
+TEST(Interp, BadFieldsAreNamed) {
+  Shape s{1, 1, 4, 4};
+  expect_layer_error("type: 'Interp'", {s}, "interp_param needs height and width, zoom_factor or shrink_factor");
+  expect_layer_error("type: 'Interp' interp_param { height: 5 }", {s}, "interp_param needs height and width");
+  expect_layer_error("type: 'Interp' interp_param { zoom_factor: 0 }", {s},
+                     "interp_param.zoom_factor must be at least 1");
+  expect_layer_error("type: 'Interp' interp_param { zoom_factor: 2 pad_beg: 1 }", {s}, "must not be positive");
+  expect_layer_error("type: 'Interp' interp_param { zoom_factor: 2 pad_beg: -2 pad_end: -2 }", {s},
+                     "crop all of the 4x4 input");
+  expect_layer_error("type: 'Interp' interp_param { height: 2 width: 2 }", {s, s}, "ambiguous");
+  expect_layer_error("type: 'Interp'", {s, {2, 1, 4, 4}}, "must have the batch of bottom 0");
+  expect_layer_error("type: 'Interp' interp_param { zoom_factor: 2 }", {{1, 4, 4}}, "bottom 0 must be 4-d");
 }
 
 TEST(Pooling, RejectsStochasticAndMissingKernel) {

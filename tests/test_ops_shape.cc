@@ -1,6 +1,10 @@
 // Data-movement ops (Flatten, Reshape, Concat, Slice, Crop, Split, Silence, Tile,
-// BatchReindex, Im2col), Parameter, Eltwise, Reduction and ArgMax.
+// BatchReindex, Im2col, ShuffleChannel), Parameter, Eltwise, Axpy, Reduction and ArgMax.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
 
 #include "op_harness.h"
 
@@ -158,6 +162,70 @@ TEST(Parameter, OutputIsTheBlobAndItsGradientTheTops) {
   h.check_gradients();
   expect_error_naming("type: 'Parameter'", {}, "parameter_param.shape");
   expect_error_naming("type: 'Parameter' parameter_param { shape { dim: 2 dim: 0 } }", {}, "parameter_param.shape");
+}
+
+// Channel c of the input holds the value 10 c + i at position i, so each output channel
+// names the input channel it came from.
+void fill_by_channel(Tensor& t) {
+  int64_t c = t.dim(1), sp = t.numel() / (t.dim(0) * c);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(10 * ((i / sp) % c) + i % sp);
+}
+
+TEST(ShuffleChannel, TransposesTheGroupsOfChannels) {
+  // 6 channels as 2 groups of 3 (0 1 2 | 3 4 5) come out 0 3 1 4 2 5; as 3 groups of 2
+  // (0 1 | 2 3 | 4 5), 0 2 4 1 3 5.
+  for (auto [group, order] : {std::pair<int, std::vector<int>>{2, {0, 3, 1, 4, 2, 5}}, {3, {0, 2, 4, 1, 3, 5}}}) {
+    OpHarness h(fmt::format("type: 'ShuffleChannel' shuffle_channel_param {{ group: {} }}", group), {{1, 6, 1, 2}});
+    ASSERT_EQ(h.out[0].shape(), (Shape{1, 6, 1, 2}));
+    fill_by_channel(h.in[0]);
+    h.forward();
+    for (int k = 0; k < 6; ++k)
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(h.out[0].f32()[k * 2 + i], 10 * order[k] + i) << "group " << group << ", output channel " << k;
+    // Backward sends output channel k's gradient back to input channel order[k].
+    fill_by_channel(h.out_grad[0]);
+    h.backward();
+    for (int k = 0; k < 6; ++k)
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(h.in_grad[0].f32()[order[k] * 2 + i], 10 * k + i) << "group " << group << ", channel " << k;
+  }
+  // group 1 (the default) keeps the order; the batch's items shuffle independently.
+  OpHarness one("type: 'ShuffleChannel'", {{2, 4, 3}});
+  one.forward();
+  expect_close(one.out[0], one.in[0], 0.f, "group 1");
+  OpHarness two("type: 'ShuffleChannel' shuffle_channel_param { group: 2 }", {{2, 4, 3}});
+  two.forward();
+  EXPECT_EQ(two.out[0].f32()[12 + 3], two.in[0].f32()[12 + 6]) << "item 1, output channel 1 is its input channel 2";
+  expect_error_naming("type: 'ShuffleChannel' shuffle_channel_param { group: 4 }", {{1, 6, 2, 2}},
+                      "not divisible by shuffle_channel_param.group 4");
+  expect_error_naming("type: 'ShuffleChannel' shuffle_channel_param { group: 0 }", {{1, 6, 2, 2}},
+                      "shuffle_channel_param.group must be positive");
+}
+
+TEST(Axpy, ScalesEachChannelAndAdds) {
+  OpHarness h("type: 'Axpy'", {{1, 2, 1, 1}, {1, 2, 1, 2}, {1, 2, 1, 2}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{1, 2, 1, 2}));
+  float a[] = {2, -0.5f}, x[] = {1, 3, 4, -2}, y[] = {10, 20, 30, 40};
+  std::copy(a, a + 2, h.in[0].f32());
+  std::copy(x, x + 4, h.in[1].f32());
+  std::copy(y, y + 4, h.in[2].f32());
+  h.forward();
+  float want[] = {12, 26, 28, 41};  // 2 * (1, 3) + (10, 20); -0.5 * (4, -2) + (30, 40)
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(h.out[0].f32()[i], want[i]) << i;
+  float g[] = {1, 2, -1, 0.5f};
+  std::copy(g, g + 4, h.out_grad[0].f32());
+  h.backward();
+  EXPECT_EQ(h.in_grad[0].f32()[0], 7.f);   // 1 * 1 + 2 * 3
+  EXPECT_EQ(h.in_grad[0].f32()[1], -5.f);  // -1 * 4 + 0.5 * -2
+  float dx[] = {2, 4, 0.5f, -0.25f};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(h.in_grad[1].f32()[i], dx[i]) << i;
+    EXPECT_EQ(h.in_grad[2].f32()[i], g[i]) << i;
+  }
+  h.check_gradients();
+  expect_error_naming("type: 'Axpy'", {{1, 2, 2, 1}, {1, 2, 2, 2}, {1, 2, 2, 2}}, "bottom 0 (the scale)");
+  expect_error_naming("type: 'Axpy'", {{1, 3}, {1, 2, 2, 2}, {1, 2, 2, 2}}, "bottom 0 (the scale)");
+  expect_error_naming("type: 'Axpy'", {{1, 2}, {1, 2, 2, 2}, {1, 2, 2, 3}}, "bottom 2 has shape");
 }
 
 struct Im2colSpec {

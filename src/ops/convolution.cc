@@ -1,4 +1,8 @@
 // Convolution: Caffe's layer on oneDNN (direct/winograd/gemm chosen by oneDNN for the ISA).
+// The MobileNet/ShuffleNet forks' depthwise layers are this op under their own type names
+// (same attributes, definition and kernels): DepthwiseConvolution (yonghenglh6's fork, a
+// Convolution on the CPU) and ConvolutionDepthwise (farmingyard's and sp2823's, with one
+// output channel per input channel: group and num_output are the bottom's channels).
 #include <algorithm>
 
 #include "ops/conv_kernels.h"
@@ -38,7 +42,7 @@ ConvGeometry conv_geometry(const OpContext& c, const Shape& in) {
   return g;
 }
 
-class ConvolutionDef final : public OpDef {
+class ConvolutionDef : public OpDef {
  public:
   // A fused residual sum (bakusoku deploy) reads a second bottom.
   int min_inputs(const OpContext& c) const override { return c.node.deploy.fusion.residual_sum ? 2 : 1; }
@@ -70,6 +74,31 @@ class ConvolutionDef final : public OpDef {
     return std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
   }
 };
+
+// ConvolutionDepthwise: the fork ignores group and num_output and makes one output channel
+// per input channel, with weights of C x 1 x kh x kw. Its attributes hold group =
+// num_output (see depthwise_from_caffe), so it is that Convolution once the bottom's
+// channels are num_output; anything else is an error, not the fork's silent resize.
+class ConvolutionDepthwiseDef final : public ConvolutionDef {
+ public:
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override {
+    c.expect_ndim(in[0], 4, 4, "bottom");
+    int64_t n = c.node.attrs.as<ConvAttrs>().num_output;
+    if (in[0][1] != n)
+      c.fail(
+          "convolution_param.num_output {} must equal the bottom's {} channels ({}): ConvolutionDepthwise makes "
+          "one output channel per input channel",
+          n, in[0][1], shape_str(in[0]));
+    ConvolutionDef::infer(c, in, out);
+  }
+};
+
+void depthwise_from_caffe(const proto::LayerParameter& l, ConvAttrs& a, const std::string& where) {
+  conv_from_caffe(l, a, where);
+  if (!l.convolution_param().has_num_output())
+    input_error("{}: convolution_param.num_output must be given, equal to the bottom's channels", where);
+  a.group = a.num_output;
+}
 
 class ConvolutionKernel final : public Kernel {
  public:
@@ -149,6 +178,16 @@ class ConvolutionKernel final : public Kernel {
 BKS_REGISTER_OP_DEF("Convolution", ConvolutionDef);
 BKS_REGISTER_ATTRS("Convolution", ConvAttrs, conv_from_caffe, conv_to_caffe);
 BKS_REGISTER_KERNEL_FOR("Convolution", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr,
+                        {::bks::Precision::fp32, ::bks::Precision::bf16, ::bks::Precision::int8});
+
+BKS_REGISTER_OP_DEF("DepthwiseConvolution", ConvolutionDef);
+BKS_REGISTER_ATTRS("DepthwiseConvolution", ConvAttrs, conv_from_caffe, conv_to_caffe);
+BKS_REGISTER_KERNEL_FOR("DepthwiseConvolution", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr,
+                        {::bks::Precision::fp32, ::bks::Precision::bf16, ::bks::Precision::int8});
+
+BKS_REGISTER_OP_DEF("ConvolutionDepthwise", ConvolutionDepthwiseDef);
+BKS_REGISTER_ATTRS("ConvolutionDepthwise", ConvAttrs, depthwise_from_caffe, conv_to_caffe);
+BKS_REGISTER_KERNEL_FOR("ConvolutionDepthwise", ::bks::DeviceKind::cpu, ConvolutionKernel, "oneDNN", 10, nullptr,
                         {::bks::Precision::fp32, ::bks::Precision::bf16, ::bks::Precision::int8});
 
 }  // namespace bks

@@ -188,6 +188,11 @@ class DeconvolutionReference final : public Kernel {
 
 BKS_REGISTER_KERNEL("Convolution", ::bks::DeviceKind::cpu, ConvolutionReference, "reference", kReferencePriority,
                     reference_supports);
+// The forks' depthwise types are Convolution under other names (ops/convolution.cc).
+BKS_REGISTER_KERNEL("DepthwiseConvolution", ::bks::DeviceKind::cpu, ConvolutionReference, "reference",
+                    kReferencePriority, reference_supports);
+BKS_REGISTER_KERNEL("ConvolutionDepthwise", ::bks::DeviceKind::cpu, ConvolutionReference, "reference",
+                    kReferencePriority, reference_supports);
 BKS_REGISTER_KERNEL("Deconvolution", ::bks::DeviceKind::cpu, DeconvolutionReference, "reference", kReferencePriority,
                     reference_supports);
 
