@@ -1036,6 +1036,21 @@ std::vector<SweepCase> build_cases() {
                .no_oracle = kDataExempt,
                .no_gradient = kDataExempt,
                .outputs = 2});
+  t.push_back({.name = "WindowData",
+               .layer = "type: 'WindowData' window_data_param { source: 'windows.txt' batch_size: 8 fg_threshold: 0.6 "
+                        "bg_threshold: 0.3 fg_fraction: 0.5 context_pad: 2 crop_mode: 'square' cache_images: true "
+                        "root_folder: 'imgs/' scale: 0.5 } transform_param { mirror: true crop_size: 12 "
+                        "mean_value: 1 mean_value: 2 mean_value: 3 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt,
+               .outputs = 2});
+  t.push_back({.name = "DenseImageData",
+               .layer = "type: 'DenseImageData' dense_image_data_param { source: 'pairs.txt' batch_size: 2 "
+                        "rand_skip: 1 shuffle: true new_height: 8 new_width: 10 is_color: false root_folder: 'imgs/' "
+                        "mirror: true crop_height: 4 crop_width: 6 } transform_param { scale: 0.5 mean_value: 7 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt,
+               .outputs = 2});
   t.push_back({.name = "MemoryData",
                .layer = "type: 'MemoryData' memory_data_param { batch_size: 2 channels: 3 height: 4 width: 5 }",
                .no_oracle = "filled by the caller: its kernel computes nothing",
