@@ -6,8 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
+#include "caffe.pb.h"
 #include "cli_util.h"
+#include "data/image_decode.h"
 
 namespace bks::test {
 namespace {
@@ -188,6 +191,36 @@ TEST(Cli, TimeAndDeployATrainValWhoseDataIsAbsent) {
   EXPECT_EQ(t.code, 2) << t.output;
 }
 
+// WindowData and DenseImageData stand in by their own shapes: the crop squares, or the dense
+// crop with its label map (N, 1, H, W), which --input-shape resizes with the data.
+TEST(Cli, TimeWindowAndDenseDataWhoseSourcesAreAbsent) {
+  const std::string window = write_temp(
+      "absent_window.prototxt",
+      "layer { name: 'data' type: 'WindowData' top: 'data' top: 'label'\n"
+      "  window_data_param { source: '/nonexistent/windows.txt' batch_size: 4 context_pad: 2 }\n"
+      "  transform_param { crop_size: 12 mirror: true } }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' inner_product_param { num_output: 3 } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n");
+  auto r = run_cmd("time --model " + window + " --iterations 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("data source /nonexistent/windows.txt not found; stands in as Input (4,3,12,12)"),
+            std::string::npos)
+      << r.output;
+  const std::string dense = write_temp(
+      "absent_dense.prototxt",
+      "layer { name: 'data' type: 'DenseImageData' top: 'data' top: 'label'\n"
+      "  dense_image_data_param { source: '/nonexistent/pairs.txt' batch_size: 2 crop_height: 6 crop_width: 8 } }\n"
+      "layer { name: 'conv' type: 'Convolution' bottom: 'data' top: 'conv'\n"
+      "  convolution_param { num_output: 3 kernel_size: 3 pad: 1 } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'conv' bottom: 'label' top: 'loss'\n"
+      "  loss_param { weight_by_label_freqs: true class_weighting: 1 class_weighting: 2 class_weighting: 3 } }\n");
+  r = run_cmd("time --model " + dense + " --iterations 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("stands in as Input (2,3,6,8)"), std::string::npos) << r.output;
+  r = run_cmd("time --model " + dense + " --iterations 1 --input-shape 1,3,10,12");
+  EXPECT_EQ(r.code, 0) << "the label map follows the given shape: " << r.output;
+}
+
 // A solver state whose metadata is not a number: one line naming the file and key, exit 2
 // (it was std::stoull's "stoull", exit 1).
 TEST(Cli, CorruptSolverStateMetadataExitsTwo) {
@@ -267,6 +300,112 @@ TEST(Cli, SigintSnapshotsThenStopsAndResumeContinues) {
     if (at != std::string::npos) last_iter = std::max<int64_t>(last_iter, std::stoll(line.substr(at + 7)));
   }
   EXPECT_GE(last_iter, from + 15) << "the resumed run's records follow the interrupted one's";
+}
+
+// ---- Real files of the model zoo with generated data (skipped where /work/zoo is absent) ----
+
+std::string zoo_file(const std::string& rel) {
+  const char* env = std::getenv("BKS_ZOO");
+  return (fs::path(env ? env : "/work/zoo") / rel).string();
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  size_t n = 0;
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()), ++n)
+    s.replace(at, from.size(), to);
+  ASSERT_GT(n, 0u) << from;
+}
+
+// A colour PNG whose channel k at (y, x) is (37k + 5y + 3x + seed) mod 256.
+void write_png(const fs::path& file, int h, int w, int seed) {
+  std::vector<uint8_t> chw(static_cast<size_t>(3 * h * w));
+  for (int k = 0; k < 3; ++k)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        chw[static_cast<size_t>((k * h + y) * w + x)] = static_cast<uint8_t>(37 * k + 5 * y + 3 * x + seed);
+  std::ofstream(file, std::ios::binary) << encode_image(chw.data(), 3, h, w, false, false);
+}
+
+// BVLC's R-CNN fine-tuning file (CaffeNet, WindowData with context_pad 16, warp crops of 227,
+// mirror and ImageNet's mean file; a loss without a top) trains on a window file over three
+// generated images, with batches of 4 instead of 128.
+TEST(Cli, ZooPascalFinetuneTrainsOnAWindowFile) {
+  const std::string model = zoo_file("pascal_finetune/pascal_finetune_trainval_test.prototxt");
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const fs::path dir = fs::temp_directory_path() / "bks_cli_pascal";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "img");
+  std::ofstream windows(dir / "windows.txt");
+  for (int i = 0; i < 3; ++i) {
+    write_png(dir / "img" / (std::to_string(i) + ".png"), 90, 120, 50 * i);
+    // Four foreground boxes (classes 1 to 20), three background ones, one between the thresholds.
+    windows << "# " << i << "\n" << (dir / "img" / (std::to_string(i) + ".png")).string() << "\n3\n90\n120\n8\n";
+    for (int k = 0; k < 4; ++k)
+      windows << (1 + (5 * i + k) % 20) << " 0.8 " << 10 * k << " 5 " << 60 + 10 * k << " 70\n";
+    for (int k = 0; k < 3; ++k) windows << "0 0.1 " << 30 * k << " 20 " << 30 * k + 29 << " 89\n";
+    windows << "7 0.45 0 0 119 89\n";
+  }
+  windows.close();
+  proto::BlobProto mean;
+  for (int d : {1, 3, 256, 256}) mean.mutable_shape()->add_dim(d);
+  for (int k = 0; k < 3 * 256 * 256; ++k) mean.add_data(100.f + static_cast<float>(k % 50));
+  std::ofstream(dir / "mean.binaryproto", std::ios::binary) << mean.SerializeAsString();
+  std::ifstream in(model);
+  std::string net((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* split : {"trainval", "test"})
+    replace_all(net, std::string("examples/finetune_pascal_detection/window_file_2007_") + split + ".txt",
+                (dir / "windows.txt").string());
+  replace_all(net, "data/ilsvrc12/imagenet_mean.binaryproto", (dir / "mean.binaryproto").string());
+  replace_all(net, "batch_size: 128", "batch_size: 4");
+  std::ofstream(dir / "net.prototxt") << net;
+  std::ofstream(dir / "solver.prototxt") << "net: '" << (dir / "net.prototxt").string()
+                                         << "'\nbase_lr: 0.001 lr_policy: 'fixed' momentum: 0.9 max_iter: 2 "
+                                            "test_iter: 1 test_interval: 2 display: 1 random_seed: 5\n";
+  auto r = run_cmd("train --solver " + (dir / "solver.prototxt").string() + " --out " + (dir / "run").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  std::string all((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("\"loss\""), std::string::npos) << "the loss without a top is reported by its layer's name\n"
+                                                     << all;
+  EXPECT_NE(all.find("\"accuracy\""), std::string::npos) << all;
+  EXPECT_EQ(all.find("nan"), std::string::npos) << all;
+}
+
+// SegNet's training file (DenseImageData, class-weighted SoftmaxWithLoss) takes a training step
+// on generated 360 x 480 CamVid-like pairs, batches of 1 instead of 4. The labels are the 11
+// classes only: CamVid's void (11, the loss's ignore_label) would stop the file's Accuracy
+// layer, which has no ignore_label (Caffe's reads past its per-class counts there).
+TEST(Cli, ZooSegNetTrainsOnImageAndLabelPairs) {
+  const std::string model = zoo_file("segnet/segnet_train.prototxt");
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const fs::path dir = fs::temp_directory_path() / "bks_cli_segnet";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream list(dir / "train.txt");
+  for (int i = 0; i < 2; ++i) {
+    write_png(dir / (std::to_string(i) + ".png"), 360, 480, 20 * i);
+    std::vector<uint8_t> labels(360 * 480);
+    for (size_t p = 0; p < labels.size(); ++p) labels[p] = static_cast<uint8_t>((p / 480 / 30 + p % 480 / 40 + i) % 11);
+    std::ofstream(dir / (std::to_string(i) + "_label.png"), std::ios::binary)
+        << encode_image(labels.data(), 1, 360, 480, false, false);
+    list << (dir / (std::to_string(i) + ".png")).string() << " " << (dir / (std::to_string(i) + "_label.png")).string()
+         << "\n";
+  }
+  list.close();
+  std::ifstream in(model);
+  std::string net((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  replace_all(net, "/SegNet/CamVid/train.txt", (dir / "train.txt").string());
+  replace_all(net, "batch_size: 4", "batch_size: 1");
+  std::ofstream(dir / "net.prototxt") << net;
+  std::ofstream(dir / "solver.prototxt") << "net: '" << (dir / "net.prototxt").string()
+                                         << "'\nbase_lr: 0.001 lr_policy: 'fixed' momentum: 0.9 max_iter: 1 "
+                                            "display: 1 random_seed: 5\n";
+  auto r = run_cmd("train --solver " + (dir / "solver.prototxt").string() + " --out " + (dir / "run").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  std::string all((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("\"loss\""), std::string::npos) << all;
+  EXPECT_EQ(all.find("nan"), std::string::npos) << all;
 }
 
 }  // namespace

@@ -288,9 +288,10 @@ Tensor softmax_of(const Tensor& x) {
   return y;
 }
 
-// -log softmax(x)[label] averaged over the items whose label is not `ignore` (VALID).
-Oracle softmax_loss(int ignore) {
-  return [ignore](const OpHarness& h) {
+// -log softmax(x)[label] averaged over the items whose label is not `ignore` (VALID), each
+// item's term times its class's weight when `weights` are given (SegNet's class_weighting).
+Oracle softmax_loss(int ignore, std::vector<double> weights = {}) {
+  return [ignore, weights](const OpHarness& h) {
     Tensor p = softmax_of(h.in[0]);
     int64_t outer = p.dim(0), ch = p.dim(1), inner = p.numel() / (outer * ch);
     double loss = 0;
@@ -299,7 +300,7 @@ Oracle softmax_loss(int ignore) {
       for (int64_t i = 0; i < inner; ++i) {
         auto l = static_cast<int64_t>(h.in[1].f32()[o * inner + i]);
         if (l == ignore) continue;
-        loss -= std::log(p.f32()[(o * ch + l) * inner + i]);
+        loss -= std::log(p.f32()[(o * ch + l) * inner + i]) * (weights.empty() ? 1.0 : weights[l]);
         ++valid;
       }
     return std::vector<Tensor>{scalar(loss / static_cast<double>(std::max<int64_t>(valid, 1)))};
@@ -856,6 +857,13 @@ std::vector<SweepCase> build_cases() {
                .oracle = softmax_loss(2),
                .setup = labels(1, 3, 3, 2),
                .grad_inputs = {0}});
+  t.push_back({.name = "SoftmaxWithLoss_segnet_class_weighting",
+               .layer = "type: 'SoftmaxWithLoss' loss_param { weight_by_label_freqs: true ignore_label: 9 "
+                        "class_weighting: 0.25 class_weighting: 4 class_weighting: 1.5 class_weighting: 0.5 }",
+               .in = {{2, 4, 2, 3}, {2, 1, 2, 3}},
+               .oracle = softmax_loss(9, {0.25, 4, 1.5, 0.5}),
+               .setup = labels(1, 4, 5, 9),
+               .grad_inputs = {0}});
   t.push_back({.name = "EuclideanLoss",
                .layer = "type: 'EuclideanLoss'",
                .in = {{3, 4}, {3, 4}},
@@ -1152,6 +1160,21 @@ std::vector<SweepCase> build_cases() {
                .layer = "type: 'ImageData' image_data_param { source: 'list.txt' batch_size: 4 new_height: 8 "
                         "new_width: 6 is_color: false shuffle: true root_folder: 'imgs/' rand_skip: 3 } "
                         "transform_param { scale: 0.5 mirror: true crop_size: 4 mean_value: 1 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt,
+               .outputs = 2});
+  t.push_back({.name = "WindowData",
+               .layer = "type: 'WindowData' window_data_param { source: 'windows.txt' batch_size: 8 fg_threshold: 0.6 "
+                        "bg_threshold: 0.3 fg_fraction: 0.5 context_pad: 2 crop_mode: 'square' cache_images: true "
+                        "root_folder: 'imgs/' scale: 0.5 } transform_param { mirror: true crop_size: 12 "
+                        "mean_value: 1 mean_value: 2 mean_value: 3 }",
+               .no_oracle = kDataExempt,
+               .no_gradient = kDataExempt,
+               .outputs = 2});
+  t.push_back({.name = "DenseImageData",
+               .layer = "type: 'DenseImageData' dense_image_data_param { source: 'pairs.txt' batch_size: 2 "
+                        "rand_skip: 1 shuffle: true new_height: 8 new_width: 10 is_color: false root_folder: 'imgs/' "
+                        "mirror: true crop_height: 4 crop_width: 6 } transform_param { scale: 0.5 mean_value: 7 }",
                .no_oracle = kDataExempt,
                .no_gradient = kDataExempt,
                .outputs = 2});

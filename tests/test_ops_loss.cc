@@ -1,6 +1,6 @@
-// Softmax, SoftmaxWithLoss (normalisation, ignore_label), Accuracy (top-k), EuclideanLoss,
-// SigmoidCrossEntropyLoss, ContrastiveLoss, InfogainLoss, MultinomialLogisticLoss and
-// HingeLoss.
+// Softmax, SoftmaxWithLoss (normalisation, ignore_label, SegNet's class weights), Accuracy
+// (top-k), EuclideanLoss, SigmoidCrossEntropyLoss, ContrastiveLoss, InfogainLoss,
+// MultinomialLogisticLoss and HingeLoss.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,6 +112,43 @@ void expect_error_naming(const std::string& layer, const std::vector<Shape>& in,
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
   }
+}
+
+// SegNet's class weighting: each pixel's loss and gradient times its class's weight, divided
+// by the count of pixels not ignored (the fork's `normalize`, VALID). Zero scores make every
+// probability 1/3, so the loss is sum(w_label) ln 3 / valid and dx = (1/3 - [k == label]) w / valid.
+TEST(SoftmaxWithLoss, SegNetClassWeightingByHand) {
+  const std::string layer =
+      "type: 'SoftmaxWithLoss' loss_param { weight_by_label_freqs: true ignore_label: 255 class_weighting: 0.5 "
+      "class_weighting: 2 class_weighting: 3 ";
+  OpHarness h(layer + "}", {{1, 3, 1, 5}, {1, 1, 1, 5}});
+  h.in[0].zero();
+  set_labels(h.in[1], {0, 2, 255, 1, 0});
+  h.forward();
+  const double ln3 = std::log(3.0), w[] = {0.5, 2, 3};
+  EXPECT_NEAR(h.out[0].f32()[0], (0.5 + 3 + 2 + 0.5) * ln3 / 4, 1e-6);
+  h.out_grad[0].f32()[0] = 1.f;
+  h.backward();
+  const int labels[] = {0, 2, -1, 1, 0};
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 5; ++i) {
+      double want = labels[i] < 0 ? 0.0 : (1.0 / 3 - (k == labels[i])) * w[labels[i]] / 4;
+      EXPECT_NEAR(h.in_grad[0].f32()[k * 5 + i], want, 1e-6) << "class " << k << " pixel " << i;
+    }
+  // normalize: false divides by the batch (1 image) instead of the 4 valid pixels.
+  OpHarness batch(layer + "normalize: false }", {{1, 3, 1, 5}, {1, 1, 1, 5}});
+  batch.in[0].zero();
+  set_labels(batch.in[1], {0, 2, 255, 1, 0});
+  batch.forward();
+  EXPECT_NEAR(batch.out[0].f32()[0], 6 * ln3, 1e-5);
+  // Random scores: the gradient by finite differences.
+  OpHarness fd(layer + "}", {{2, 3, 2, 2}, {2, 1, 2, 2}});
+  set_labels(fd.in[1], {0, 1, 2, 255, 2, 2, 1, 0});
+  fd.check_gradients(1e-3f, 1e-2f, {0});
+  // One weight per class, and weights only with weight_by_label_freqs.
+  expect_error_naming(layer + "class_weighting: 1 }", {{1, 3, 1, 5}, {1, 1, 1, 5}}, "class_weighting has 4 values");
+  expect_error_naming("type: 'SoftmaxWithLoss' loss_param { weight_by_label_freqs: true }", {{1, 3}, {1}},
+                      "class_weighting");
 }
 
 // Caffe's contrastive loss in double: similar pairs d^2, dissimilar max(m - d, 0)^2 (legacy:

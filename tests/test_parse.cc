@@ -112,6 +112,38 @@ TEST(Parse, ALayerNameUsedTwiceIsRenamed) {
   EXPECT_EQ(g.nodes[3].name, "r_2_2") << "a name taken by a later layer is not reused";
 }
 
+// Caffe's AutoTopBlobs: a loss layer without a top gets one (named after the layer, or after
+// it with " (automatic)" when a blob has that name), which counts in the loss with weight 1
+// and which no other layer can read.
+TEST(Parse, ALossWithoutATopGetsOneAsInCaffe) {
+  const std::string inputs =
+      "layer { name: 'in' type: 'Input' top: 'x' top: 'label' input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } "
+      "} }\n";
+  const std::string losses =
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'x' bottom: 'label' }\n"
+      "layer { name: 'x2' type: 'EuclideanLoss' bottom: 'x' bottom: 'x' loss_weight: 0.5 }\n"
+      "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x2' }\n";
+  std::string path = write_temp("autotop.prototxt", inputs + losses);
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  Graph g = build_caffe_graph(load_net_file(path), st);
+  ASSERT_EQ(g.nodes[1].outputs.size(), 1u);
+  EXPECT_EQ(g.values[g.nodes[1].outputs[0]].name, "loss");
+  ASSERT_EQ(g.nodes[2].outputs.size(), 1u);
+  EXPECT_EQ(g.values[g.nodes[2].outputs[0]].name, "x2 (automatic)") << "the blob name x2 is taken";
+  CpuBackend be(1);
+  ParamStore store;
+  Net net(std::move(g), proto::TRAIN, store, be, 1);
+  EXPECT_EQ(net.loss_weight(net.graph().find_value("loss")), 1.f);
+  EXPECT_EQ(net.loss_weight(net.graph().find_value("x2 (automatic)")), 0.5f);
+  // Only losses: another layer without a top is still an error, and no layer reads the new top.
+  expect_net_error(inputs + "layer { name: 'r' type: 'ReLU' bottom: 'x' }", "layer 'r'");
+  expect_net_error(inputs +
+                       "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'x' bottom: 'label' }\n"
+                       "layer { name: 'r' type: 'ReLU' bottom: 'loss' top: 'y' }",
+                   "bottom 'loss' is not produced");
+}
+
 // A field of a Caffe fork bakusoku lacks: the error names the layer, its type and the field
 // (inside its parameter message), not protobuf's message type.
 TEST(Parse, ForkFieldNamesTheLayerAndField) {

@@ -270,6 +270,50 @@ TEST(Upgrade, V1DataLayerTransformationMovesToTransformParam) {
   EXPECT_FALSE(p.layer(1).has_transform_param());
 }
 
+// R-CNN's V1 WINDOW_DATA: mean_file, crop_size and mirror move to transform_param as in
+// Caffe, but the scale stays in window_data_param, where WindowData reads it. V0's
+// window_data fields (det_*) become window_data_param's. V1 IMAGE_DATA moves all four.
+TEST(Upgrade, V1AndV0WindowDataKeepTheirFields) {
+  proto::NetParameter p = parse_net(R"(
+    layers { name: "w" type: WINDOW_DATA top: "data" top: "label"
+             window_data_param { source: "windows.txt" batch_size: 128 scale: 0.5 mean_file: "m.binaryproto"
+                                 crop_size: 227 mirror: true fg_threshold: 0.5 context_pad: 16 crop_mode: "warp" } }
+    layers { name: "i" type: IMAGE_DATA top: "i" top: "l"
+             image_data_param { source: "list.txt" scale: 0.25 crop_size: 8 } })");
+  upgrade_net(p, "net");
+  const proto::LayerParameter& w = p.layer(0);
+  EXPECT_EQ(w.type(), "WindowData");
+  EXPECT_EQ(w.transform_param().mean_file(), "m.binaryproto");
+  EXPECT_EQ(w.transform_param().crop_size(), 227u);
+  EXPECT_TRUE(w.transform_param().mirror());
+  EXPECT_FALSE(w.transform_param().has_scale());
+  EXPECT_EQ(w.window_data_param().scale(), 0.5f);
+  EXPECT_FALSE(w.window_data_param().has_mean_file() || w.window_data_param().has_crop_size() ||
+               w.window_data_param().has_mirror());
+  EXPECT_EQ(w.window_data_param().context_pad(), 16u);
+  EXPECT_EQ(p.layer(1).transform_param().scale(), 0.25f);
+  EXPECT_EQ(p.layer(1).transform_param().crop_size(), 8u);
+  EXPECT_FALSE(p.layer(1).image_data_param().has_scale() || p.layer(1).image_data_param().has_crop_size());
+
+  p = parse_net(R"(
+    layers { layer { name: "w" type: "window_data" source: "windows.txt" batchsize: 64 scale: 2 cropsize: 99
+                     meanfile: "m.binaryproto" det_fg_threshold: 0.6 det_bg_threshold: 0.3 det_fg_fraction: 0.5
+                     det_context_pad: 8 det_crop_mode: "square" }
+             top: "data" top: "label" })");
+  EXPECT_EQ(upgrade_net(p, "net"), NetFormat::v0);
+  const proto::WindowDataParameter& v = p.layer(0).window_data_param();
+  EXPECT_EQ(v.source(), "windows.txt");
+  EXPECT_EQ(v.batch_size(), 64u);
+  EXPECT_EQ(v.scale(), 2.f);
+  EXPECT_EQ(v.fg_threshold(), 0.6f);
+  EXPECT_EQ(v.bg_threshold(), 0.3f);
+  EXPECT_EQ(v.fg_fraction(), 0.5f);
+  EXPECT_EQ(v.context_pad(), 8u);
+  EXPECT_EQ(v.crop_mode(), "square");
+  EXPECT_EQ(p.layer(0).transform_param().crop_size(), 99u);
+  EXPECT_EQ(p.layer(0).transform_param().mean_file(), "m.binaryproto");
+}
+
 // V0: `layers { layer { ... } bottom top }`, flat fields, and padding as its own layer.
 const char* kV0Net = R"(name: "v0"
 input: "data"

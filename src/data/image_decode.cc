@@ -21,8 +21,8 @@ bool is_png(std::string_view b) { return b.substr(0, 8) == std::string_view("\x8
 bool is_jpeg(std::string_view b) { return b.substr(0, 3) == "\xff\xd8\xff"; }
 
 // OpenCV's INTER_LINEAR geometry: pixel centres aligned (src = (dst + 0.5) * scale - 0.5),
-// clamped at the borders. Interleaved (H x W x C) in and out.
-void resize_bilinear(const uint8_t* src, int sw, int sh, uint8_t* dst, int dw, int dh, int c) {
+// clamped at the borders. Interleaved (H x W x C) in and out; source rows `row` bytes apart.
+void resize_bilinear(const uint8_t* src, int sw, int sh, size_t row, uint8_t* dst, int dw, int dh, int c) {
   const double fx = static_cast<double>(sw) / dw, fy = static_cast<double>(sh) / dh;
   std::vector<int> x0(static_cast<size_t>(dw)), x1(static_cast<size_t>(dw));
   std::vector<float> ax(static_cast<size_t>(dw));
@@ -42,8 +42,8 @@ void resize_bilinear(const uint8_t* src, int sw, int sh, uint8_t* dst, int dw, i
     float b = static_cast<float>(s - i);
     if (i < 0) i = 0, b = 0.f;
     if (i >= sh - 1) i = sh - 1, b = 0.f;
-    const uint8_t* r0 = src + static_cast<size_t>(i) * sw * c;
-    const uint8_t* r1 = src + static_cast<size_t>(std::min(i + 1, sh - 1)) * sw * c;
+    const uint8_t* r0 = src + static_cast<size_t>(i) * row;
+    const uint8_t* r1 = src + static_cast<size_t>(std::min(i + 1, sh - 1)) * row;
     uint8_t* out = dst + static_cast<size_t>(y) * dw * c;
     for (int x = 0; x < dw; ++x) {
       const size_t p0 = static_cast<size_t>(x0[static_cast<size_t>(x)]) * c,
@@ -59,7 +59,30 @@ void resize_bilinear(const uint8_t* src, int sw, int sh, uint8_t* dst, int dw, i
   }
 }
 
+// OpenCV's INTER_NEAREST: source pixel floor(dst * scale), its scale computed as OpenCV
+// does (the inverse of dst / src), so exact multiples land on the same pixels.
+void resize_nearest(const uint8_t* src, int sw, int sh, size_t row, uint8_t* dst, int dw, int dh, int c) {
+  const double fx = 1.0 / (static_cast<double>(dw) / sw), fy = 1.0 / (static_cast<double>(dh) / sh);
+  std::vector<size_t> sx(static_cast<size_t>(dw));
+  for (int x = 0; x < dw; ++x)
+    sx[static_cast<size_t>(x)] = static_cast<size_t>(std::min(static_cast<int>(std::floor(x * fx)), sw - 1)) * c;
+  for (int y = 0; y < dh; ++y) {
+    const uint8_t* r = src + static_cast<size_t>(std::min(static_cast<int>(std::floor(y * fy)), sh - 1)) * row;
+    uint8_t* out = dst + static_cast<size_t>(y) * dw * c;
+    for (int x = 0; x < dw; ++x)
+      for (int k = 0; k < c; ++k) out[static_cast<size_t>(x) * c + k] = r[sx[static_cast<size_t>(x)] + k];
+  }
+}
+
 }  // namespace
+
+void resize_plane(const uint8_t* src, int stride, int sw, int sh, uint8_t* dst, int dw, int dh,
+                  ImageDecodeOptions::Resize how) {
+  if (how == ImageDecodeOptions::Resize::nearest)
+    resize_nearest(src, sw, sh, static_cast<size_t>(stride), dst, dw, dh, 1);
+  else
+    resize_bilinear(src, sw, sh, static_cast<size_t>(stride), dst, dw, dh, 1);
+}
 
 bool image_header(std::string_view bytes, int& channels, int& height, int& width) {
   if ((!is_png(bytes) && !is_jpeg(bytes)) || bytes.size() > static_cast<size_t>(INT_MAX)) return false;
@@ -131,8 +154,11 @@ Decoded decode_image(std::string_view bytes, const ImageDecodeOptions& o, Decode
   std::vector<uint8_t> resized;
   if (h != ih || w != iw) {
     resized.resize(static_cast<size_t>(w) * h * c);
+    const size_t row = static_cast<size_t>(iw) * c;
     if (o.resize == ImageDecodeOptions::Resize::bilinear) {
-      resize_bilinear(px, iw, ih, resized.data(), w, h, c);
+      resize_bilinear(px, iw, ih, row, resized.data(), w, h, c);
+    } else if (o.resize == ImageDecodeOptions::Resize::nearest) {
+      resize_nearest(px, iw, ih, row, resized.data(), w, h, c);
     } else if (!stbir_resize_uint8(px, iw, ih, 0, resized.data(), w, h, 0, c)) {
       why = "cannot resize";
       return Decoded::not_an_image;

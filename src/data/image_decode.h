@@ -21,9 +21,10 @@ struct ImageDecodeOptions {
   int channels = 0;           // 1 (grey) or 3 (colour); 0: the file's own (grey or colour, alpha dropped)
   int height = 0, width = 0;  // 0 and 0: the file's own size
   bool bgr = false;           // colour channels in Caffe's (OpenCV's) order, blue first
-  // How a size change is computed: OpenCV's INTER_LINEAR, as Caffe's tools and layers do, or
-  // stb's filtered resampling (smoother when shrinking a lot; the dashboard's choice).
-  enum class Resize { bilinear, filtered } resize = Resize::bilinear;
+  // How a size change is computed: OpenCV's INTER_LINEAR, as Caffe's tools and layers do,
+  // stb's filtered resampling (smoother when shrinking a lot; the dashboard's choice), or
+  // OpenCV's INTER_NEAREST (label images: class ids must not blend).
+  enum class Resize { bilinear, filtered, nearest } resize = Resize::bilinear;
 };
 
 struct DecodedImage {
@@ -38,6 +39,12 @@ Decoded decode_image(std::string_view bytes, const ImageDecodeOptions& o, Decode
 // The channel count and size a PNG/JPEG header declares, without decoding; false if `bytes`
 // is not such an image.
 bool image_header(std::string_view bytes, int& channels, int& height, int& width);
+
+// Resizes one plane of bytes (sw x sh, rows `stride` bytes apart: a crop of a larger
+// plane) to dw x dh as OpenCV's cv::resize does with INTER_LINEAR (bilinear) or
+// INTER_NEAREST (nearest); `filtered` is not offered here.
+void resize_plane(const uint8_t* src, int stride, int sw, int sh, uint8_t* dst, int dw, int dh,
+                  ImageDecodeOptions::Resize how);
 
 // Encodes C x H x W bytes (channels 1 or 3; colour in the order `bgr` says) as a PNG or JPEG
 // (quality 95) file. For convert_imageset --encoded with a resize.

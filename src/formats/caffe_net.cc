@@ -67,8 +67,16 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
 }  // namespace
 
 bool caffe_data_layer_type(const std::string& type) {
-  static const std::set<std::string> kinds{"Data",       "HDF5Data",  "ImageData", "Input",
-                                           "MemoryData", "DummyData", "WindowData"};
+  static const std::set<std::string> kinds{"Data",       "HDF5Data",  "ImageData",  "Input",
+                                           "MemoryData", "DummyData", "WindowData", "DenseImageData"};
+  return kinds.count(type) > 0;
+}
+
+bool caffe_loss_layer_type(const std::string& type) {
+  static const std::set<std::string> kinds{"ContrastiveLoss",         "EuclideanLoss",
+                                           "HingeLoss",               "InfogainLoss",
+                                           "MultinomialLogisticLoss", "SigmoidCrossEntropyLoss",
+                                           "SoftmaxWithLoss"};
   return kinds.count(type) > 0;
 }
 
@@ -179,8 +187,9 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
   g.name = net.param.name();
   g.source = net.source;
   std::map<std::string, int> latest;  // blob name -> current value
-  std::set<std::string> layer_names;
+  std::set<std::string> layer_names, blob_names;
   add_net_level_inputs(net, g, latest);
+  for (const auto& lp : net.param.layer()) blob_names.insert(lp.top().begin(), lp.top().end());
 
   for (int li = 0; li < net.param.layer_size(); ++li) {
     const auto& lp = net.param.layer(li);
@@ -221,14 +230,23 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
       n.outputs.push_back(v);
       latest[t] = v;
     }
+    // Caffe's AutoTopBlobs: a loss layer without a top gets one no other layer can read (BVLC's
+    // pascal_finetune_trainval_test has such a loss). Named after the layer, so its value is
+    // reported by that name, unless a blob has that name already.
+    if (lp.top_size() == 0 && caffe_loss_layer_type(n.type)) {
+      std::string name = blob_names.count(n.name) ? n.name + " (automatic)" : n.name;
+      int v = g.add_value(name);
+      g.values[v].producer = id;
+      n.outputs.push_back(v);
+    }
     if (lp.propagate_down_size() > 0 && lp.propagate_down_size() != lp.bottom_size())
       input_error("{}: layer '{}': propagate_down has {} entries for {} bottoms", where, n.name,
                   lp.propagate_down_size(), lp.bottom_size());
     for (int i = 0; i < lp.bottom_size(); ++i)
       n.propagate_down.push_back(lp.propagate_down_size() ? lp.propagate_down(i) : true);
-    if (lp.loss_weight_size() > 0 && lp.loss_weight_size() != lp.top_size())
+    if (lp.loss_weight_size() > 0 && lp.loss_weight_size() != static_cast<int>(n.outputs.size()))
       input_error("{}: layer '{}': loss_weight has {} entries for {} tops", where, n.name, lp.loss_weight_size(),
-                  lp.top_size());
+                  n.outputs.size());
     g.nodes.push_back(std::move(n));
   }
   if (g.nodes.empty()) input_error("{}: no layers in phase {}", net.source, proto::Phase_Name(state.phase()));

@@ -41,9 +41,12 @@ void resolve_data_paths(proto::NetParameter& net, const std::string& prototxt_di
 // A path as given if it exists, else relative to `base_dir` if that exists, else as given.
 std::string resolve_path(const std::string& path, const std::string& base_dir);
 
-// Whether a Caffe layer type brings data in (Caffe's data layers, including those bakusoku
-// does not implement: ImageData, MemoryData, DummyData, WindowData).
+// Whether a Caffe layer type brings data in (Caffe's data layers, including DummyData, which
+// bakusoku does not implement, and SegNet's DenseImageData).
 bool caffe_data_layer_type(const std::string& type);
+// Whether a Caffe layer type is one of Caffe's LossLayers, which get a top of their own when
+// the file gives none (Caffe's AutoTopBlobs).
+bool caffe_loss_layer_type(const std::string& type);
 
 // The state a net is built in, as `caffe time/test/train` make it: the file's state with
 // `phase`, the stages given added, and the level given (a negative `level`: the file's).

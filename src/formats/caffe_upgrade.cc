@@ -250,11 +250,17 @@ V1 upgrade_v0_layer(V1& in, const std::string& where) {
       out.mutable_data_param()->set_source(v.source());
     else if (hdf5)
       out.mutable_hdf5_data_param()->set_source(v.source());
-    else if (!images && !window && t != "infogain_loss")
+    else if (window)
+      out.mutable_window_data_param()->set_source(v.source());
+    else if (!images && t != "infogain_loss")
       drop("source");
   }
-  // Transformation fields move to transform_param whatever the type, as in Caffe.
-  if (v.has_scale()) out.mutable_transform_param()->set_scale(v.scale());
+  // Transformation fields move to transform_param whatever the type, as in Caffe; but
+  // WindowData reads its scale from window_data_param (Caffe's upgrade loses it).
+  if (v.has_scale() && window)
+    out.mutable_window_data_param()->set_scale(v.scale());
+  else if (v.has_scale())
+    out.mutable_transform_param()->set_scale(v.scale());
   if (v.has_meanfile()) out.mutable_transform_param()->set_mean_file(v.meanfile());
   if (v.has_cropsize()) out.mutable_transform_param()->set_crop_size(v.cropsize());
   if (v.has_mirror()) out.mutable_transform_param()->set_mirror(v.mirror());
@@ -263,7 +269,9 @@ V1 upgrade_v0_layer(V1& in, const std::string& where) {
       out.mutable_data_param()->set_batch_size(v.batchsize());
     else if (hdf5)
       out.mutable_hdf5_data_param()->set_batch_size(v.batchsize());
-    else if (!images && !window)
+    else if (window)
+      out.mutable_window_data_param()->set_batch_size(v.batchsize());
+    else if (!images)
       drop("batchsize");
   }
   if (v.has_rand_skip()) {
@@ -283,7 +291,14 @@ V1 upgrade_v0_layer(V1& in, const std::string& where) {
     else
       drop("concat_dim");
   }
-  if (!window) {
+  if (window) {
+    proto::WindowDataParameter& w = *out.mutable_window_data_param();
+    if (v.has_det_fg_threshold()) w.set_fg_threshold(v.det_fg_threshold());
+    if (v.has_det_bg_threshold()) w.set_bg_threshold(v.det_bg_threshold());
+    if (v.has_det_fg_fraction()) w.set_fg_fraction(v.det_fg_fraction());
+    if (v.has_det_context_pad()) w.set_context_pad(v.det_context_pad());
+    if (v.has_det_crop_mode()) w.set_crop_mode(v.det_crop_mode());
+  } else {
     if (v.has_det_fg_threshold()) drop("det_fg_threshold");
     if (v.has_det_bg_threshold()) drop("det_bg_threshold");
     if (v.has_det_fg_fraction()) drop("det_fg_fraction");
@@ -307,23 +322,33 @@ void upgrade_v0_net(proto::NetParameter& net, const std::string& where, std::vec
   net = std::move(out);
 }
 
-// Caffe's UpgradeNetDataTransformation for the Data layers of a V1 net (the image and
-// window data layers it also covers are not in bakusoku's schema).
+// One layer's scale/mean_file/crop_size/mirror moved from its data parameter `d` to its
+// transform_param (the scale only when `scale`).
+template <class P>
+void move_transformation(P& d, V1& l, bool scale) {
+  if (!(scale && d.has_scale()) && !d.has_mean_file() && !d.has_crop_size() && !d.has_mirror()) return;
+  proto::TransformationParameter& t = *l.mutable_transform_param();
+  if (scale && d.has_scale()) t.set_scale(d.scale());
+  if (d.has_mean_file()) t.set_mean_file(d.mean_file());
+  if (d.has_crop_size()) t.set_crop_size(d.crop_size());
+  if (d.has_mirror()) t.set_mirror(d.mirror());
+  if (scale) d.clear_scale();
+  d.clear_mean_file();
+  d.clear_crop_size();
+  d.clear_mirror();
+}
+
+// Caffe's UpgradeNetDataTransformation for the Data, ImageData and WindowData layers of a V1
+// net. WindowData keeps its scale in window_data_param, where its layer reads it (Caffe's
+// upgrade moves it to transform_param, which that layer ignores).
 void upgrade_data_transformation(proto::NetParameter& net) {
   for (V1& l : *net.mutable_layers()) {
-    if (l.type() != V1::DATA || !l.has_data_param()) continue;
-    const proto::DataParameter& old = l.data_param();
-    if (!old.has_scale() && !old.has_mean_file() && !old.has_crop_size() && !old.has_mirror()) continue;
-    proto::DataParameter& d = *l.mutable_data_param();
-    proto::TransformationParameter& t = *l.mutable_transform_param();
-    if (d.has_scale()) t.set_scale(d.scale());
-    if (d.has_mean_file()) t.set_mean_file(d.mean_file());
-    if (d.has_crop_size()) t.set_crop_size(d.crop_size());
-    if (d.has_mirror()) t.set_mirror(d.mirror());
-    d.clear_scale();
-    d.clear_mean_file();
-    d.clear_crop_size();
-    d.clear_mirror();
+    if (l.type() == V1::DATA && l.has_data_param())
+      move_transformation(*l.mutable_data_param(), l, true);
+    else if (l.type() == V1::IMAGE_DATA && l.has_image_data_param())
+      move_transformation(*l.mutable_image_data_param(), l, true);
+    else if (l.type() == V1::WINDOW_DATA && l.has_window_data_param())
+      move_transformation(*l.mutable_window_data_param(), l, false);
   }
 }
 

@@ -1,9 +1,11 @@
-// Softmax, and SoftmaxWithLoss (softmax + multinomial logistic loss, with ignore_label and
-// Caffe's normalisation modes).
+// Softmax, and SoftmaxWithLoss (softmax + multinomial logistic loss, with ignore_label,
+// Caffe's normalisation modes and SegNet's per-class weights).
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "core/log.h"
 #include "ops/loss_util.h"
 #include "ops/op.h"
 
@@ -27,19 +29,39 @@ BKS_REGISTER_ATTRS("Softmax", SoftmaxAttrs, softmax_from_caffe, softmax_to_caffe
 struct SoftmaxWithLossAttrs final : AttrsOf<SoftmaxWithLossAttrs> {
   int64_t axis = 1;
   LossSpec loss;
+  // SegNet's loss_param.class_weighting (with weight_by_label_freqs): one weight per class,
+  // multiplying each item's loss and gradient; empty: unweighted.
+  std::vector<float> class_weights;
   void visit(AttrVisitor& v) override {
     v.field("axis", axis);
     v.field("loss", loss);
+    v.field("class_weights", class_weights);
   }
 };
 
-void softmax_loss_from_caffe(const proto::LayerParameter& l, SoftmaxWithLossAttrs& a, const std::string&) {
+void softmax_loss_from_caffe(const proto::LayerParameter& l, SoftmaxWithLossAttrs& a, const std::string& where) {
   a.axis = l.softmax_param().axis();
   a.loss = loss_from_caffe(l, LossSpec::valid);
+  const proto::LossParameter& p = l.loss_param();
+  if (p.weight_by_label_freqs()) {
+    if (p.class_weighting_size() == 0)
+      input_error("{}: loss_param.weight_by_label_freqs needs one class_weighting per class; none given", where);
+    a.class_weights.assign(p.class_weighting().begin(), p.class_weighting().end());
+  } else if (p.class_weighting_size() > 0) {
+    // As in the fork, the weights count only with weight_by_label_freqs.
+    log::warn("{}: loss_param.class_weighting ignored: weight_by_label_freqs is not true", where);
+  }
 }
 void softmax_loss_to_caffe(const SoftmaxWithLossAttrs& a, proto::LayerParameter& l) {
   l.mutable_softmax_param()->set_axis(static_cast<int32_t>(a.axis));
   loss_to_caffe(a.loss, l);
+  proto::LossParameter* p = l.mutable_loss_param();
+  p->clear_weight_by_label_freqs();
+  p->clear_class_weighting();
+  if (!a.class_weights.empty()) {
+    p->set_weight_by_label_freqs(true);
+    for (float w : a.class_weights) p->add_class_weighting(w);
+  }
 }
 BKS_REGISTER_ATTRS("SoftmaxWithLoss", SoftmaxWithLossAttrs, softmax_loss_from_caffe, softmax_loss_to_caffe);
 
@@ -74,12 +96,16 @@ AxisSplit softmax_split(int64_t axis_attr, const Shape& s) {
   return {shape_count(s, 0, axis), s[axis], shape_count(s, axis + 1, static_cast<int>(s.size()))};
 }
 
-// SoftmaxWithLoss's split, checked against the label count.
+// SoftmaxWithLoss's split, checked against the label count and the class weights.
 AxisSplit loss_split(const OpContext& c, const std::vector<Shape>& in) {
-  AxisSplit sp = softmax_split(c.node.attrs.as<SoftmaxWithLossAttrs>().axis, in[0]);
+  const SoftmaxWithLossAttrs& a = c.node.attrs.as<SoftmaxWithLossAttrs>();
+  AxisSplit sp = softmax_split(a.axis, in[0]);
   if (shape_numel(in[1]) != sp.outer * sp.inner)
     c.fail("label count {} must equal prediction count {} (shapes {} and {})", shape_numel(in[1]), sp.outer * sp.inner,
            shape_str(in[0]), shape_str(in[1]));
+  if (!a.class_weights.empty() && static_cast<int64_t>(a.class_weights.size()) != sp.ch)
+    c.fail("loss_param.class_weighting has {} values for {} classes; give one per class", a.class_weights.size(),
+           sp.ch);
   return sp;
 }
 
@@ -159,7 +185,8 @@ class SoftmaxWithLossKernel final : public Kernel {
   explicit SoftmaxWithLossKernel(const OpInit& i)
       : Kernel(i),
         mode_(i.node.attrs.as<SoftmaxWithLossAttrs>().loss.normalization),
-        ignore_(IgnoreLabel::from(i.node.attrs.as<SoftmaxWithLossAttrs>().loss)) {}
+        ignore_(IgnoreLabel::from(i.node.attrs.as<SoftmaxWithLossAttrs>().loss)),
+        weights_(i.node.attrs.as<SoftmaxWithLossAttrs>().class_weights) {}
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     sp_ = loss_split(context(), in);
@@ -178,7 +205,7 @@ class SoftmaxWithLossKernel final : public Kernel {
         if (ignore_.skips(l)) continue;
         if (l < 0 || l >= sp_.ch)
           runtime_error("{}: label {} is outside [0, {}) at item {}", where_, l, sp_.ch, o * sp_.inner + i);
-        loss -= std::log(std::max(p[(o * sp_.ch + l) * sp_.inner + i], FLT_MIN));
+        loss -= std::log(std::max(p[(o * sp_.ch + l) * sp_.inner + i], FLT_MIN)) * weight(l);
         ++valid;
       }
     valid_ = valid;
@@ -200,6 +227,8 @@ class SoftmaxWithLossKernel final : public Kernel {
           continue;
         }
         dx[(o * sp_.ch + l) * sp_.inner + i] -= 1.f;
+        if (!weights_.empty())
+          for (int64_t k = 0; k < sp_.ch; ++k) dx[(o * sp_.ch + k) * sp_.inner + i] *= weights_[l];
       }
     int64_t n = prob_.numel();
 #pragma omp simd
@@ -207,8 +236,11 @@ class SoftmaxWithLossKernel final : public Kernel {
   }
 
  private:
+  // The fork weights each item's loss by its class; the normaliser still counts items.
+  double weight(int l) const { return weights_.empty() ? 1.0 : static_cast<double>(weights_[l]); }
   int mode_;  // LossSpec::Normalization
   IgnoreLabel ignore_;
+  std::vector<float> weights_;
   AxisSplit sp_;
   Tensor prob_;
   int64_t valid_ = 0;

@@ -21,7 +21,10 @@ std::vector<std::string> stand_in_absent_data(Graph& g, Phase phase, const Shape
     std::string assumed;
     if (!given.empty()) {
       shapes[0] = given;
-      for (size_t j = 1; j < shapes.size(); ++j) shapes[j] = {given[0]};  // labels
+      // Labels: one per item, or a label map of the data's size (DenseImageData's N x 1 x H x W).
+      for (size_t j = 1; j < shapes.size(); ++j)
+        shapes[j] = shapes[j].size() == 4 && given.size() == 4 ? Shape{given[0], shapes[j][1], given[2], given[3]}
+                                                               : Shape{given[0]};
     } else if (shapes[0].size() == 4 && shapes[0][1] == 0 && shapes[0][2] > 0) {
       // An image net's crop without a mean that says its channels: colour, as nearly all are.
       shapes[0][1] = 3;

@@ -13,7 +13,7 @@ namespace bks {
 // Each data layer whose source is absent becomes an Input layer: its first top of shape
 // `given` (when not empty) or of what the layer's definition says (batch_size, crop_size,
 // the mean's channels; 3 channels assumed, and said, when only they are unknown), its label
-// top (N). An InputError naming the layer and the missing source asks for --input-shape when
+// top (N; a label map, N x 1 x H x W, where the layer has one). An InputError naming the layer and the missing source asks for --input-shape when
 // neither tells the shape. Returns one line per layer replaced.
 std::vector<std::string> stand_in_absent_data(Graph& g, Phase phase, const Shape& given);
 

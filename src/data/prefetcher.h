@@ -1,0 +1,70 @@
+// Batch building for data layers whose batches are a function of the step rather than rows
+// of an in-memory Dataset (WindowData samples windows, DenseImageData decodes image pairs):
+// while step s computes, batch s+1 is built on a background thread into a second buffer, as
+// BatchLoader does for Dataset fields.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bks {
+
+class Prefetcher {
+ public:
+  // Fills the tensors (one per output, of the shapes given) with batch `step`.
+  using Build = std::function<void(int64_t step, std::vector<Tensor>& out)>;
+  Prefetcher(std::vector<Shape> shapes, Build build, bool background = true);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // Writes batch `step` into the outputs (null ones are skipped), then starts step + 1. An
+  // error building a batch in the background is thrown here, by the step that needs it.
+  void load(int64_t step, const std::vector<Tensor*>& out);
+
+ private:
+  struct Buffers {
+    int64_t step = -1;
+    std::vector<Tensor> t;
+    std::exception_ptr error;
+  };
+  void build(int64_t step, Buffers& b) const;
+  void worker();
+
+  Build build_;
+  bool background_;
+  Buffers front_, back_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t want_ = -1;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+// Which sample is item i of batch `step`: sequential from `skip`, wrapping; with `shuffle`, a
+// new permutation each epoch, derived from (seed, name, epoch). A pure function of its
+// arguments, so resumed runs read the batches uninterrupted ones read (BatchLoader's order).
+class EpochOrder {
+ public:
+  EpochOrder(int64_t size, int64_t batch, bool shuffle, int64_t skip, uint64_t seed, std::string name);
+  int64_t sample(int64_t step, int64_t i) const;
+
+ private:
+  int64_t size_, batch_, skip_;
+  bool shuffle_;
+  uint64_t seed_;
+  std::string name_;
+  mutable std::mutex mu_;
+  mutable int64_t epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
+};
+
+}  // namespace bks
