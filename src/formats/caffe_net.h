@@ -2,6 +2,7 @@
 // net-level inputs. Shapes are inferred later, by the runtime, from each op's schema.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,13 @@ struct NetLoad {
   proto::NetParameter param;
   std::vector<int> layer_lines;  // line of each layer in the source file
   std::string source;
+  // Blobs the model file carries itself ("<layer>.<index>"): an ONNX model's initializers.
+  std::map<std::string, Tensor> weights;
 };
 
-NetLoad load_net_file(const std::string& path);
+// A prototxt, or an ONNX model (.onnx; formats/onnx_import.h) translated into Caffe layers,
+// its graph input of `input_shape` when given.
+NetLoad load_net_file(const std::string& path, const Shape& input_shape = {});
 
 // One layer as a node (name, type, attributes, loss weights), not yet wired to values.
 Node caffe_layer_node(const proto::LayerParameter& layer, const std::string& where);

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Writes ONNX fixtures for tests/test_onnx.cc: PyTorch/torchvision exports with a fixed
+seed, each with its input and PyTorch's output as raw little-endian float32 files.
+
+usage: onnx_fixtures.py OUT_DIR
+  OUT_DIR/NAME.onnx, NAME.in.f32, NAME.out.f32 for lenet, lenet_view, resnet18, mobilenet_v2
+  and the bad inputs: truncated.onnx, unknown_op.onnx, opset9.onnx
+"""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+
+class LeNet(nn.Module):
+    """Conv/MaxPool/Gemm/ReLU/Softmax; `view` exports Shape->Gather->Unsqueeze->Concat->Reshape."""
+
+    def __init__(self, view):
+        super().__init__()
+        self.view = view
+        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+        self.bn = nn.BatchNorm2d(6)  # after a pool, so the export keeps it
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.pool = nn.AvgPool2d(2)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = self.bn(F.max_pool2d(F.relu(self.conv1(x)), 2))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = x.view(x.size(0), -1) if self.view else torch.flatten(x, 1)
+        x = self.drop(F.relu(self.fc1(x)))
+        x = torch.clamp(self.fc2(x), 0, 6)
+        return F.softmax(self.fc3(x), dim=1)
+
+
+def export(model, x, path, opset, dynamic_batch=False):
+    model.eval()
+    kw = {}
+    if dynamic_batch:
+        kw["dynamic_axes"] = {"input": {0: "batch"}, "output": {0: "batch"}}
+    torch.onnx.export(model, x, path, opset_version=opset, input_names=["input"], output_names=["output"],
+                      do_constant_folding=True, **kw)
+
+
+def write_case(out, name, model, x, opset, dynamic_batch=False):
+    path = os.path.join(out, name + ".onnx")
+    export(model, x, path, opset, dynamic_batch)
+    with torch.no_grad():
+        y = model(x)
+    x.numpy().astype("<f4").tofile(os.path.join(out, name + ".in.f32"))
+    y.numpy().astype("<f4").tofile(os.path.join(out, name + ".out.f32"))
+
+
+def randomise_bn(model):
+    # Freshly built BatchNorms are identities; random statistics test the folding.
+    g = torch.Generator().manual_seed(7)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    for name, view, batch, opset, dyn in (("lenet", False, 2, 11, False), ("lenet_view", True, 1, 13, True)):
+        net = LeNet(view)
+        randomise_bn(net)
+        write_case(out, name, net, torch.randn(batch, 1, 28, 28), opset, dyn)
+    r = torchvision.models.resnet18(num_classes=100)
+    randomise_bn(r)
+    write_case(out, "resnet18", r, torch.randn(1, 3, 64, 64), 13)
+    m = torchvision.models.mobilenet_v2(num_classes=100)
+    randomise_bn(m)
+    write_case(out, "mobilenet_v2", m, torch.randn(1, 3, 64, 64), 17)
+
+    # Bad inputs.
+    with open(os.path.join(out, "lenet.onnx"), "rb") as f:
+        data = f.read()
+    with open(os.path.join(out, "truncated.onnx"), "wb") as f:
+        f.write(data[: len(data) // 2])
+
+    import onnx
+    from onnx import helper, TensorProto
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu0"),
+                           helper.make_node("HardSwish", ["r"], ["y"], name="hswish1")], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
+              os.path.join(out, "unknown_op.onnx"))
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu0")], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)]), os.path.join(out, "opset9.onnx"))
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3], [0.0] * 3)
+    w.data_location = TensorProto.EXTERNAL
+    w.ClearField("float_data")
+    w.external_data.add(key="location", value="missing_weights.bin")
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"], name="add0")], "g", [x], [y], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "external.onnx"))
+
+
+if __name__ == "__main__":
+    main()
+    with open(os.path.join(sys.argv[1], "stamp"), "w") as f:
+        f.write("done\n")
