@@ -35,7 +35,7 @@ class LeNet(nn.Module):
         x = self.pool(F.relu(self.conv2(x)))
         x = x.view(x.size(0), -1) if self.view else torch.flatten(x, 1)
         x = self.drop(F.relu(self.fc1(x)))
-        x = torch.clamp(self.fc2(x), 0, 6)
+        x = torch.clamp(self.fc2(x) * 10, 0, 6)  # a scalar Mul; values above 6 reach the clip
         return F.softmax(self.fc3(x), dim=1)
 
 
@@ -65,7 +65,7 @@ def randomise_bn(model):
             m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 3)  # some ReLU6 inputs above 6
 
 
 def main():
