@@ -39,6 +39,33 @@ class LeNet(nn.Module):
         return F.softmax(self.fc3(x), dim=1)
 
 
+class OpsMix(nn.Module):
+    """The importer's other operators: grouped dilated Conv, LeakyRelu, Sigmoid, Tanh, Mul/Sub
+    of two computed tensors, Concat, AveragePool with ceil_mode and pads, scalar and
+    per-channel arithmetic, Transpose, MatMul, Gemm with alpha/beta and transB=0,
+    Unsqueeze/Squeeze of a computed tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=2, dilation=2, groups=2)
+        self.scale = nn.Parameter(torch.rand(16, 1, 1) + 0.5)
+        self.shift = nn.Parameter(torch.randn(16, 1, 1))
+        self.w = nn.Parameter(torch.randn(16, 10) * 0.3)
+        self.w2 = nn.Parameter(torch.randn(160, 12) * 0.1)
+        self.b2 = nn.Parameter(torch.randn(12))
+
+    def forward(self, x):
+        a = F.leaky_relu(self.conv(x), 0.1)
+        b = torch.sigmoid(a) * a
+        d = torch.cat([b, torch.tanh(a) - b], 1)
+        d = F.avg_pool2d(d, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=True)
+        e = (d / 2.0 - 0.5) * self.scale + self.shift
+        f = F.max_pool2d(e, 2, ceil_mode=True)
+        t = torch.matmul(f.permute(0, 2, 3, 1), self.w).reshape(1, -1)
+        u = torch.addmm(self.b2, t, self.w2, beta=0.5, alpha=2.0)
+        return F.softmax(u.unsqueeze(2), dim=1).squeeze(2)
+
+
 def export(model, x, path, opset, dynamic_batch=False):
     model.eval()
     kw = {}
@@ -76,6 +103,7 @@ def main():
         net = LeNet(view)
         randomise_bn(net)
         write_case(out, name, net, torch.randn(batch, 1, 28, 28), opset, dyn)
+    write_case(out, "ops_mix", OpsMix(), torch.randn(1, 4, 15, 15), 14)
     r = torchvision.models.resnet18(num_classes=100)
     randomise_bn(r)
     write_case(out, "resnet18", r, torch.randn(1, 3, 64, 64), 13)

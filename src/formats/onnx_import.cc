@@ -43,6 +43,14 @@ int NodeCtx::num_inputs() const { return n_.input_size(); }
 bool NodeCtx::has_input(int i) const { return i < n_.input_size() && !n_.input(i).empty(); }
 
 const Val& NodeCtx::in(int i) const {
+  const Val& v = in_padded(i);
+  if (v.padded())
+    input_error("{}: input '{}' comes from a Pad with non-zero pads, which only a Conv or an AveragePool can take up",
+                where_, n_.input(i));
+  return v;
+}
+
+const Val& NodeCtx::in_padded(int i) const {
   if (!has_input(i)) input_error("{}: input {} is missing", where_, i);
   auto it = s_.values.find(n_.input(i));
   if (it == s_.values.end())

@@ -47,6 +47,11 @@ struct Val {
   Shape shape;
   std::string blob;
   std::shared_ptr<const Const> constant;
+  // A zero Pad of the spatial axes not yet applied: `blob` holds the unpadded tensor and
+  // `shape` the padded one. Caffe has no Pad layer, so only a Conv or an AveragePool,
+  // whose own padding is zeros, can take it up (torch exports AvgPool's padding this way).
+  int64_t pad_h = 0, pad_w = 0;
+  bool padded() const { return pad_h || pad_w; }
 };
 
 struct ImportState {
@@ -66,7 +71,8 @@ class NodeCtx {
 
   int num_inputs() const;
   bool has_input(int i) const;  // given and not empty
-  const Val& in(int i) const;
+  const Val& in(int i) const;  // InputError when it carries a pending Pad
+  const Val& in_padded(int i) const;  // for the translators that take up a pending Pad
   const Const& const_in(int i) const;  // InputError unless known at import time
   bool is_const(int i) const { return has_input(i) && in(i).constant != nullptr; }
 

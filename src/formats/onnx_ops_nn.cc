@@ -56,7 +56,7 @@ Tensor vector_blob(const NodeCtx& c, const Const& k, int64_t n, const char* what
 }
 
 void conv(NodeCtx& c) {
-  const Val& x = c.in(0);
+  const Val& x = c.in_padded(0);
   need_rank(c, x.shape, 4, "the input");
   const Const& w = c.const_in(1);
   if (w.integer || w.shape.size() != 4)
@@ -83,8 +83,8 @@ void conv(NodeCtx& c) {
   p->set_kernel_w(static_cast<uint32_t>(k[1]));
   p->set_stride_h(static_cast<uint32_t>(s[0]));
   p->set_stride_w(static_cast<uint32_t>(s[1]));
-  p->set_pad_h(static_cast<uint32_t>(ph));
-  p->set_pad_w(static_cast<uint32_t>(pw));
+  p->set_pad_h(static_cast<uint32_t>(ph + x.pad_h));  // a Pad before it joins its own
+  p->set_pad_w(static_cast<uint32_t>(pw + x.pad_w));
   if (d[0] != 1 || d[1] != 1) {
     p->add_dilation(static_cast<uint32_t>(d[0]));
     p->add_dilation(static_cast<uint32_t>(d[1]));
@@ -177,20 +177,22 @@ void batch_norm(NodeCtx& c) {
 }
 
 // Output extent: Caffe's rounding, which must agree with ONNX's (and PyTorch's).
-int64_t pooled(const NodeCtx& c, int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+// `in` is the extent ONNX sees (after a pending Pad of `pre`), `p` the node's own pads.
+int64_t pooled(const NodeCtx& c, int64_t in, int64_t k, int64_t s, int64_t p, int64_t pre, bool ceil_mode) {
   const int64_t span = in + 2 * p - k;
   if (span < 0) input_error("{}: the window ({}) is larger than the padded input ({})", c.where(), k, in + 2 * p);
   int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   int64_t onnx_o = o;
   if (ceil_mode && (o - 1) * s >= in + p) --onnx_o;  // the last window starts in the input or its left pad
-  if (p > 0 && (o - 1) * s >= in + p) --o;           // Caffe clips only with padding
+  // Caffe sees the unpadded input with pads p + pre, and clips only with padding.
+  if (p + pre > 0 && (o - 1) * s >= (in - 2 * pre) + (p + pre)) --o;
   if (o != onnx_o)
     input_error("{}: ceil_mode with this window leaves a last window Caffe's pooling keeps; not supported", c.where());
   return o;
 }
 
 void pool(NodeCtx& c, bool max) {
-  const Val& x = c.in(0);
+  const Val& x = max ? c.in(0) : c.in_padded(0);  // zero padding is not max pooling's
   need_rank(c, x.shape, 4, "the input");
   if (c.has_output(1)) input_error("{}: the Indices output is not supported", c.where());
   auto k = pair_attr(c, "kernel_shape", {});
@@ -202,7 +204,9 @@ void pool(NodeCtx& c, bool max) {
   if (!max && (ph || pw) && !c.attr_int("count_include_pad", 0))
     input_error("{}: count_include_pad=0 with pads is not supported (Caffe's average counts the padding)",
                 c.where());
-  if (ph >= k[0] || pw >= k[1]) input_error("{}: pads must be smaller than the window", c.where());
+  // A pending Pad's zeros count in Caffe's divisor, as they do in ONNX's (they are input there).
+  if (ph + x.pad_h >= k[0] || pw + x.pad_w >= k[1])
+    input_error("{}: pads must be smaller than the window", c.where());
   auto& l = c.add_layer("Pooling", {x.blob}, c.out_name(0));
   auto* p = l.mutable_pooling_param();
   p->set_pool(max ? proto::PoolingParameter::MAX : proto::PoolingParameter::AVE);
@@ -210,11 +214,11 @@ void pool(NodeCtx& c, bool max) {
   p->set_kernel_w(static_cast<uint32_t>(k[1]));
   p->set_stride_h(static_cast<uint32_t>(s[0]));
   p->set_stride_w(static_cast<uint32_t>(s[1]));
-  p->set_pad_h(static_cast<uint32_t>(ph));
-  p->set_pad_w(static_cast<uint32_t>(pw));
+  p->set_pad_h(static_cast<uint32_t>(ph + x.pad_h));
+  p->set_pad_w(static_cast<uint32_t>(pw + x.pad_w));
   p->set_round_mode(ceil_mode ? proto::PoolingParameter::CEIL : proto::PoolingParameter::FLOOR);
-  c.set_output(0, {x.shape[0], x.shape[1], pooled(c, x.shape[2], k[0], s[0], ph, ceil_mode),
-                   pooled(c, x.shape[3], k[1], s[1], pw, ceil_mode)});
+  c.set_output(0, {x.shape[0], x.shape[1], pooled(c, x.shape[2], k[0], s[0], ph, x.pad_h, ceil_mode),
+                   pooled(c, x.shape[3], k[1], s[1], pw, x.pad_w, ceil_mode)});
 }
 
 void global_pool(NodeCtx& c, bool max) {

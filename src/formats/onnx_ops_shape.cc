@@ -221,15 +221,31 @@ void cast(NodeCtx& c) {
   c.set_const(0, std::move(r));
 }
 
-// Pads of zero change nothing (torch's AvgPool export in opset 11 emits them).
+// Zero pads change nothing (torch's AvgPool export emits them); symmetric zero padding of
+// H and W is left pending for the Conv or AveragePool that reads it (Val::pad_h).
 void pad(NodeCtx& c) {
   const Val& x = c.in(0);
   if (c.attr_string("mode", "constant") != "constant")
     input_error("{}: mode '{}' is not supported", c.where(), c.attr_string("mode", ""));
   const auto pads = c.const_in(1).ints();
-  for (int64_t p : pads)
-    if (p != 0) input_error("{}: non-zero pads [{}] are not supported", c.where(), fmt::join(pads, ","));
-  c.alias(0, x);
+  if (c.has_input(2) && c.const_in(2).numel() == 1 && c.const_in(2).at(0) != 0)
+    input_error("{}: a constant_value other than 0 is not supported", c.where());
+  if (pads.size() != 2 * x.shape.size())
+    input_error("{}: {} pads for a rank-{} input", c.where(), pads.size(), x.shape.size());
+  bool zero = true;
+  for (int64_t p : pads) zero = zero && p == 0;
+  if (zero) return c.alias(0, x);
+  const size_t r = x.shape.size();
+  if (r != 4 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] || pads[3] != pads[7] ||
+      pads[2] < 0 || pads[3] < 0)
+    input_error("{}: pads [{}] are not supported (only equal, non-negative pads of H and W are)", c.where(),
+                fmt::join(pads, ","));
+  Val v = x;
+  v.pad_h = pads[2];
+  v.pad_w = pads[3];
+  v.shape[2] += 2 * v.pad_h;
+  v.shape[3] += 2 * v.pad_w;
+  c.alias(0, v);
 }
 
 void transpose(NodeCtx& c) {
