@@ -110,7 +110,9 @@ DeployResult deploy(const DeployOptions& o,
   for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;
   r.bundle.info["precision"] = precision_name(o.precision);
   r.bundle.info["source_model"] = o.model;
-  r.bundle.info["source_weights"] = o.random_weights ? "random (each layer's filler, seed 1)" : o.weights;
+  r.bundle.info["source_weights"] = o.random_weights    ? "random (each layer's filler, seed 1)"
+                                    : !o.weights.empty() ? o.weights
+                                                         : o.model + " (its initializers)";
   std::string data = test_data_layers(nl, o.state);
   if (!data.empty()) r.bundle.info["data_layers"] = data;
 
