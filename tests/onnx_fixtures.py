@@ -66,6 +66,18 @@ class OpsMix(nn.Module):
         return F.softmax(u.unsqueeze(2), dim=1).squeeze(2)
 
 
+class Upsample(nn.Module):
+    """Resize (nearest, whole factors) as torch exports F.interpolate and nn.Upsample."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = F.interpolate(self.conv(x), scale_factor=2, mode="nearest")
+        return F.interpolate(y, scale_factor=(3, 2), mode="nearest")
+
+
 def export(model, x, path, opset, dynamic_batch=False):
     model.eval()
     kw = {}
@@ -104,6 +116,7 @@ def main():
         randomise_bn(net)
         write_case(out, name, net, torch.randn(batch, 1, 28, 28), opset, dyn)
     write_case(out, "ops_mix", OpsMix(), torch.randn(1, 4, 15, 15), 14)
+    write_case(out, "upsample", Upsample(), torch.randn(1, 3, 5, 7), 13)
     r = torchvision.models.resnet18(num_classes=100)
     randomise_bn(r)
     write_case(out, "resnet18", r, torch.randn(1, 3, 64, 64), 13)

@@ -103,7 +103,7 @@ TEST_P(OnnxModel, MatchesPyTorchImportedAndDeployed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Exports, OnnxModel,
-                         ::testing::Values("lenet", "lenet_view", "ops_mix", "resnet18", "mobilenet_v2"),
+                         ::testing::Values("lenet", "lenet_view", "ops_mix", "upsample", "resnet18", "mobilenet_v2"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(OnnxImport, TranslatesToTheExpectedLayers) {
@@ -259,6 +259,36 @@ TEST(OnnxErrors, Opset19) {
   Crafted c(19);
   c.node("Relu", {"x"}, "y");
   expect_import_error(c.save("opset19"), "opset 19 is not supported (bakusoku imports ONNX opsets 11 to 18)");
+}
+
+// Bytes of a real export flipped at random: every result is a model or an InputError.
+TEST(OnnxErrors, CorruptedExportsFailCleanly) {
+  std::ifstream f(fixture("lenet_view.onnx"), std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(good.size(), 1000u);
+  const std::string p = (fs::temp_directory_path() / "bks_onnx_corrupt.onnx").string();
+  uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ULL + 1442695040888963407ULL, state >> 33; };
+  int failed = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::string bad = good;
+    // The graph's structure is in the first and last few kB; the weights' bytes between.
+    const int flips = 1 + static_cast<int>(next() % 4);
+    for (int k = 0; k < flips; ++k) {
+      const size_t region = next() % 2 ? next() % 4096 : bad.size() - 1 - next() % 4096;
+      bad[region] = static_cast<char>(next());
+    }
+    std::ofstream(p, std::ios::binary) << bad;
+    try {
+      NetLoad nl = import_onnx(p);
+      proto::NetState st;
+      st.set_phase(proto::TEST);
+      build_caffe_graph(nl, st);
+    } catch (const InputError&) {
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0);  // some flips must have been noticed
 }
 
 // --- the verbs ---------------------------------------------------------------------------
