@@ -226,6 +226,18 @@ TEST(OnnxErrors, HugeDimsWithoutDataFailBeforeAllocating) {
   expect_import_error(d.save("overflow"), "initializer 'w': dims 1099511627776x1099511627776 are negative or too large");
 }
 
+TEST(OnnxErrors, ReshapeToAnOverflowingShape) {
+  Crafted c;
+  auto* t = c.g->add_initializer();
+  t->set_name("s");
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(3);
+  for (int64_t v : {int64_t{1} << 40, int64_t{1} << 40, int64_t{0}}) t->add_int64_data(v);
+  c.node("Reshape", {"x", "s"}, "y");
+  expect_import_error(c.save("reshape"),
+                      "node 'Reshape_node' (Reshape): the shape [1099511627776,1099511627776,0] is too large");
+}
+
 TEST(OnnxErrors, RawDataOfTheWrongSize) {
   Crafted c;
   c.init("w", {3})->set_raw_data(std::string(7, '\0'));

@@ -98,6 +98,9 @@ void reshape(NodeCtx& c) {
     } else if (out[a] < 0) {
       input_error("{}: the shape [{}] has a negative entry", c.where(), fmt::join(k.ints(), ","));
     } else {
+      // A crafted shape must not overflow the product (nothing real is near 2^40 elements).
+      if (out[a] > (int64_t{1} << 40) || (out[a] > 0 && known > (int64_t{1} << 40) / out[a]))
+        input_error("{}: the shape [{}] is too large", c.where(), fmt::join(k.ints(), ","));
       known *= out[a];
     }
   }
