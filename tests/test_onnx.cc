@@ -238,6 +238,44 @@ TEST(OnnxErrors, ReshapeToAnOverflowingShape) {
                       "node 'Reshape_node' (Reshape): the shape [1099511627776,1099511627776,0] is too large");
 }
 
+TEST(OnnxErrors, GatherThatWouldAllocateTooMuch) {
+  Crafted c;
+  auto* d = c.init("d", {1, 1 << 20});
+  d->set_raw_data(std::string(4 << 20, '\0'));
+  auto* t = c.g->add_initializer();
+  t->set_name("i");
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(1 << 20);
+  t->set_raw_data(std::string(8 << 20, '\0'));
+  c.node("Gather", {"d", "i"}, "y");
+  try {
+    import_onnx(c.save("gather"));
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'Gather_node' (Gather): shape (1048576,1048576) is too large"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OnnxErrors, GatherFoldingBeyondTheConstantLimit) {
+  Crafted c;
+  c.init("d", {4096, 1})->set_raw_data(std::string(4 * 4096, '\0'));
+  auto* t = c.g->add_initializer();
+  t->set_name("i");
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(8192);
+  t->set_raw_data(std::string(8 * 8192, '\0'));
+  auto* n = c.node("Gather", {"d", "i"}, "y");
+  auto* a = n->add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(1);
+  // (4096, 8192) floats: 2^25 values, over the 2^24 that folding may make.
+  expect_import_error(c.save("gather_limit"), "node 'Gather_node' (Gather): folding it would make [4096,8192] "
+                                              "(33554432 values); constants computed at import are limited to 2^24");
+}
+
 TEST(OnnxErrors, RawDataOfTheWrongSize) {
   Crafted c;
   c.init("w", {3})->set_raw_data(std::string(7, '\0'));

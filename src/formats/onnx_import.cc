@@ -132,6 +132,7 @@ proto::LayerParameter& NodeCtx::add_layer(const std::string& type, const std::ve
 void NodeCtx::set_output(int i, Shape shape) {
   for (int64_t d : shape)
     if (d <= 0) input_error("{}: output '{}' would have shape [{}]", where_, out_name(i), fmt::join(shape, ","));
+  check_shape(shape, 4, fmt::format("{}: output '{}'", where_, out_name(i)));
   Val v;
   v.shape = std::move(shape);
   v.blob = out_name(i);

@@ -51,6 +51,12 @@ void gather(NodeCtx& c) {
   Shape out(d.shape.begin(), d.shape.begin() + axis);
   out.insert(out.end(), idx.shape.begin(), idx.shape.end());
   out.insert(out.end(), d.shape.begin() + axis + 1, d.shape.end());
+  // Repeated indices could ask for far more than the data; folded values are shapes and
+  // small tables, never near 2^24.
+  check_shape(out, 8, c.where());
+  if (shape_numel(out) > (int64_t{1} << 24))
+    input_error("{}: folding it would make [{}] ({} values); constants computed at import are limited to 2^24",
+                c.where(), fmt::join(out, ","), shape_numel(out));
   Const r = d.integer ? int_const(out, std::vector<int64_t>(shape_numel(out))) : float_const(out);
   int64_t o = 0;
   for (int64_t a = 0; a < outer; ++a)
