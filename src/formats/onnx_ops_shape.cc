@@ -10,6 +10,15 @@ namespace {
 
 Shape as_shape(const Const& k) { return Shape(k.ints()); }
 
+// Folded values are shapes and small tables, never near 2^24 values; a crafted node that
+// repeats its inputs (Gather's indices, Concat's inputs) could otherwise ask for terabytes.
+void check_folded(const NodeCtx& c, const Shape& out) {
+  check_shape(out, 8, c.where());
+  if (shape_numel(out) > (int64_t{1} << 24))
+    input_error("{}: folding it would make [{}] ({} values); constants computed at import are limited to 2^24",
+                c.where(), fmt::join(out, ","), shape_numel(out));
+}
+
 void constant(NodeCtx& c) {
   if (const auto* a = c.attr("value")) {
     if (a->type() != onnx::AttributeProto::TENSOR) input_error("{}: 'value' must be a tensor", c.where());
@@ -51,12 +60,7 @@ void gather(NodeCtx& c) {
   Shape out(d.shape.begin(), d.shape.begin() + axis);
   out.insert(out.end(), idx.shape.begin(), idx.shape.end());
   out.insert(out.end(), d.shape.begin() + axis + 1, d.shape.end());
-  // Repeated indices could ask for far more than the data; folded values are shapes and
-  // small tables, never near 2^24.
-  check_shape(out, 8, c.where());
-  if (shape_numel(out) > (int64_t{1} << 24))
-    input_error("{}: folding it would make [{}] ({} values); constants computed at import are limited to 2^24",
-                c.where(), fmt::join(out, ","), shape_numel(out));
+  check_folded(c, out);  // repeated indices could ask for far more than the data
   Const r = d.integer ? int_const(out, std::vector<int64_t>(shape_numel(out))) : float_const(out);
   int64_t o = 0;
   for (int64_t a = 0; a < outer; ++a)
@@ -186,8 +190,10 @@ void concat(NodeCtx& c) {
       input_error("{}: input {} of shape [{}] does not concatenate with [{}] on axis {}", c.where(), i,
                   fmt::join(v.shape, ","), fmt::join(first.shape, ","), axis);
     out[axis] += v.shape[axis];
+    if (out[axis] > (int64_t{1} << 40)) input_error("{}: the concatenated axis is too long", c.where());
   }
   if (consts == c.num_inputs()) {
+    check_folded(c, out);
     bool integer = true;
     for (int i = 0; i < c.num_inputs(); ++i) integer = integer && c.in(i).constant->integer;
     Const r = integer ? int_const(out, std::vector<int64_t>(shape_numel(out))) : float_const(out);
