@@ -78,6 +78,19 @@ class Upsample(nn.Module):
         return F.interpolate(y, scale_factor=(3, 2), mode="nearest")
 
 
+class MeanHead(nn.Module):
+    """ReduceMean over H and W, with and without keepdims."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3)
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x):
+        y = F.relu(self.conv(x))
+        return self.fc(torch.cat([y.mean((2, 3)), y.mean((-1, -2), keepdim=True).flatten(1)], 1))
+
+
 def export(model, x, path, opset, dynamic_batch=False):
     model.eval()
     kw = {}
@@ -117,6 +130,7 @@ def main():
         write_case(out, name, net, torch.randn(batch, 1, 28, 28), opset, dyn)
     write_case(out, "ops_mix", OpsMix(), torch.randn(1, 4, 15, 15), 14)
     write_case(out, "upsample", Upsample(), torch.randn(1, 3, 5, 7), 13)
+    write_case(out, "mean_head", MeanHead(), torch.randn(2, 3, 9, 9), 17)  # torch 1.13 exports up to 17
     r = torchvision.models.resnet18(num_classes=100)
     randomise_bn(r)
     write_case(out, "resnet18", r, torch.randn(1, 3, 64, 64), 13)

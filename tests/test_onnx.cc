@@ -103,7 +103,7 @@ TEST_P(OnnxModel, MatchesPyTorchImportedAndDeployed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Exports, OnnxModel,
-                         ::testing::Values("lenet", "lenet_view", "ops_mix", "upsample", "resnet18", "mobilenet_v2"),
+                         ::testing::Values("lenet", "lenet_view", "ops_mix", "upsample", "mean_head", "resnet18", "mobilenet_v2"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(OnnxImport, TranslatesToTheExpectedLayers) {

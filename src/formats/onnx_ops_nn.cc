@@ -1,5 +1,6 @@
 // Convolution, dense and pooling nodes as Caffe's Convolution, InnerProduct, BatchNorm +
 // Scale and Pooling layers, their weights laid out as those layers read them.
+#include <algorithm>
 #include <cmath>
 
 #include "formats/onnx_ops.h"
@@ -230,8 +231,33 @@ void global_pool(NodeCtx& c, bool max) {
   c.set_output(0, {x.shape[0], x.shape[1], 1, 1});
 }
 
+// ReduceMean over H and W (torch's x.mean((2, 3))) is global average pooling, followed by a
+// Reshape when the reduced axes are dropped.
+void reduce_mean(NodeCtx& c) {
+  const Val& x = c.in(0);
+  need_rank(c, x.shape, 4, "the input");
+  // Opset 18 moved `axes` from an attribute to the second input.
+  std::vector<int64_t> axes = c.opset() >= 18 ? (c.has_input(1) ? c.const_in(1).ints() : std::vector<int64_t>{})
+                                              : c.attr_ints("axes", {});
+  for (auto& a : axes) a = norm_axis(c, a, 4);
+  std::sort(axes.begin(), axes.end());
+  if (axes != std::vector<int64_t>{2, 3})
+    input_error("{}: only the mean over H and W (axes 2, 3) is supported", c.where());
+  const bool keep = c.attr_int("keepdims", 1) != 0;
+  const std::string pooled_blob = keep ? c.out_name(0) : c.out_name(0) + "#pool";
+  auto& l = c.add_layer("Pooling", {x.blob}, pooled_blob);
+  l.mutable_pooling_param()->set_pool(proto::PoolingParameter::AVE);
+  l.mutable_pooling_param()->set_global_pooling(true);
+  if (!keep) {
+    auto& r = c.add_layer("Flatten", {pooled_blob}, c.out_name(0), "#flatten");
+    r.mutable_flatten_param()->set_axis(1);
+  }
+  c.set_output(0, keep ? Shape{x.shape[0], x.shape[1], 1, 1} : Shape{x.shape[0], x.shape[1]});
+}
+
 }  // namespace
 
+BKS_ONNX_OP("ReduceMean", reduce_mean);
 BKS_ONNX_OP("Conv", conv);
 BKS_ONNX_OP("Gemm", gemm);
 BKS_ONNX_OP("MatMul", matmul);
