@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libsqlite3-dev libstb-dev libjpeg62-turbo-dev libjs-chart.js
   liblmdb-dev libleveldb-dev
+  libonnx-dev python3-onnx python3-torch python3-torchvision
   chromium
   dataset-fashion-mnist
 )

@@ -4,6 +4,7 @@
 #include "cli/model.h"
 #include "core/log.h"
 #include "engine/deploy.h"
+#include "formats/onnx_import.h"
 #include "passes/stand_in_inputs.h"
 
 namespace bks::cli {
@@ -32,7 +33,7 @@ Runner add_deploy(CLI::App& app) {
     StateFlags state;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--model", o->model, "Deploy prototxt, or a train/test prototxt (its TEST phase)")->required();
+  cmd->add_option("--model", o->model, "Deploy prototxt, a train/test prototxt (its TEST phase), or an ONNX model (.onnx, its weights included)")->required();
   auto* weights = cmd->add_option("--weights", o->weights, "Trained weights (.safetensors or .caffemodel)");
   cmd->add_flag("--random-weights", o->random_weights,
                 "No weights file: each layer's filler (seed 1), to time a network before training it")
@@ -60,7 +61,7 @@ Runner add_deploy(CLI::App& app) {
     DeployOptions d;
     d.state = o->state;
     if (!o->input_shape.empty()) d.input_shape = parse_input_shape(o->input_shape);
-    if (o->weights.empty() && !o->random_weights)
+    if (o->weights.empty() && !o->random_weights && !is_onnx_file(o->model))
       input_error("deploy: give --weights (trained weights) or --random-weights (timing only)");
     d.random_weights = o->random_weights;
     d.model = o->model;

@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "cli/model.h"
+#include "formats/onnx_import.h"
 #include "profile/profiler.h"
 
 namespace bks::cli {
@@ -9,20 +10,21 @@ namespace bks::cli {
 Runner add_time(CLI::App& app) {
   auto* cmd = app.add_subcommand("time", "Per-layer forward/backward time (ms), like caffe time");
   struct Opts {
-    std::string model, phase = "TRAIN", trace, input_shape;
+    std::string model, phase, trace, input_shape;
     int iterations = 50, threads = 0;
     StateFlags state;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--model", o->model, "Net prototxt")->required();
+  cmd->add_option("--model", o->model, "Net prototxt or ONNX model (.onnx)")->required();
   cmd->add_option("--iterations", o->iterations, "Timed iterations (default 50)")->check(CLI::PositiveNumber);
-  cmd->add_option("--phase", o->phase, "TRAIN (forward+backward) or TEST (forward)");
+  cmd->add_option("--phase", o->phase, "TRAIN (forward+backward; the default for a prototxt) or TEST (forward; the default for an ONNX model)");
   cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (one span per op per iteration)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
   add_input_shape_option(cmd, o->input_shape);
   return [o] {
-    Phase phase = parse_phase(o->phase);
+    // An ONNX model is an inference graph: its default is the forward pass alone.
+    Phase phase = parse_phase(!o->phase.empty() ? o->phase : is_onnx_file(o->model) ? "TEST" : "TRAIN");
     auto m = load_model(o->model, phase, o->threads, o->state, 1, true, o->input_shape);
     Net& net = *m->net;
     bool train = phase == proto::TRAIN;

@@ -4,6 +4,8 @@
 
 #include "core/log.h"
 #include "formats/caffe_net.h"
+#include "formats/onnx_import.h"
+#include "formats/weights.h"
 #include "passes/stand_in_inputs.h"
 
 namespace bks::cli {
@@ -19,17 +21,20 @@ Phase parse_phase(const std::string& phase) {
 std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, int threads, const StateFlags& state,
                                         uint64_t seed, bool stand_in, const std::string& input_shape) {
   auto m = std::make_unique<LoadedModel>();
-  NetLoad nl = load_net_file(model);
+  // An ONNX model's input takes --input-shape itself; a prototxt's data layers stand in.
+  const bool onnx = is_onnx_file(model);
+  NetLoad nl = load_net_file(model, onnx && !input_shape.empty() ? parse_input_shape(input_shape) : Shape{});
   proto::NetState st = net_state(nl, phase, state);
   m->backend = std::make_unique<CpuBackend>(threads);
   NetOptions opt;
   opt.force_backward = nl.param.force_backward();
   Graph g = build_caffe_graph(nl, st);
-  if (stand_in)
+  if (stand_in && !onnx)
     for (const std::string& line :
          stand_in_absent_data(g, phase, input_shape.empty() ? Shape{} : parse_input_shape(input_shape)))
       log::info("{}", line);
   m->net = std::make_unique<Net>(std::move(g), phase, m->store, *m->backend, seed, opt);
+  if (!nl.weights.empty()) load_weights(nl.weights, m->store, model);
   return m;
 }
 

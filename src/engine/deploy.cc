@@ -35,7 +35,10 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   infer_shapes(m.graph, proto::TEST);
   ParamStore store;
   auto node_params = bind_parameters(m.graph, store, 1, declared_params(m.graph, proto::TEST));
-  if (!o.random_weights) load_weights(o.weights, store);
+  if (!o.random_weights) {
+    if (!o.weights.empty()) load_weights(o.weights, store);
+    else load_weights(nl.weights, store, nl.source);  // an ONNX model's own initializers
+  }
   for (size_t n = 0; n < m.graph.nodes.size(); ++n)
     for (size_t i = 0; i < m.graph.nodes[n].params.size(); ++i)
       m.weights[m.graph.nodes[n].params[i].key] = store.at(node_params[n][i]).data;
@@ -57,7 +60,7 @@ std::string test_data_layers(const NetLoad& nl, const StateFlags& state) {
 
 }  // namespace
 
-DeployModel load_deploy_model(const DeployOptions& o) { return load_deploy_model(o, load_net_file(o.model)); }
+DeployModel load_deploy_model(const DeployOptions& o) { return load_deploy_model(o, load_net_file(o.model, o.input_shape)); }
 
 namespace {
 
@@ -95,7 +98,7 @@ DeployResult deploy(const DeployOptions& o,
                     const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
   check_options(o);
   const std::string name = o.output.empty() ? o.model : o.output;
-  NetLoad nl = load_net_file(o.model);
+  NetLoad nl = load_net_file(o.model, o.input_shape);
   DeployModel m = load_deploy_model(o, nl);
   if (after_each) after_each(PassReport{"input", {}}, m);
   DeployResult r;
@@ -107,7 +110,9 @@ DeployResult deploy(const DeployOptions& o,
   for (const Value& v : m.graph.values) r.shapes[v.name] = v.shape;
   r.bundle.info["precision"] = precision_name(o.precision);
   r.bundle.info["source_model"] = o.model;
-  r.bundle.info["source_weights"] = o.random_weights ? "random (each layer's filler, seed 1)" : o.weights;
+  r.bundle.info["source_weights"] = o.random_weights    ? "random (each layer's filler, seed 1)"
+                                    : !o.weights.empty() ? o.weights
+                                                         : o.model + " (its initializers)";
   std::string data = test_data_layers(nl, o.state);
   if (!data.empty()) r.bundle.info["data_layers"] = data;
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "formats/caffe_upgrade.h"
+#include "formats/onnx_import.h"
 #include "formats/prototxt.h"
 
 namespace bks {
@@ -107,7 +108,8 @@ void upgrade_loaded(NetLoad& net) {
 }
 }  // namespace
 
-NetLoad load_net_file(const std::string& path) {
+NetLoad load_net_file(const std::string& path, const Shape& input_shape) {
+  if (is_onnx_file(path)) return import_onnx(path, input_shape);
   NetLoad net;
   net.source = path;
   read_prototxt(path, net.param, &net.layer_lines);

@@ -2,6 +2,7 @@
 // net-level inputs. Shapes are inferred later, by the runtime, from each op's schema.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,16 @@ struct NetLoad {
   proto::NetParameter param;
   std::vector<int> layer_lines;  // line of each layer in the source file
   std::string source;
+  // Blobs the model file carries itself ("<layer>.<index>"): an ONNX model's initializers.
+  std::map<std::string, Tensor> weights;
 };
 
-// Reads a net file, upgraded from Caffe's V0/V1 formats when it is in one (with a warning).
-NetLoad load_net_file(const std::string& path);
-// The same for a net's text (`source` names it in errors); data paths stay as written.
+// A prototxt (upgraded from Caffe's V0/V1 formats when it is in one, with a warning), or an
+// ONNX model (.onnx; formats/onnx_import.h) translated into Caffe layers, its graph input of
+// `input_shape` when given.
+NetLoad load_net_file(const std::string& path, const Shape& input_shape = {});
+// A net's prototxt text (`source` names it in errors), upgraded the same way; data paths
+// stay as written.
 NetLoad parse_net_text(const std::string& text, const std::string& source);
 
 // One layer as a node (name, type, attributes, loss weights), not yet wired to values.

@@ -93,4 +93,16 @@ int load_weights(const std::string& path, ParamStore& store) {
   return loaded;
 }
 
+int load_weights(const std::map<std::string, Tensor>& blobs, ParamStore& store, const std::string& source) {
+  for (auto& p : store.all()) {
+    auto it = blobs.find(p.key);
+    if (it == blobs.end()) input_error("{}: the model holds no blob '{}'", source, p.key);
+    if (it->second.shape() != p.data.shape())
+      input_error("{}: blob '{}' has shape {} but the layer expects {}", source, p.key, shape_str(it->second.shape()),
+                  shape_str(p.data.shape()));
+    p.data.copy_from(it->second);
+  }
+  return store.size();
+}
+
 }  // namespace bks

@@ -2,6 +2,7 @@
 // named "<layer>.<index>") and Caffe's binary .caffemodel for reading.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "graph/param_store.h"
@@ -15,5 +16,8 @@ void save_weights(const std::string& path, const ParamStore& store);
 // of the wrong shape, naming both. A V1 or V0 .caffemodel is upgraded first, as Caffe does
 // (caffe_upgrade.h). Returns how many blobs were loaded.
 int load_weights(const std::string& path, ParamStore& store);
+// The blobs a model file carries (NetLoad::weights) into the store; every blob of the store
+// must be there, of its shape (InputError naming `source`). Returns how many were copied.
+int load_weights(const std::map<std::string, Tensor>& blobs, ParamStore& store, const std::string& source);
 
 }  // namespace bks

@@ -1,0 +1,270 @@
+// Convolution, dense and pooling nodes as Caffe's Convolution, InnerProduct, BatchNorm +
+// Scale and Pooling layers, their weights laid out as those layers read them.
+#include <algorithm>
+#include <cmath>
+
+#include "formats/onnx_ops.h"
+
+namespace bks::onnx_import {
+namespace {
+
+void need_rank(const NodeCtx& c, const Shape& s, size_t rank, const char* what) {
+  if (s.size() != rank)
+    input_error("{}: {} has shape [{}]; only rank {} is supported", c.where(), what, fmt::join(s, ","), rank);
+}
+
+// (top, left, bottom, right) pads as Caffe's symmetric (pad_h, pad_w), or an error.
+std::pair<int64_t, int64_t> symmetric_pads(const NodeCtx& c, const Shape& in, const std::vector<int64_t>& k,
+                                           const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
+  std::vector<int64_t> pads = c.attr_ints("pads", {0, 0, 0, 0});
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    pads = {0, 0, 0, 0};
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int a = 0; a < 2; ++a) {
+      const int64_t out = (in[2 + a] + s[a] - 1) / s[a];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * s[a] + (k[a] - 1) * d[a] + 1 - in[2 + a]);
+      pads[a] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[a + 2] = total - pads[a];
+    }
+  } else if (auto_pad != "NOTSET") {
+    input_error("{}: auto_pad '{}' is not an ONNX value", c.where(), auto_pad);
+  }
+  if (pads.size() != 4) input_error("{}: pads has {} values; 4 expected for a 2-d window", c.where(), pads.size());
+  for (int64_t p : pads)
+    if (p < 0) input_error("{}: negative pads [{}] are not supported", c.where(), fmt::join(pads, ","));
+  if (pads[0] != pads[2] || pads[1] != pads[3])
+    input_error("{}: asymmetric pads [{}] (top, left, bottom, right) are not supported; Caffe's layers pad both "
+                "sides alike",
+                c.where(), fmt::join(pads, ","));
+  return {pads[0], pads[1]};
+}
+
+std::vector<int64_t> pair_attr(const NodeCtx& c, const char* name, std::vector<int64_t> def) {
+  auto v = c.attr_ints(name, def);
+  if (v.size() != 2) input_error("{}: {} has {} values; 2 expected for a 2-d window", c.where(), name, v.size());
+  for (int64_t x : v)
+    if (x <= 0) input_error("{}: {} [{}] must be positive", c.where(), name, fmt::join(v, ","));
+  return v;
+}
+
+Tensor vector_blob(const NodeCtx& c, const Const& k, int64_t n, const char* what, float mul = 1.f) {
+  if (k.integer || (k.numel() != n && k.numel() != 1))
+    input_error("{}: {} has shape [{}]; {} float values expected", c.where(), what, fmt::join(k.shape, ","), n);
+  Tensor t(Shape{n});
+  for (int64_t j = 0; j < n; ++j) t.f32()[j] = mul * static_cast<float>(k.at(k.numel() == 1 ? 0 : j));
+  return t;
+}
+
+void conv(NodeCtx& c) {
+  const Val& x = c.in_padded(0);
+  need_rank(c, x.shape, 4, "the input");
+  const Const& w = c.const_in(1);
+  if (w.integer || w.shape.size() != 4)
+    input_error("{}: weights of shape [{}]; 2-d convolution weights (M, C/group, kH, kW) expected", c.where(),
+                fmt::join(w.shape, ","));
+  const int64_t group = c.attr_int("group", 1), m = w.shape[0];
+  if (group <= 0 || m % group != 0 || x.shape[1] != w.shape[1] * group)
+    input_error("{}: {} input channels, weights [{}] and group {} do not fit together", c.where(), x.shape[1],
+                fmt::join(w.shape, ","), group);
+  auto k = pair_attr(c, "kernel_shape", {w.shape[2], w.shape[3]});
+  if (k[0] != w.shape[2] || k[1] != w.shape[3])
+    input_error("{}: kernel_shape [{}] differs from the weights' [{}]", c.where(), fmt::join(k, ","),
+                fmt::join(w.shape, ","));
+  auto s = pair_attr(c, "strides", {1, 1}), d = pair_attr(c, "dilations", {1, 1});
+  auto [ph, pw] = symmetric_pads(c, x.shape, k, s, d);
+  const int64_t oh = (x.shape[2] + 2 * ph - d[0] * (k[0] - 1) - 1) / s[0] + 1;
+  const int64_t ow = (x.shape[3] + 2 * pw - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  const bool bias = c.has_input(2);
+  auto& l = c.add_layer("Convolution", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_convolution_param();
+  p->set_num_output(static_cast<uint32_t>(m));
+  p->set_bias_term(bias);
+  p->set_kernel_h(static_cast<uint32_t>(k[0]));
+  p->set_kernel_w(static_cast<uint32_t>(k[1]));
+  p->set_stride_h(static_cast<uint32_t>(s[0]));
+  p->set_stride_w(static_cast<uint32_t>(s[1]));
+  p->set_pad_h(static_cast<uint32_t>(ph + x.pad_h));  // a Pad before it joins its own
+  p->set_pad_w(static_cast<uint32_t>(pw + x.pad_w));
+  if (d[0] != 1 || d[1] != 1) {
+    p->add_dilation(static_cast<uint32_t>(d[0]));
+    p->add_dilation(static_cast<uint32_t>(d[1]));
+  }
+  if (group != 1) p->set_group(static_cast<uint32_t>(group));
+  c.add_param(l, w.f);  // ONNX's (M, C/group, kH, kW) is Caffe's layout
+  if (bias) c.add_param(l, vector_blob(c, c.const_in(2), m, "the bias"));
+  c.set_output(0, {x.shape[0], m, oh, ow});
+}
+
+// (rows, cols) weights -> InnerProduct's (out, in), scaled.
+Tensor dense_weights(const Const& b, bool transposed, float alpha) {
+  const int64_t r = b.shape[0], k = b.shape[1];
+  Tensor t(transposed ? Shape{r, k} : Shape{k, r});
+  const float* src = b.f.f32();
+  float* dst = t.f32();
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      if (transposed) dst[i * k + j] = alpha * src[i * k + j];
+      else dst[j * r + i] = alpha * src[i * k + j];
+    }
+  return t;
+}
+
+void inner_product(NodeCtx& c, const Val& a, int axis, Tensor w, const Const* bias, float beta) {
+  const int64_t n = w.dim(0);
+  auto& l = c.add_layer("InnerProduct", {a.blob}, c.out_name(0));
+  auto* p = l.mutable_inner_product_param();
+  p->set_num_output(static_cast<uint32_t>(n));
+  p->set_bias_term(bias != nullptr);
+  p->set_axis(axis);
+  c.add_param(l, std::move(w));
+  if (bias) c.add_param(l, vector_blob(c, *bias, n, "C (the bias)", beta));
+  Shape out(a.shape.begin(), a.shape.begin() + axis);
+  out.push_back(n);
+  c.set_output(0, out);
+}
+
+void gemm(NodeCtx& c) {
+  const Val& a = c.in(0);
+  need_rank(c, a.shape, 2, "A");
+  if (a.constant) input_error("{}: A is a constant; only B and C may be", c.where());
+  if (c.attr_int("transA", 0)) input_error("{}: transA=1 is not supported", c.where());
+  const Const& b = c.const_in(1);
+  const bool tb = c.attr_int("transB", 0) != 0;
+  if (b.integer || b.shape.size() != 2) input_error("{}: B must be a 2-d float constant", c.where());
+  const int64_t k = tb ? b.shape[1] : b.shape[0];
+  if (k != a.shape[1])
+    input_error("{}: A [{}] and B [{}] (transB={}) do not multiply", c.where(), fmt::join(a.shape, ","),
+                fmt::join(b.shape, ","), tb ? 1 : 0);
+  const Const* bias = c.has_input(2) ? &c.const_in(2) : nullptr;
+  const int64_t n = tb ? b.shape[0] : b.shape[1];
+  if (bias && !(bias->numel() == 1 || (bias->numel() == n && bias->shape.back() == n)))
+    input_error("{}: C of shape [{}] is not a bias of {} values", c.where(), fmt::join(bias->shape, ","), n);
+  inner_product(c, a, 1, dense_weights(b, tb, c.attr_float("alpha", 1.f)), bias, c.attr_float("beta", 1.f));
+}
+
+void matmul(NodeCtx& c) {
+  const Val& a = c.in(0);
+  if (a.constant || a.shape.size() < 2) input_error("{}: A must be a computed tensor of rank 2 or more", c.where());
+  const Const& b = c.const_in(1);
+  if (b.integer || b.shape.size() != 2 || b.shape[0] != a.shape.back())
+    input_error("{}: B must be a 2-d float constant of {} rows (it is [{}])", c.where(), a.shape.back(),
+                fmt::join(b.shape, ","));
+  inner_product(c, a, static_cast<int>(a.shape.size()) - 1, dense_weights(b, false, 1.f), nullptr, 1.f);
+}
+
+void batch_norm(NodeCtx& c) {
+  const Val& x = c.in(0);
+  if (x.shape.size() < 2) input_error("{}: the input must have a channel axis", c.where());
+  if (c.attr_int("training_mode", 0)) input_error("{}: training_mode=1 is not supported", c.where());
+  for (int o = 1; o < c.num_outputs(); ++o)
+    if (c.has_output(o)) input_error("{}: running-statistics outputs are not supported", c.where());
+  const int64_t ch = x.shape[1];
+  const std::string mid = c.out_name(0) + "#bn";
+  auto& bn = c.add_layer("BatchNorm", {x.blob}, mid);
+  bn.mutable_batch_norm_param()->set_use_global_stats(true);
+  bn.mutable_batch_norm_param()->set_eps(c.attr_float("epsilon", 1e-5f));
+  c.add_param(bn, vector_blob(c, c.const_in(3), ch, "the mean"));
+  c.add_param(bn, vector_blob(c, c.const_in(4), ch, "the variance"));
+  Tensor factor(Shape{1});
+  factor.fill(1.f);  // Caffe's statistics are sums divided by this factor
+  c.add_param(bn, std::move(factor));
+  auto& sc = c.add_layer("Scale", {mid}, c.out_name(0), "#scale");
+  sc.mutable_scale_param()->set_axis(1);
+  sc.mutable_scale_param()->set_bias_term(true);
+  c.add_param(sc, vector_blob(c, c.const_in(1), ch, "the scale"));
+  c.add_param(sc, vector_blob(c, c.const_in(2), ch, "the bias"));
+  c.set_output(0, x.shape);
+}
+
+// Output extent: Caffe's rounding, which must agree with ONNX's (and PyTorch's).
+// `in` is the extent ONNX sees (after a pending Pad of `pre`), `p` the node's own pads.
+int64_t pooled(const NodeCtx& c, int64_t in, int64_t k, int64_t s, int64_t p, int64_t pre, bool ceil_mode) {
+  const int64_t span = in + 2 * p - k;
+  if (span < 0) input_error("{}: the window ({}) is larger than the padded input ({})", c.where(), k, in + 2 * p);
+  int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  int64_t onnx_o = o;
+  if (ceil_mode && (o - 1) * s >= in + p) --onnx_o;  // the last window starts in the input or its left pad
+  // Caffe sees the unpadded input with pads p + pre, and clips only with padding.
+  if (p + pre > 0 && (o - 1) * s >= (in - 2 * pre) + (p + pre)) --o;
+  if (o != onnx_o)
+    input_error("{}: ceil_mode with this window leaves a last window Caffe's pooling keeps; not supported", c.where());
+  return o;
+}
+
+void pool(NodeCtx& c, bool max) {
+  const Val& x = max ? c.in(0) : c.in_padded(0);  // zero padding is not max pooling's
+  need_rank(c, x.shape, 4, "the input");
+  if (c.has_output(1)) input_error("{}: the Indices output is not supported", c.where());
+  auto k = pair_attr(c, "kernel_shape", {});
+  auto s = pair_attr(c, "strides", {1, 1}), d = pair_attr(c, "dilations", {1, 1});
+  if (d[0] != 1 || d[1] != 1) input_error("{}: dilated pooling is not supported", c.where());
+  auto [ph, pw] = symmetric_pads(c, x.shape, k, s, d);
+  const bool ceil_mode = c.attr_int("ceil_mode", 0) != 0;
+  // Caffe's average counts the padding in its divisor (count_include_pad=1).
+  if (!max && (ph || pw) && !c.attr_int("count_include_pad", 0))
+    input_error("{}: count_include_pad=0 with pads is not supported (Caffe's average counts the padding)",
+                c.where());
+  // A pending Pad's zeros count in Caffe's divisor, as they do in ONNX's (they are input there).
+  if (ph + x.pad_h >= k[0] || pw + x.pad_w >= k[1])
+    input_error("{}: pads must be smaller than the window", c.where());
+  auto& l = c.add_layer("Pooling", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_pooling_param();
+  p->set_pool(max ? proto::PoolingParameter::MAX : proto::PoolingParameter::AVE);
+  p->set_kernel_h(static_cast<uint32_t>(k[0]));
+  p->set_kernel_w(static_cast<uint32_t>(k[1]));
+  p->set_stride_h(static_cast<uint32_t>(s[0]));
+  p->set_stride_w(static_cast<uint32_t>(s[1]));
+  p->set_pad_h(static_cast<uint32_t>(ph + x.pad_h));
+  p->set_pad_w(static_cast<uint32_t>(pw + x.pad_w));
+  p->set_round_mode(ceil_mode ? proto::PoolingParameter::CEIL : proto::PoolingParameter::FLOOR);
+  c.set_output(0, {x.shape[0], x.shape[1], pooled(c, x.shape[2], k[0], s[0], ph, x.pad_h, ceil_mode),
+                   pooled(c, x.shape[3], k[1], s[1], pw, x.pad_w, ceil_mode)});
+}
+
+void global_pool(NodeCtx& c, bool max) {
+  const Val& x = c.in(0);
+  need_rank(c, x.shape, 4, "the input");
+  auto& l = c.add_layer("Pooling", {x.blob}, c.out_name(0));
+  l.mutable_pooling_param()->set_pool(max ? proto::PoolingParameter::MAX : proto::PoolingParameter::AVE);
+  l.mutable_pooling_param()->set_global_pooling(true);
+  c.set_output(0, {x.shape[0], x.shape[1], 1, 1});
+}
+
+// ReduceMean over H and W (torch's x.mean((2, 3))) is global average pooling, followed by a
+// Reshape when the reduced axes are dropped.
+void reduce_mean(NodeCtx& c) {
+  const Val& x = c.in(0);
+  need_rank(c, x.shape, 4, "the input");
+  // Opset 18 moved `axes` from an attribute to the second input.
+  std::vector<int64_t> axes = c.opset() >= 18 ? (c.has_input(1) ? c.const_in(1).ints() : std::vector<int64_t>{})
+                                              : c.attr_ints("axes", {});
+  for (auto& a : axes) a = norm_axis(c, a, 4);
+  std::sort(axes.begin(), axes.end());
+  if (axes != std::vector<int64_t>{2, 3})
+    input_error("{}: only the mean over H and W (axes 2, 3) is supported", c.where());
+  const bool keep = c.attr_int("keepdims", 1) != 0;
+  const std::string pooled_blob = keep ? c.out_name(0) : c.out_name(0) + "#pool";
+  auto& l = c.add_layer("Pooling", {x.blob}, pooled_blob);
+  l.mutable_pooling_param()->set_pool(proto::PoolingParameter::AVE);
+  l.mutable_pooling_param()->set_global_pooling(true);
+  if (!keep) {
+    auto& r = c.add_layer("Flatten", {pooled_blob}, c.out_name(0), "#flatten");
+    r.mutable_flatten_param()->set_axis(1);
+  }
+  c.set_output(0, keep ? Shape{x.shape[0], x.shape[1], 1, 1} : Shape{x.shape[0], x.shape[1]});
+}
+
+}  // namespace
+
+BKS_ONNX_OP("ReduceMean", reduce_mean);
+BKS_ONNX_OP("Conv", conv);
+BKS_ONNX_OP("Gemm", gemm);
+BKS_ONNX_OP("MatMul", matmul);
+BKS_ONNX_OP("BatchNormalization", batch_norm);
+BKS_ONNX_OP("MaxPool", [](NodeCtx& c) { pool(c, true); });
+BKS_ONNX_OP("AveragePool", [](NodeCtx& c) { pool(c, false); });
+BKS_ONNX_OP("GlobalAveragePool", [](NodeCtx& c) { global_pool(c, false); });
+BKS_ONNX_OP("GlobalMaxPool", [](NodeCtx& c) { global_pool(c, true); });
+
+}  // namespace bks::onnx_import
