@@ -1,0 +1,102 @@
+"""bakusoku against ONNX Runtime on the very same ONNX files: each network is exported once from
+PyTorch (Debian's python3-torch / torchvision; random weights, fixed seed), deployed by
+`bakusoku deploy --model NET.onnx` and timed by `bakusoku bench`, and timed by ONNX Runtime
+(bench/ort/ort_time.mjs, npm onnxruntime-node) with the same threads and batch, in this run.
+Prints one table row per network and batch: median milliseconds per batch on each side and
+bakusoku's speed as a multiple of ONNX Runtime's (above 1: bakusoku is faster).
+
+Usage: /usr/bin/python3 bench/ort.py BAKUSOKU_BINARY [--threads N] [--iterations N] [--only REGEX]
+Needs `npm ci --prefix bench/ort --ignore-scripts` first (bench/ort.sh does both)."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# name: (input shape without the batch, large batch); the models are built in export().
+NETS = {
+    "lenet": ((1, 28, 28), 256),
+    "resnet18_32": ((3, 32, 32), 64),
+    "resnet50": ((3, 224, 224), 32),
+    "mobilenet_v2": ((3, 224, 224), 32),
+    "googlenet": ((3, 224, 224), 32),
+}
+
+
+def sh(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ort bench: failed: {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def export(name, shape, path):
+    import torch
+    import torchvision
+
+    torch.manual_seed(1)
+    if name == "lenet":
+        m = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 20, 5), torch.nn.MaxPool2d(2), torch.nn.Conv2d(20, 50, 5), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(800, 500), torch.nn.ReLU(), torch.nn.Linear(500, 10))
+    elif name.startswith("resnet18"):
+        m = torchvision.models.resnet18()
+    elif name == "resnet50":
+        m = torchvision.models.resnet50()
+    elif name == "mobilenet_v2":
+        m = torchvision.models.mobilenet_v2()
+    elif name == "googlenet":
+        m = torchvision.models.googlenet(aux_logits=False, init_weights=True)
+    m.eval()
+    torch.onnx.export(m, torch.randn(1, *shape), path, opset_version=13, input_names=["input"],
+                      dynamic_axes={"input": {0: "N"}})
+
+
+def bakusoku_ms(binary, onnx, shape, batch, threads, iterations, tmp):
+    bundle = os.path.join(tmp, f"{os.path.basename(onnx)}.b{batch}.bks")
+    sh([binary, "deploy", "--model", onnx, "--input-shape", ",".join(map(str, (batch, *shape))), "-o", bundle,
+        "--threads", str(threads)])
+    out = json.loads(sh([binary, "bench", bundle, "--threads", str(threads), "--iterations", str(iterations),
+                         "--json"]))
+    return out["results"][0]["latency_ms"]["median"]
+
+
+def ort_ms(onnx, batch, threads, iterations):
+    out = json.loads(sh(["node", os.path.join(HERE, "ort", "ort_time.mjs"), onnx, "--batch", str(batch),
+                         "--threads", str(threads), "--iterations", str(iterations)]).strip().splitlines()[-1])
+    return out["median_ms"], out["version"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    if not os.path.isdir(os.path.join(HERE, "ort", "node_modules", "onnxruntime-node")):
+        sys.exit("ort bench: run `npm ci --prefix bench/ort --ignore-scripts` first")
+    load = os.getloadavg()
+    print(f"# bakusoku vs ONNX Runtime, FP32, {a.threads} threads, median of {a.iterations} runs "
+          f"(load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+    print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="bks-ort-") as tmp:
+        for name, (shape, large) in NETS.items():
+            if a.only and not re.search(a.only, name):
+                continue
+            onnx = os.path.join(tmp, name + ".onnx")
+            export(name, shape, onnx)
+            for batch in (1, large):
+                b = bakusoku_ms(a.binary, onnx, shape, batch, a.threads, a.iterations, tmp)
+                o, version = ort_ms(onnx, batch, a.threads, a.iterations)
+                print(f"| {name} | {batch} | {b:.2f} | {o:.2f} | {o / b:.2f}x |", flush=True)
+    print(f"# ONNX Runtime {version} (npm onnxruntime-node, CPU execution provider)")
+
+
+if __name__ == "__main__":
+    main()
