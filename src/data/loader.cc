@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
-#include <numeric>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -23,48 +23,30 @@ BatchLoader::BatchLoader(std::shared_ptr<const Dataset> ds, std::vector<int> fie
     s.insert(s.end(), sample.begin(), sample.end());
     shapes_.push_back(s);
   }
-  for (auto* b : {&front_, &back_})
-    for (auto& s : shapes_) b->t.emplace_back(s);
   // Encoded images are decoded as batches are built, on several threads (a JPEG of ImageNet's
   // size takes a few milliseconds: a batch of 256 on one thread would stall each step).
   for (int f : fields_)
     if (ds_->fields[static_cast<size_t>(f)].encoded)
       decode_threads_ = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
-  if (opt_.background) thread_ = std::thread([this] { worker(); });
+  order_ = std::make_unique<EpochOrder>(ds_->size, opt_.batch, opt_.shuffle, opt_.skip, opt_.seed, opt_.name);
+  prefetch_ = std::make_unique<Prefetcher>(
+      shapes_, [this](int64_t step, std::vector<Tensor>& out) { build(step, out); }, opt_.background);
 }
 
-BatchLoader::~BatchLoader() {
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+BatchLoader::~BatchLoader() = default;
 
 std::vector<Shape> BatchLoader::output_shapes() const { return shapes_; }
 
-int64_t BatchLoader::sample_index(int64_t step, int64_t i) const {
-  int64_t n = ds_->size;
-  int64_t g = step * opt_.batch + i + opt_.skip;
-  if (!opt_.shuffle) return g % n;
-  int64_t epoch = g / n;
-  std::lock_guard lk(perm_mu_);
-  if (epoch != perm_epoch_) {
-    perm_.resize(static_cast<size_t>(n));
-    std::iota(perm_.begin(), perm_.end(), 0);
-    Rng rng = Rng::derive(opt_.seed, opt_.name + ".shuffle." + std::to_string(epoch));
-    std::shuffle(perm_.begin(), perm_.end(), rng.engine());
-    perm_epoch_ = epoch;
-  }
-  return perm_[static_cast<size_t>(g % n)];
-}
+int64_t BatchLoader::sample_index(int64_t step, int64_t i) const { return order_->sample(step, i); }
 
-void BatchLoader::build_sample(int64_t step, int64_t i, int64_t idx, Buffers& b, std::vector<uint8_t>& scratch) const {
+void BatchLoader::load(int64_t step, const std::vector<Tensor*>& out) { prefetch_->load(step, out); }
+
+void BatchLoader::build_sample(int64_t step, int64_t i, int64_t idx, std::vector<Tensor>& b,
+                               std::vector<uint8_t>& scratch) const {
   for (size_t fi = 0; fi < fields_.size(); ++fi) {
     const auto& f = ds_->fields[fields_[fi]];
     int64_t per = shape_numel(shapes_[fi]) / opt_.batch;
-    float* out = b.t[fi].f32() + i * per;
+    float* out = b[fi].f32() + i * per;
     if (fi == 0 && transform_) {
       std::optional<Rng> rng;
       if (transform_->needs_rng())
@@ -83,7 +65,7 @@ void BatchLoader::build_sample(int64_t step, int64_t i, int64_t idx, Buffers& b,
   }
 }
 
-void BatchLoader::build(int64_t step, Buffers& b) const {
+void BatchLoader::build(int64_t step, std::vector<Tensor>& b) const {
   std::vector<int64_t> idx(static_cast<size_t>(opt_.batch));
   for (int64_t i = 0; i < opt_.batch; ++i) idx[static_cast<size_t>(i)] = sample_index(step, i);
   const int64_t threads = std::min<int64_t>(decode_threads_, opt_.batch);
@@ -107,59 +89,6 @@ void BatchLoader::build(int64_t step, Buffers& b) const {
     for (auto& th : pool) th.join();
     for (auto& e : failed)
       if (e) std::rethrow_exception(e);
-  }
-  b.step = step;
-}
-
-void BatchLoader::worker() {
-  std::unique_lock lk(mu_);
-  while (true) {
-    cv_.wait(lk, [&] { return stop_ || want_ >= 0; });
-    if (stop_) return;
-    int64_t s = want_;
-    want_ = -1;
-    busy_ = true;
-    lk.unlock();
-    try {
-      back_.error = nullptr;
-      build(s, back_);
-    } catch (...) {
-      // Thrown again by load() on the step's own thread.
-      back_.error = std::current_exception();
-      back_.step = s;
-    }
-    lk.lock();
-    busy_ = false;
-    cv_.notify_all();
-  }
-}
-
-void BatchLoader::load(int64_t step, const std::vector<Tensor*>& out) {
-  Buffers* src = nullptr;
-  if (opt_.background) {
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return !busy_ && want_ < 0; });
-    if (back_.step == step) {
-      std::swap(front_, back_);
-      src = &front_;
-      if (src->error) {
-        front_.step = -1;
-        std::rethrow_exception(std::exchange(front_.error, nullptr));
-      }
-    }
-  }
-  if (!src) {
-    build(step, front_);
-    src = &front_;
-  }
-  for (size_t i = 0; i < out.size() && i < src->t.size(); ++i) {
-    if (!out[i]) continue;
-    std::memcpy(out[i]->raw(), src->t[i].raw(), std::min(out[i]->bytes(), src->t[i].bytes()));
-  }
-  if (opt_.background) {
-    std::lock_guard lk(mu_);
-    want_ = step + 1;
-    cv_.notify_all();
   }
 }
 

@@ -6,14 +6,11 @@
 // the batches an uninterrupted run would have read.
 #pragma once
 
-#include <condition_variable>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include "data/dataset.h"
+#include "data/prefetcher.h"
 #include "data/transform.h"
 
 namespace bks {
@@ -44,15 +41,11 @@ class BatchLoader {
   int64_t sample_index(int64_t step, int64_t i) const;
 
  private:
-  struct Buffers {
-    int64_t step = -1;
-    std::vector<Tensor> t;
-    std::exception_ptr error;  // building `step` failed (an image that does not decode)
-  };
-  void build(int64_t step, Buffers& b) const;
-  // Sample i of batch `step` (dataset sample `idx`) into b; `scratch` holds a decoded image.
-  void build_sample(int64_t step, int64_t i, int64_t idx, Buffers& b, std::vector<uint8_t>& scratch) const;
-  void worker();
+  // Batch `step` into `out` (one tensor per field); Prefetcher calls it, in the background.
+  void build(int64_t step, std::vector<Tensor>& out) const;
+  // Sample i of batch `step` (dataset sample `idx`) into out; `scratch` holds a decoded image.
+  void build_sample(int64_t step, int64_t i, int64_t idx, std::vector<Tensor>& out,
+                    std::vector<uint8_t>& scratch) const;
 
   std::shared_ptr<const Dataset> ds_;
   std::vector<int> fields_;
@@ -60,15 +53,8 @@ class BatchLoader {
   LoaderOptions opt_;
   std::vector<Shape> shapes_;
   int64_t decode_threads_ = 1;
-  Buffers front_, back_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t want_ = -1;
-  bool busy_ = false, stop_ = false;
-  mutable std::mutex perm_mu_;
-  mutable int64_t perm_epoch_ = -1;
-  mutable std::vector<int64_t> perm_;
-  std::thread thread_;
+  std::unique_ptr<EpochOrder> order_;
+  std::unique_ptr<Prefetcher> prefetch_;  // last: its thread stops before the rest is destroyed
 };
 
 }  // namespace bks

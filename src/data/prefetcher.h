@@ -1,7 +1,6 @@
-// Batch building for data layers whose batches are a function of the step rather than rows
-// of an in-memory Dataset (WindowData samples windows, DenseImageData decodes image pairs):
-// while step s computes, batch s+1 is built on a background thread into a second buffer, as
-// BatchLoader does for Dataset fields.
+// Batch building for data layers: while step s computes, batch s+1 is built on a background
+// thread into a second buffer. BatchLoader builds rows of an in-memory Dataset on it;
+// WindowData (sampled windows) and DenseImageData (decoded image pairs) their own batches.
 #pragma once
 
 #include <condition_variable>
