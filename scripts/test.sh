@@ -8,6 +8,10 @@ bash scripts/install_deps.sh
 # The dashboard's browser test drives Chromium with playwright-core (pinned in
 # tests/browser/package-lock.json).
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
+# ONNX Runtime (its CPU binaries ship inside the npm package; --ignore-scripts: nothing else
+# is fetched) runs the models `bakusoku export` writes (tests/test_onnx_export.cc); the
+# same pinned package is bench/ort.sh's inference peer.
+npm ci --prefix bench/ort --ignore-scripts --no-audit --no-fund --loglevel=error
 bash scripts/build.sh -DBKS_WERROR=ON
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 900)
 # Sanitizers and fuzzing in one clang tree (build-fuzz/): the fast tests (ops, planner,

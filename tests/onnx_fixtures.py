@@ -66,6 +66,22 @@ class OpsMix(nn.Module):
         return F.softmax(u.unsqueeze(2), dim=1).squeeze(2)
 
 
+class Activations(nn.Module):
+    """HardSwish, ConvTranspose (grouped, strided, padded), Elu, HardSigmoid, Softplus, Abs,
+    Max of two computed tensors, Pow by a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.up = nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, groups=2)
+
+    def forward(self, x):
+        a = F.hardswish(self.conv(x) * 3)  # inputs on both sides of HardSwish's -3..3 ramp
+        b = self.up(a)
+        c = F.elu(b, 0.7) * F.hardsigmoid(b * 4)
+        return torch.maximum(F.softplus(c), torch.abs(b)) ** 2
+
+
 class Upsample(nn.Module):
     """Resize (nearest, whole factors) as torch exports F.interpolate and nn.Upsample."""
 
@@ -129,6 +145,7 @@ def main():
         randomise_bn(net)
         write_case(out, name, net, torch.randn(batch, 1, 28, 28), opset, dyn)
     write_case(out, "ops_mix", OpsMix(), torch.randn(1, 4, 15, 15), 14)
+    write_case(out, "activations", Activations(), torch.randn(1, 3, 7, 7), 14)
     write_case(out, "upsample", Upsample(), torch.randn(1, 3, 5, 7), 13)
     write_case(out, "mean_head", MeanHead(), torch.randn(2, 3, 9, 9), 17)  # torch 1.13 exports up to 17
     r = torchvision.models.resnet18(num_classes=100)
@@ -149,7 +166,7 @@ def main():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu0"),
-                           helper.make_node("HardSwish", ["r"], ["y"], name="hswish1")], "g", [x], [y])
+                           helper.make_node("Erf", ["r"], ["y"], name="erf1")], "g", [x], [y])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
               os.path.join(out, "unknown_op.onnx"))
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu0")], "g", [x], [y])

@@ -185,6 +185,12 @@ NodeDeploy deploy_from_json(const Reader& r, const json& j, const std::string& w
 
 }  // namespace
 
+json attrs_to_json(const Node& n) {
+  JsonWriter w;
+  if (n.attrs) visit_const(*n.attrs.get(), w);
+  return std::move(w.out);
+}
+
 std::string graph_to_json(const Graph& g) {
   json values = json::array();
   for (const Value& v : g.values) values.push_back(v.name);
@@ -194,11 +200,7 @@ std::string graph_to_json(const Graph& g) {
     if (!n.loss_weight.empty()) o["loss_weight"] = n.loss_weight;
     json d = deploy_to_json(n.deploy);
     if (!d.empty()) o["deploy"] = d;
-    if (n.attrs) {
-      JsonWriter w;
-      visit_const(*n.attrs.get(), w);
-      o["attrs"] = std::move(w.out);
-    }
+    if (n.attrs) o["attrs"] = attrs_to_json(n);
     if (!n.param_specs.empty()) {
       json specs = json::array();
       for (const ParamSpec& s : n.param_specs)

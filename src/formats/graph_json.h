@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "graph/graph.h"
 
 namespace bks {
@@ -15,5 +17,9 @@ std::string graph_to_json(const Graph& g);
 // InputError naming `source` when the text is not such a graph (bad JSON, missing or
 // mistyped fields, indices out of range, a value read before it is written).
 Graph graph_from_json(const std::string& text, const std::string& source);
+
+// A node's attributes as the JSON object bundles store (enumerations by name; an empty
+// object for a node without attributes): what other writers (ONNX export) read fields from.
+nlohmann::json attrs_to_json(const Node& n);
 
 }  // namespace bks

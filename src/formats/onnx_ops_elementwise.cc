@@ -46,6 +46,73 @@ void clip(NodeCtx& c) {
   c.set_output(0, x.shape);
 }
 
+void elu(NodeCtx& c) {
+  const Val& x = c.in(0);
+  auto& l = c.add_layer("ELU", {x.blob}, c.out_name(0));
+  l.mutable_elu_param()->set_alpha(c.attr_float("alpha", 1.f));
+  c.set_output(0, x.shape);
+}
+
+float scalar_in(const NodeCtx& c, int i, const char* what) {
+  const Const& k = c.const_in(i);
+  if (k.numel() != 1 || k.integer) input_error("{}: {} must be a float scalar constant", c.where(), what);
+  return static_cast<float>(k.at(0));
+}
+
+// x ^ p for a constant scalar p: Caffe's Power.
+void pow_node(NodeCtx& c) {
+  const Val& x = c.in(0);
+  auto& l = c.add_layer("Power", {x.blob}, c.out_name(0));
+  l.mutable_power_param()->set_power(scalar_in(c, 1, "the exponent"));
+  c.set_output(0, x.shape);
+}
+
+// max(0, min(1, alpha * x + beta)): a Power, then a Clip.
+std::string hard_sigmoid_of(NodeCtx& c, const Val& x, float alpha, float beta, const std::string& top) {
+  const std::string mid = c.out_name(0) + "#affine";
+  auto& p = c.add_layer("Power", {x.blob}, mid, "#affine");
+  p.mutable_power_param()->set_scale(alpha);
+  p.mutable_power_param()->set_shift(beta);
+  auto& l = c.add_layer("Clip", {mid}, top, "#clip");
+  l.mutable_clip_param()->set_min(0.f);
+  l.mutable_clip_param()->set_max(1.f);
+  return top;
+}
+
+void hard_sigmoid(NodeCtx& c) {
+  const Val& x = c.in(0);
+  hard_sigmoid_of(c, x, c.attr_float("alpha", 0.2f), c.attr_float("beta", 0.5f), c.out_name(0));
+  c.set_output(0, x.shape);
+}
+
+// x * HardSigmoid(x) with alpha 1/6, beta 1/2 (MobileNet v3's).
+void hard_swish(NodeCtx& c) {
+  const Val& x = c.in(0);
+  const std::string gate = hard_sigmoid_of(c, x, 1.f / 6.f, 0.5f, c.out_name(0) + "#gate");
+  auto& l = c.add_layer("Eltwise", {x.blob, gate}, c.out_name(0));
+  l.mutable_eltwise_param()->set_operation(proto::EltwiseParameter::PROD);
+  c.set_output(0, x.shape);
+}
+
+// Max of computed tensors of one shape: Eltwise MAX.
+void max_node(NodeCtx& c) {
+  std::vector<std::string> bottoms;
+  const Shape shape = c.in(0).shape;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    const Val& v = c.in(i);
+    if (v.constant || v.shape != shape)
+      input_error("{}: Max of constants or of tensors of different shapes is not supported", c.where());
+    bottoms.push_back(v.blob);
+  }
+  if (bottoms.size() == 1) {
+    c.alias(0, c.in(0));
+    return;
+  }
+  auto& l = c.add_layer("Eltwise", bottoms, c.out_name(0));
+  l.mutable_eltwise_param()->set_operation(proto::EltwiseParameter::MAX);
+  c.set_output(0, shape);
+}
+
 void softmax(NodeCtx& c) {
   const Val& x = c.in(0);
   const int axis = norm_axis(c, c.attr_int("axis", c.opset() < 13 ? 1 : -1), x.shape.size());
@@ -163,6 +230,13 @@ BKS_ONNX_OP("Relu", [](NodeCtx& c) { unary(c, "ReLU"); });
 BKS_ONNX_OP("Sigmoid", [](NodeCtx& c) { unary(c, "Sigmoid"); });
 BKS_ONNX_OP("Tanh", [](NodeCtx& c) { unary(c, "TanH"); });
 BKS_ONNX_OP("LeakyRelu", leaky_relu);
+BKS_ONNX_OP("Abs", [](NodeCtx& c) { unary(c, "AbsVal"); });
+BKS_ONNX_OP("Softplus", [](NodeCtx& c) { unary(c, "BNLL"); });
+BKS_ONNX_OP("Elu", elu);
+BKS_ONNX_OP("Pow", pow_node);
+BKS_ONNX_OP("HardSigmoid", hard_sigmoid);
+BKS_ONNX_OP("HardSwish", hard_swish);
+BKS_ONNX_OP("Max", max_node);
 BKS_ONNX_OP("Clip", clip);
 BKS_ONNX_OP("Softmax", softmax);
 BKS_ONNX_OP("Add", [](NodeCtx& c) { arith(c, Arith::add); });

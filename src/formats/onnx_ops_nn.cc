@@ -13,9 +13,9 @@ void need_rank(const NodeCtx& c, const Shape& s, size_t rank, const char* what) 
     input_error("{}: {} has shape [{}]; only rank {} is supported", c.where(), what, fmt::join(s, ","), rank);
 }
 
-// (top, left, bottom, right) pads as Caffe's symmetric (pad_h, pad_w), or an error.
-std::pair<int64_t, int64_t> symmetric_pads(const NodeCtx& c, const Shape& in, const std::vector<int64_t>& k,
-                                           const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
+// The window's (top, left, bottom, right) pads, auto_pad resolved.
+std::vector<int64_t> window_pads(const NodeCtx& c, const Shape& in, const std::vector<int64_t>& k,
+                                 const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
   std::vector<int64_t> pads = c.attr_ints("pads", {0, 0, 0, 0});
   const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
   if (auto_pad == "VALID") {
@@ -33,6 +33,13 @@ std::pair<int64_t, int64_t> symmetric_pads(const NodeCtx& c, const Shape& in, co
   if (pads.size() != 4) input_error("{}: pads has {} values; 4 expected for a 2-d window", c.where(), pads.size());
   for (int64_t p : pads)
     if (p < 0) input_error("{}: negative pads [{}] are not supported", c.where(), fmt::join(pads, ","));
+  return pads;
+}
+
+// (top, left, bottom, right) pads as Caffe's symmetric (pad_h, pad_w), or an error.
+std::pair<int64_t, int64_t> symmetric_pads(const NodeCtx& c, const Shape& in, const std::vector<int64_t>& k,
+                                           const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
+  const std::vector<int64_t> pads = window_pads(c, in, k, s, d);
   if (pads[0] != pads[2] || pads[1] != pads[3])
     input_error("{}: asymmetric pads [{}] (top, left, bottom, right) are not supported; Caffe's layers pad both "
                 "sides alike",
@@ -94,6 +101,67 @@ void conv(NodeCtx& c) {
   c.add_param(l, w.f);  // ONNX's (M, C/group, kH, kW) is Caffe's layout
   if (bias) c.add_param(l, vector_blob(c, c.const_in(2), m, "the bias"));
   c.set_output(0, {x.shape[0], m, oh, ow});
+}
+
+// ConvTranspose's weights (C, M/group, kH, kW) are Deconvolution's layout.
+void conv_transpose(NodeCtx& c) {
+  const Val& x = c.in(0);
+  need_rank(c, x.shape, 4, "the input");
+  const Const& w = c.const_in(1);
+  if (w.integer || w.shape.size() != 4)
+    input_error("{}: weights of shape [{}]; 2-d weights (C, M/group, kH, kW) expected", c.where(), fmt::join(w.shape, ","));
+  const int64_t group = c.attr_int("group", 1);
+  if (group <= 0 || w.shape[0] != x.shape[1] || x.shape[1] % group != 0)
+    input_error("{}: {} input channels, weights [{}] and group {} do not fit together", c.where(), x.shape[1],
+                fmt::join(w.shape, ","), group);
+  const int64_t m = w.shape[1] * group;
+  auto k = pair_attr(c, "kernel_shape", {w.shape[2], w.shape[3]});
+  if (k[0] != w.shape[2] || k[1] != w.shape[3])
+    input_error("{}: kernel_shape [{}] differs from the weights' [{}]", c.where(), fmt::join(k, ","),
+                fmt::join(w.shape, ","));
+  auto s = pair_attr(c, "strides", {1, 1}), d = pair_attr(c, "dilations", {1, 1});
+  for (int64_t op : c.attr_ints("output_padding", {0, 0}))
+    if (op != 0) input_error("{}: output_padding is not supported (Deconvolution's output has no extra rows)", c.where());
+  if (c.attr("output_shape") || c.attr_string("auto_pad", "NOTSET") != "NOTSET")
+    input_error("{}: output_shape and auto_pad are not supported; give pads", c.where());
+  auto [ph, pw] = symmetric_pads(c, x.shape, k, s, d);
+  const int64_t oh = (x.shape[2] - 1) * s[0] - 2 * ph + d[0] * (k[0] - 1) + 1;
+  const int64_t ow = (x.shape[3] - 1) * s[1] - 2 * pw + d[1] * (k[1] - 1) + 1;
+  if (oh <= 0 || ow <= 0) input_error("{}: the pads leave an empty output", c.where());
+  const bool bias = c.has_input(2);
+  auto& l = c.add_layer("Deconvolution", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_convolution_param();
+  p->set_num_output(static_cast<uint32_t>(m));
+  p->set_bias_term(bias);
+  p->set_kernel_h(static_cast<uint32_t>(k[0]));
+  p->set_kernel_w(static_cast<uint32_t>(k[1]));
+  p->set_stride_h(static_cast<uint32_t>(s[0]));
+  p->set_stride_w(static_cast<uint32_t>(s[1]));
+  p->set_pad_h(static_cast<uint32_t>(ph));
+  p->set_pad_w(static_cast<uint32_t>(pw));
+  if (d[0] != 1 || d[1] != 1) {
+    p->add_dilation(static_cast<uint32_t>(d[0]));
+    p->add_dilation(static_cast<uint32_t>(d[1]));
+  }
+  if (group != 1) p->set_group(static_cast<uint32_t>(group));
+  c.add_param(l, w.f);
+  if (bias) c.add_param(l, vector_blob(c, c.const_in(2), m, "the bias"));
+  c.set_output(0, {x.shape[0], m, oh, ow});
+}
+
+// Both divide alpha by the window size.
+void lrn(NodeCtx& c) {
+  const Val& x = c.in(0);
+  need_rank(c, x.shape, 4, "the input");
+  const int64_t size = c.attr_int("size", 0);
+  if (size <= 0 || size % 2 == 0) input_error("{}: size {} must be odd and positive for Caffe's LRN", c.where(), size);
+  auto& l = c.add_layer("LRN", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_lrn_param();
+  p->set_local_size(static_cast<uint32_t>(size));
+  p->set_alpha(c.attr_float("alpha", 1e-4f));
+  p->set_beta(c.attr_float("beta", 0.75f));
+  p->set_k(c.attr_float("bias", 1.f));
+  c.set_output(0, x.shape);
 }
 
 // (rows, cols) weights -> InnerProduct's (out, in), scaled.
@@ -192,6 +260,56 @@ int64_t pooled(const NodeCtx& c, int64_t in, int64_t k, int64_t s, int64_t p, in
   return o;
 }
 
+// ONNX's output extent for a window over `in` with start and end pads `pb`, `pe`.
+int64_t onnx_pooled(const NodeCtx& c, int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, bool ceil_mode) {
+  const int64_t span = in + pb + pe - k;
+  if (span < 0) input_error("{}: the window ({}) is larger than the padded input ({})", c.where(), k, in + pb + pe);
+  int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (o - 1) * s >= in + pb) --o;  // the last window starts in the input or its left pad
+  return o;
+}
+
+// Caffe's output extent with pad `p` on both sides, in ceil or floor mode.
+int64_t caffe_pooled(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  const int64_t span = in + 2 * p - k;
+  if (span < 0) return -1;
+  int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && p > 0 && (o - 1) * s >= in + p) --o;
+  return o;
+}
+
+// Max pooling's windows start at i * stride - start pad in both formats, and what pads the
+// end is never the maximum: any pads, symmetric or not (TensorFlow's SAME), are Caffe's
+// pad = start pad with the rounding that gives ONNX's number of windows.
+void max_pool(NodeCtx& c, const Val& x, const std::vector<int64_t>& k, const std::vector<int64_t>& s,
+              const std::vector<int64_t>& pads) {
+  const bool ceil_mode = c.attr_int("ceil_mode", 0) != 0;
+  Shape out{x.shape[0], x.shape[1], 0, 0};
+  bool floor_fits = true, ceil_fits = true;
+  for (int a = 0; a < 2; ++a) {
+    const int64_t in = x.shape[2 + a], pb = pads[a], pe = pads[2 + a];
+    if (pb >= k[a] || pe >= k[a]) input_error("{}: pads must be smaller than the window", c.where());
+    out[2 + a] = onnx_pooled(c, in, k[a], s[a], pb, pe, ceil_mode);
+    floor_fits = floor_fits && caffe_pooled(in, k[a], s[a], pb, false) == out[2 + a];
+    ceil_fits = ceil_fits && caffe_pooled(in, k[a], s[a], pb, true) == out[2 + a];
+  }
+  if (!floor_fits && !ceil_fits)
+    input_error("{}: pads [{}] with ceil_mode={} give windows Caffe's pooling does not (the end pads reach past a "
+                "whole stride)",
+                c.where(), fmt::join(pads, ","), ceil_mode ? 1 : 0);
+  auto& l = c.add_layer("Pooling", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_pooling_param();
+  p->set_pool(proto::PoolingParameter::MAX);
+  p->set_kernel_h(static_cast<uint32_t>(k[0]));
+  p->set_kernel_w(static_cast<uint32_t>(k[1]));
+  p->set_stride_h(static_cast<uint32_t>(s[0]));
+  p->set_stride_w(static_cast<uint32_t>(s[1]));
+  p->set_pad_h(static_cast<uint32_t>(pads[0]));
+  p->set_pad_w(static_cast<uint32_t>(pads[1]));
+  p->set_round_mode(floor_fits ? proto::PoolingParameter::FLOOR : proto::PoolingParameter::CEIL);
+  c.set_output(0, out);
+}
+
 void pool(NodeCtx& c, bool max) {
   const Val& x = max ? c.in(0) : c.in_padded(0);  // zero padding is not max pooling's
   need_rank(c, x.shape, 4, "the input");
@@ -199,6 +317,10 @@ void pool(NodeCtx& c, bool max) {
   auto k = pair_attr(c, "kernel_shape", {});
   auto s = pair_attr(c, "strides", {1, 1}), d = pair_attr(c, "dilations", {1, 1});
   if (d[0] != 1 || d[1] != 1) input_error("{}: dilated pooling is not supported", c.where());
+  if (max) {
+    max_pool(c, x, k, s, window_pads(c, x.shape, k, s, d));
+    return;
+  }
   auto [ph, pw] = symmetric_pads(c, x.shape, k, s, d);
   const bool ceil_mode = c.attr_int("ceil_mode", 0) != 0;
   // Caffe's average counts the padding in its divisor (count_include_pad=1).
@@ -259,6 +381,8 @@ void reduce_mean(NodeCtx& c) {
 
 BKS_ONNX_OP("ReduceMean", reduce_mean);
 BKS_ONNX_OP("Conv", conv);
+BKS_ONNX_OP("ConvTranspose", conv_transpose);
+BKS_ONNX_OP("LRN", lrn);
 BKS_ONNX_OP("Gemm", gemm);
 BKS_ONNX_OP("MatMul", matmul);
 BKS_ONNX_OP("BatchNormalization", batch_norm);

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bakusoku=${1:-$root/build/src/bakusoku}
 out=$here/corpus
-mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body}
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx}
 
 # Nets: the examples (data sources renamed to the fixtures the harness writes beside the
 # net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
@@ -280,6 +280,83 @@ train_net_param {
 }
 type: "RMSProp" rms_decay: 0.98 base_lr: 0.1 lr_policy: "poly" power: 2 max_iter: 100 display: 10 average_loss: 5
 SOLVER
+
+python3 - "$out" <<'PY'
+# The ONNX seeds: small models made with onnx.helper (Debian's python3-onnx), each a path
+# through the importer's translators that the fuzzer mutates from.
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+
+def init(name, *shape, dtype=np.float32):
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(dtype) * 0.1, name)
+
+def const(name, values, dtype=np.int64):
+    return numpy_helper.from_array(np.array(values, dtype=dtype), name)
+
+def save(name, nodes, inputs, outputs, inits, opset):
+    g = helper.make_graph(nodes, name, inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="make_corpus")
+    onnx.checker.check_model(m)
+    onnx.save(m, f"{out}/onnx/{name}.onnx")
+
+def value(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape if shape else None)
+
+N = helper.make_node
+save("conv_bn_pool_gemm", [
+    N("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    N("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"], epsilon=1e-5),
+    N("Relu", ["n"], ["r"]),
+    N("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    N("Flatten", ["p"], ["f"], axis=1),
+    N("Gemm", ["f", "fw", "fb"], ["g"], transB=1, alpha=0.5),
+    N("Softmax", ["g"], ["y"], axis=1)],
+    [value("x", ["batch", 1, 5, 5])], [value("y", ["batch", 3])],
+    [init("w", 2, 1, 3, 3), init("b", 2), init("s", 2), init("bb", 2), init("m", 2),
+     numpy_helper.from_array(np.ones(2, np.float32), "v"), init("fw", 3, 18), init("fb", 3)], 13)
+save("shape_chain_matmul", [
+    N("Shape", ["x"], ["sh"]),
+    N("Gather", ["sh", "zero"], ["n"], axis=0),
+    N("Unsqueeze", ["n", "axes"], ["n1"]),
+    N("Concat", ["n1", "minus1"], ["shape"], axis=0),
+    N("Reshape", ["x", "shape"], ["flat"]),
+    N("MatMul", ["flat", "w"], ["mm"]),
+    N("Add", ["mm", "b"], ["y"])],
+    [value("x", [2, 2, 2, 2])], [value("y", [2, 4])],
+    [const("zero", 0), const("axes", [0]), const("minus1", [-1]), init("w", 8, 4), init("b", 4)], 13)
+save("elementwise_resize_reduce", [
+    N("Pad", ["x", "pads"], ["xp"], mode="constant"),
+    N("AveragePool", ["xp"], ["a"], kernel_shape=[3, 3], strides=[1, 1]),
+    N("Add", ["a", "cb"], ["a1"]),
+    N("Mul", ["a1", "two"], ["a2"]),
+    N("Clip", ["a2", "lo", "hi"], ["a3"]),
+    N("Sigmoid", ["a3"], ["s"]),
+    N("Tanh", ["a3"], ["t"]),
+    N("LeakyRelu", ["a3"], ["l"], alpha=0.2),
+    N("Concat", ["s", "t", "l"], ["cat"], axis=1),
+    N("Resize", ["cat", "", "scales"], ["up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+      nearest_mode="floor"),
+    N("Transpose", ["up"], ["tr"], perm=[0, 1, 3, 2]),
+    N("GlobalAveragePool", ["tr"], ["gap"]),
+    N("ReduceMean", ["up"], ["rm"], axes=[2, 3], keepdims=0),
+    N("Squeeze", ["gap", "sq"], ["g2"]),
+    N("Sub", ["g2", "rm"], ["d"]),
+    N("Div", ["d", "two"], ["y"])],
+    [value("x", [1, 2, 4, 4])], [value("y", [1, 6])],
+    [const("pads", [0, 0, 1, 1, 0, 0, 1, 1]), init("cb", 1, 2, 1, 1), const("two", 2.0, np.float32),
+     const("lo", 0.0, np.float32), const("hi", 6.0, np.float32), const("scales", [1, 1, 2, 2], np.float32),
+     const("sq", [2, 3])], 13)
+save("depthwise_dilated", [
+    N("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[2, 2, 2, 2], dilations=[2, 2], group=4),
+    N("Clip", ["c", "lo"], ["r"]),
+    N("Conv", ["r", "pw"], ["y"], kernel_shape=[1, 1], strides=[2, 2])],
+    [value("x", [1, 4, 6, 6])], [value("y", [1, 3, 3, 3])], [init("w", 4, 1, 3, 3), init("pw", 3, 4, 1, 1), const("lo", 0.0, np.float32)], 11)
+PY
 
 # The bundle: an InnerProduct 3 -> 2 deployed with the safetensors seed's weights.
 tmp=$(mktemp -d)
