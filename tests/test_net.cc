@@ -398,6 +398,55 @@ layer {{ name: "c" type: "Convolution" bottom: "cat" top: "y" convolution_param 
   for (int64_t i = 0; i < c1.numel(); ++i) ASSERT_NEAR(c1.f32()[i], c2.f32()[i], 1e-5f) << i;
 }
 
+TEST(Net, InceptionConcatKeepsTheConvolutionsLayout) {
+  // GoogLeNet's stem and one Inception block at inference: the branches' convolutions
+  // write channels-last or channel-blocked outputs, which the Concat joins in that layout
+  // (no reorder to NCHW and back). Values must match a run in plain layouts.
+  auto text = [](int batch) {
+    return fmt::format(R"(
+layer {{ name: "in" type: "Input" top: "x" input_param {{ shape {{ dim: {} dim: 3 dim: 32 dim: 32 }} }} }}
+layer {{ name: "c1" type: "Convolution" bottom: "x" top: "c1" convolution_param {{ num_output: 16 kernel_size: 7 stride: 2 pad: 3 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "r1" type: "ReLU" bottom: "c1" top: "c1" }}
+layer {{ name: "p1" type: "Pooling" bottom: "c1" top: "p1" pooling_param {{ pool: MAX kernel_size: 3 stride: 2 }} }}
+layer {{ name: "c2" type: "Convolution" bottom: "p1" top: "c2" convolution_param {{ num_output: 32 kernel_size: 3 pad: 1 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "p2" type: "Pooling" bottom: "c2" top: "p2" pooling_param {{ pool: MAX kernel_size: 3 stride: 2 }} }}
+layer {{ name: "b1" type: "Convolution" bottom: "p2" top: "b1" convolution_param {{ num_output: 16 kernel_size: 1 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "b2a" type: "Convolution" bottom: "p2" top: "b2a" convolution_param {{ num_output: 16 kernel_size: 1 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "b2" type: "Convolution" bottom: "b2a" top: "b2" convolution_param {{ num_output: 24 kernel_size: 3 pad: 1 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "b3a" type: "Pooling" bottom: "p2" top: "b3a" pooling_param {{ pool: MAX kernel_size: 3 stride: 1 pad: 1 }} }}
+layer {{ name: "b3" type: "Convolution" bottom: "b3a" top: "b3" convolution_param {{ num_output: 8 kernel_size: 1 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+layer {{ name: "cat" type: "Concat" bottom: "b1" bottom: "b2" bottom: "b3" top: "cat" }}
+layer {{ name: "p3" type: "Pooling" bottom: "cat" top: "p3" pooling_param {{ pool: MAX kernel_size: 3 stride: 1 pad: 1 }} }}
+layer {{ name: "c3" type: "Convolution" bottom: "p3" top: "y" convolution_param {{ num_output: 8 kernel_size: 3 weight_filler {{ type: "gaussian" std: 0.2 }} }} }}
+)",
+                       batch);
+  };
+  for (int batch : {1, 3}) {
+    CpuBackend be(2);
+    ParamStore store;
+    NetOptions keep;
+    keep.reuse_buffers = false;  // every value stays readable after the pass
+    auto fast = build_net(text(batch), store, be, proto::TEST, keep);
+    ::setenv("BKS_LAYOUTS", "plain", 1);
+    auto plain = build_net(text(batch), store, be, proto::TEST, keep);  // same weights (one store)
+    ::unsetenv("BKS_LAYOUTS");
+    const std::string d = fast->describe();
+    EXPECT_TRUE(d.find("channels-last copies") != std::string::npos || d.find("c copies") != std::string::npos) << d;
+    Rng rng(5);
+    Tensor& x = fast->value("x");
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1, 1);
+    plain->value("x").copy_from(x);
+    fast->forward();
+    plain->forward();
+    for (const char* blob : {"p2", "b1", "b2", "b3a", "b3", "cat", "y"}) {
+      Tensor a = fast->plain_copy(fast->graph().find_value(blob)), b = plain->plain_copy(plain->graph().find_value(blob));
+      ASSERT_EQ(a.numel(), b.numel());
+      for (int64_t i = 0; i < a.numel(); ++i)
+        ASSERT_NEAR(a.f32()[i], b.f32()[i], 1e-4f * std::max(1.f, std::fabs(b.f32()[i]))) << blob << " [" << i << "] batch " << batch << "\n" << d;
+    }
+  }
+}
+
 TEST(Net, SharedWeightsSumGradients) {
   TestNet t(R"(
 layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 3 dim: 4 } shape { dim: 3 dim: 4 } } }

@@ -531,6 +531,12 @@ std::vector<SweepCase> build_cases() {
   pool("Pooling_ave_global", {2, 3, 5, 4}, {false, 0, 0, 1, 1, 0, 0, true});
   pool("Pooling_max_global", {2, 3, 5, 4}, {true, 0, 0, 1, 1, 0, 0, true});
   pool("Pooling_ave_inference", {1, 3, 7, 6}, {false, 3, 3, 2, 2, 1, 1}, proto::TEST);
+  // Inference on plain NCHW runs bakusoku's own kernel (pooling_plain.h): GoogLeNet's 3x3/1
+  // pad 1, ceil overhang, rectangular strides, rows wider than a vector.
+  pool("Pooling_max_inference_3x3s1", {2, 3, 9, 21}, {true, 3, 3, 1, 1, 1, 1}, proto::TEST);
+  pool("Pooling_max_inference_overhang", {1, 2, 8, 19}, {true, 3, 3, 2, 2, 0, 0}, proto::TEST);
+  pool("Pooling_max_inference_rect", {1, 2, 7, 20}, {true, 2, 3, 3, 2, 1, 0}, proto::TEST);
+  pool("Pooling_ave_inference_3x3s1", {1, 3, 9, 21}, {false, 3, 3, 1, 1, 1, 1}, proto::TEST);
   {
     // The forks' ceil_mode spelling, and MAX's second top: each winner's index in its plane.
     PoolSpec p{true, 3, 3, 2, 2, 0, 0, false, true};

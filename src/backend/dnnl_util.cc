@@ -31,6 +31,18 @@ memory::desc plain_md(const Shape& s, memory::data_type dt) {
   return memory::desc(to_dims(s), dt, plain_tag(static_cast<int>(s.size())));
 }
 
+memory::desc channel_blocked_md(const Shape& s, int64_t block) {
+  return memory::desc(to_dims(s), memory::data_type::f32,
+                      block == 16 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c);
+}
+
+int64_t channel_block(const memory::desc& d, const Shape& s) {
+  if (s.size() != 4 || d.data.ndims != 4) return 0;
+  for (int64_t b : {8, 16})
+    if (d == channel_blocked_md(s, b)) return b;
+  return 0;
+}
+
 bool is_int8(const memory::desc& md) {
   return md.data.ndims > 0 && (md.data_type() == memory::data_type::s8 || md.data_type() == memory::data_type::u8);
 }

@@ -17,6 +17,10 @@ memory::dims to_dims(const Shape& s);
 // Plain row-major (NCHW-style) descriptor for a shape.
 memory::desc plain_md(const Shape& s, memory::data_type dt = memory::data_type::f32);
 memory::format_tag plain_tag(int ndim);
+// oneDNN's channel-blocked f32 layout nChw8c / nChw16c for a 4-d shape (block 8 or 16).
+memory::desc channel_blocked_md(const Shape& s, int64_t block);
+// 8 or 16 when `d` is the f32 nChw8c / nChw16c layout of 4-d shape `s`, else 0.
+int64_t channel_block(const memory::desc& d, const Shape& s);
 bool is_int8(const memory::desc& md);
 // Symmetric quantization: the level |x| = threshold maps to. s8 (and f32 quantized to s8):
 // 127; u8 (non-negative values, after a ReLU): 255.

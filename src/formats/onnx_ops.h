@@ -30,7 +30,9 @@ struct Const {
   std::vector<int64_t> i;  // integer
   int64_t numel() const { return shape_numel(shape); }
   double at(int64_t k) const { return integer ? static_cast<double>(i[k]) : f.f32()[k]; }
-  std::vector<int64_t> ints() const;
+  // The values as integers; InputError prefixed by `where` for a float that is not finite
+  // or outside int64's range (the model's own fault: it cannot be a size, axis or index).
+  std::vector<int64_t> ints(const std::string& where) const;
 };
 Const int_const(Shape shape, std::vector<int64_t> v);
 Const float_const(Shape shape);  // zero-filled

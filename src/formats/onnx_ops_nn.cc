@@ -359,7 +359,7 @@ void reduce_mean(NodeCtx& c) {
   const Val& x = c.in(0);
   need_rank(c, x.shape, 4, "the input");
   // Opset 18 moved `axes` from an attribute to the second input.
-  std::vector<int64_t> axes = c.opset() >= 18 ? (c.has_input(1) ? c.const_in(1).ints() : std::vector<int64_t>{})
+  std::vector<int64_t> axes = c.opset() >= 18 ? (c.has_input(1) ? c.const_in(1).ints(c.where()) : std::vector<int64_t>{})
                                               : c.attr_ints("axes", {});
   for (auto& a : axes) a = norm_axis(c, a, 4);
   std::sort(axes.begin(), axes.end());

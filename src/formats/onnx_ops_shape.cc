@@ -8,7 +8,7 @@
 namespace bks::onnx_import {
 namespace {
 
-Shape as_shape(const Const& k) { return Shape(k.ints()); }
+Shape as_shape(const NodeCtx& c, const Const& k) { return Shape(k.ints(c.where())); }
 
 // Folded values are shapes and small tables, never near 2^24 values; a crafted node that
 // repeats its inputs (Gather's indices, Concat's inputs) could otherwise ask for terabytes.
@@ -94,7 +94,7 @@ void reshape(NodeCtx& c) {
   const Const& k = c.const_in(1);
   if (!k.integer || k.shape.size() != 1) input_error("{}: the shape must be a 1-d integer tensor", c.where());
   const bool allowzero = c.attr_int("allowzero", 0) != 0;
-  Shape out = as_shape(k);
+  Shape out = as_shape(c, k);
   int infer = -1;
   int64_t known = 1;
   for (size_t a = 0; a < out.size(); ++a) {
@@ -103,20 +103,20 @@ void reshape(NodeCtx& c) {
       out[a] = x.shape[a];
     }
     if (out[a] == -1) {
-      if (infer >= 0) input_error("{}: the shape [{}] has two -1 entries", c.where(), fmt::join(k.ints(), ","));
+      if (infer >= 0) input_error("{}: the shape [{}] has two -1 entries", c.where(), fmt::join(k.ints(c.where()), ","));
       infer = static_cast<int>(a);
     } else if (out[a] < 0) {
-      input_error("{}: the shape [{}] has a negative entry", c.where(), fmt::join(k.ints(), ","));
+      input_error("{}: the shape [{}] has a negative entry", c.where(), fmt::join(k.ints(c.where()), ","));
     } else {
       // A crafted shape must not overflow the product (nothing real is near 2^40 elements).
       if (out[a] > (int64_t{1} << 40) || (out[a] > 0 && known > (int64_t{1} << 40) / out[a]))
-        input_error("{}: the shape [{}] is too large", c.where(), fmt::join(k.ints(), ","));
+        input_error("{}: the shape [{}] is too large", c.where(), fmt::join(k.ints(c.where()), ","));
       known *= out[a];
     }
   }
   if (infer >= 0) {
     if (known == 0 || shape_numel(x.shape) % known != 0)
-      input_error("{}: [{}] cannot become [{}]", c.where(), fmt::join(x.shape, ","), fmt::join(k.ints(), ","));
+      input_error("{}: [{}] cannot become [{}]", c.where(), fmt::join(x.shape, ","), fmt::join(k.ints(c.where()), ","));
     out[infer] = shape_numel(x.shape) / known;
   }
   reshape_to(c, x, out);
@@ -138,7 +138,7 @@ void flatten(NodeCtx& c) {
 
 std::vector<int64_t> axes_of(NodeCtx& c) {
   // Opset 13 moved `axes` from an attribute to the second input.
-  if (c.opset() >= 13) return c.has_input(1) ? c.const_in(1).ints() : std::vector<int64_t>{};
+  if (c.opset() >= 13) return c.has_input(1) ? c.const_in(1).ints(c.where()) : std::vector<int64_t>{};
   return c.attr_ints("axes", {});
 }
 
@@ -230,7 +230,7 @@ void cast(NodeCtx& c) {
   }
   const Const& k = *x.constant;
   if (k.integer == to_int) return c.alias(0, x);
-  Const r = to_int ? int_const(k.shape, k.ints()) : float_const(k.shape);
+  Const r = to_int ? int_const(k.shape, k.ints(c.where())) : float_const(k.shape);
   if (!to_int)
     for (int64_t j = 0; j < k.numel(); ++j) r.f.f32()[j] = static_cast<float>(k.i[j]);
   c.set_const(0, std::move(r));
@@ -242,7 +242,7 @@ void pad(NodeCtx& c) {
   const Val& x = c.in(0);
   if (c.attr_string("mode", "constant") != "constant")
     input_error("{}: mode '{}' is not supported", c.where(), c.attr_string("mode", ""));
-  const auto pads = c.const_in(1).ints();
+  const auto pads = c.const_in(1).ints(c.where());
   if (c.has_input(2) && c.const_in(2).numel() == 1 && c.const_in(2).at(0) != 0)
     input_error("{}: a constant_value other than 0 is not supported", c.where());
   if (pads.size() != 2 * x.shape.size())

@@ -10,9 +10,19 @@
 
 namespace bks::onnx_import {
 
-std::vector<int64_t> Const::ints() const {
+std::vector<int64_t> Const::ints(const std::string& where) const {
   std::vector<int64_t> v(static_cast<size_t>(numel()));
-  for (size_t k = 0; k < v.size(); ++k) v[k] = integer ? i[k] : static_cast<int64_t>(f.f32()[k]);
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (integer) {
+      v[k] = i[k];
+      continue;
+    }
+    const float x = f.f32()[k];
+    // 2^63 is the first float past int64's range.
+    if (!(x > -9.2233720368547758e18f && x < 9.2233720368547758e18f))
+      input_error("{}: the float constant value {} is no integer (not finite, or beyond 64 bits)", where, x);
+    v[k] = static_cast<int64_t>(x);
+  }
   return v;
 }
 

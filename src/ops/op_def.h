@@ -42,6 +42,9 @@ struct OpFacts {
   bool external_input = false;         // filled by the caller (Input layer)
   // Concat: each input's element offset in the output when all are contiguous runs of it.
   std::vector<int64_t> input_runs_in_output;
+  // An any_in_any_out op whose plain output wants plain inputs, written straight into it
+  // (Concat); a blocked output converts inputs in other layouts itself.
+  bool plain_output_takes_plain_inputs = false;
   float default_loss_weight = 0.f;
   // Filled by the net:
   bool learnable = false;                           // has a parameter that takes gradient steps

@@ -10,6 +10,7 @@
 #include "core/parallel.h"
 #include "ops/op.h"
 #include "ops/pooling_attrs.h"
+#include "ops/pooling_plain.h"
 #include "ops/pooling_tiled.h"
 
 namespace bks {
@@ -195,6 +196,7 @@ class PoolingKernel final : public Kernel {
     memory::desc src = in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0];
     if (is_int8(src)) return forward_pd(src).dst_desc();
     if (src == nhwc_md(s) || own_tiled_kernel(src)) return nhwc_md({n_, c_, oh_, ow_});
+    if (own_plain_kernel(src)) return plain_md({n_, c_, oh_, ow_});
     return use_dnnl_ ? forward_pd(src).dst_desc() : memory::desc();
   }
 
@@ -216,6 +218,12 @@ class PoolingKernel final : public Kernel {
                           !tiled_      ? ""
                           : src_block_ ? fmt::format(" (tiled windows, from nChw{}c)", src_block_)
                                        : " (tiled windows)");
+      return;
+    }
+    plain_ = own_plain_kernel(src);
+    if (plain_) {
+      dst_.init(be.engine(), dst_user, plain_md(out[0]));
+      impl_ = fmt::format("bakusoku plain {}", max_ ? "max" : "average");
       return;
     }
     if (!use_dnnl_) {
@@ -247,6 +255,14 @@ class PoolingKernel final : public Kernel {
       auto& s = static_cast<CpuBackend&>(backend_).stream();
       float* y = static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle());
       nhwc_forward(c.in[0]->f32(), y);
+      dst_.commit(s);
+      s.wait();
+      return;
+    }
+    if (plain_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      pool_plain_forward(plain_geometry(), c.in[0]->f32(),
+                         static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle()));
       dst_.commit(s);
       s.wait();
       return;
@@ -296,7 +312,9 @@ class PoolingKernel final : public Kernel {
     s.wait();
   }
 
-  std::string kernel_name() const override { return use_dnnl_ && !channels_last_ ? "oneDNN " + impl_ : impl_; }
+  std::string kernel_name() const override {
+    return use_dnnl_ && !channels_last_ && !plain_ ? "oneDNN " + impl_ : impl_;
+  }
 
  private:
   // oneDNN runs MAX always and AVE when its divisor rule equals Caffe's.
@@ -467,6 +485,12 @@ class PoolingKernel final : public Kernel {
     return b && windows_tile() && pool_tiled_applies(c_, b);
   }
 
+  // Inference on plain NCHW data: oneDNN 2.6 has only its reference kernel there.
+  bool own_plain_kernel(const memory::desc& src) const {
+    return phase_ == proto::TEST && src == plain_md({n_, c_, h_, w_});
+  }
+  PoolPlainGeometry plain_geometry() const { return {n_ * c_, h_, w_, oh_, ow_, kh_, kw_, sh_, sw_, ph_, pw_, max_}; }
+
   // The reference AVE path on plain NCHW data (Caffe's divisor, see window()).
   template <class F>
   void for_windows(F&& f) const {
@@ -475,15 +499,7 @@ class PoolingKernel final : public Kernel {
       for (int64_t y = 0; y < oh_; ++y)
         for (int64_t x = 0; x < ow_; ++x) f(nc, y * ow_ + x, window(y, x));
   }
-  void ave_forward(const float* x, float* y) const {
-    for_windows([&](int64_t nc, int64_t o, const Window& wd) {
-      const float* p = x + nc * h_ * w_;
-      float s = 0;
-      for (int64_t i = wd.h0; i < wd.h1; ++i)
-        for (int64_t j = wd.w0; j < wd.w1; ++j) s += p[i * w_ + j];
-      y[nc * oh_ * ow_ + o] = s / wd.size;
-    });
-  }
+  void ave_forward(const float* x, float* y) const { pool_plain_forward(plain_geometry(), x, y); }
   void ave_backward(const float* dy, float* dx) const {
     std::fill_n(dx, n_ * c_ * h_ * w_, 0.f);
     // Windows of one (n, c) plane are visited by one thread, so the += below never races.
@@ -497,6 +513,7 @@ class PoolingKernel final : public Kernel {
 
   PoolWindow attrs_;
   bool max_ = true, use_dnnl_ = true, channels_last_ = false;
+  bool plain_ = false;  // bakusoku's plain NCHW inference kernel (pooling_plain.h)
   bool tiled_ = false;     // max pooling whose windows tile the input (see pooling_tiled.h)
   int64_t src_block_ = 0;  // the tiled kernel's input: 0 NHWC, 8/16 nChw8c/nChw16c
   Tensor argmax_{Shape{0}, DType::s32};

@@ -2,6 +2,7 @@
 // Concat, Slice and Crop.
 #include <cstring>
 
+#include "backend/dnnl_util.h"
 #include "ops/op.h"
 
 namespace bks {
@@ -342,6 +343,7 @@ class ConcatDef final : public OpDef {
   OpFacts facts(const OpContext& c, const std::vector<Shape>& in) const override {
     OpFacts f;
     f.backward_reads_input = false;
+    f.plain_output_takes_plain_inputs = true;
     AxisParts g = concat_parts(c, in);
     if (g.outer != 1) return f;
     int64_t off = 0;
@@ -425,23 +427,96 @@ class SilenceKernel final : public Kernel {
   void forward(OpCall&) override {}
 };
 
+// Concat along the channels of 4-d tensors in a layout other than NCHW (inference), so the
+// convolutions around an Inception block keep theirs:
+//  - oneDNN's channel-blocked nChw8c / nChw16c, when every input is a whole number of
+//    blocks: then each input is, per image, one contiguous run of the output as in NCHW,
+//    and the runtime may place it there (the same copies, or none);
+//  - channels-last (NHWC): each input is a run of C_i floats per pixel.
+// The output takes that layout when every input arrives in it; otherwise it is plain, and
+// its inputs are made plain too, written straight into it at batch 1. (An input whose
+// layout changes after the choice, for another reader, is converted first.)
 class ConcatKernel final : public Kernel {
  public:
   using Kernel::Kernel;
-  void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override { g_ = concat_parts(context(), in); }
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
+    g_ = concat_parts(context(), in);
+    in_shapes_ = in;
+    out_shape_ = out[0];
+  }
+  LayoutRule layout_rule() const override {
+    return phase_ == proto::TEST ? LayoutRule::any_in_any_out : LayoutRule::plain_only;
+  }
+  memory::desc preferred_output_layout(int, const std::vector<memory::desc>& in) override {
+    if (g_.axis != 1 || in.empty() || out_shape_.size() != 4) return {};
+    for (Layout l : {Layout::nhwc, Layout::block8, Layout::block16}) {
+      bool all = fits(l);
+      for (size_t i = 0; i < in.size() && all; ++i) all = in[i] == layout_md(l, in_shapes_[i]);
+      if (all) return layout_md(l, out_shape_);
+    }
+    return {};
+  }
+  void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
+    const memory::desc y = out_md(0, out[0]);
+    layout_ = Layout::plain;
+    for (Layout l : {Layout::nhwc, Layout::block8, Layout::block16})
+      if (out[0].size() == 4 && y == layout_md(l, out[0])) layout_ = l;
+    convert_.assign(in.size(), DnnlOperand());
+    for (size_t i = 0; i < in.size(); ++i)
+      convert_[i].init(static_cast<CpuBackend&>(backend_).engine(), in_md(static_cast<int>(i), in[i]),
+                       layout_md(layout_, in[i]));
+    parts_ = g_;
+    if (layout_ == Layout::nhwc) {
+      // Channels innermost: runs of C_i per pixel.
+      parts_.outer = out[0][0] * out[0][2] * out[0][3];
+      parts_.inner = 1;
+    }
+    static const char* const names[] = {"reference", "bakusoku channels-last copies", "bakusoku nChw8c copies",
+                                        "bakusoku nChw16c copies"};
+    impl_ = names[static_cast<int>(layout_)];
+  }
   void forward(OpCall& c) override {
+    auto& s = static_cast<CpuBackend&>(backend_).stream();
     std::vector<float*> parts;
-    for (auto* t : c.in) parts.push_back(const_cast<float*>(t->f32()));
-    move_parts(g_, c.out[0]->f32(), parts, true);
+    for (size_t i = 0; i < c.in.size(); ++i) {
+      float* p = const_cast<float*>(c.in[i]->f32());
+      if (i < convert_.size() && convert_[i].reorders()) p = static_cast<float*>(convert_[i].read(s, p).get_data_handle());
+      parts.push_back(p);
+    }
+    s.wait();
+    move_parts(parts_, c.out[0]->f32(), parts, true);
   }
   void backward(OpCall& c) override {
     std::vector<float*> parts;
     for (auto* t : c.in_grad) parts.push_back(t ? t->f32() : nullptr);
     move_parts(g_, const_cast<float*>(c.out_grad[0]->f32()), parts, false);
   }
+  std::string kernel_name() const override { return impl_; }
 
  private:
-  AxisParts g_;
+  enum class Layout { plain, nhwc, block8, block16 };
+  static memory::desc layout_md(Layout l, const Shape& s) {
+    switch (l) {
+      case Layout::nhwc: return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::nhwc);
+      case Layout::block8: return channel_blocked_md(s, 8);
+      case Layout::block16: return channel_blocked_md(s, 16);
+      default: return plain_md(s);
+    }
+  }
+  // Blocked layouts need whole blocks in every input.
+  bool fits(Layout l) const {
+    const int64_t block = l == Layout::block8 ? 8 : l == Layout::block16 ? 16 : 1;
+    for (const Shape& s : in_shapes_)
+      if (s[1] % block != 0) return false;
+    return true;
+  }
+
+  AxisParts g_, parts_;
+  std::vector<Shape> in_shapes_;
+  Shape out_shape_;
+  Layout layout_ = Layout::plain;
+  std::vector<DnnlOperand> convert_;
+  std::string impl_ = "reference";
 };
 
 class SliceKernel final : public Kernel {

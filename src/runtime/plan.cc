@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/dnnl_util.h"
 #include "core/error.h"
 
 namespace bks {
@@ -78,9 +79,10 @@ bool can_write_in_place(const Graph& g, const std::vector<OpFacts>& facts, const
   return true;
 }
 
-// A Concat written in place: each producer writes straight into its run of the output
-// (inference only, plain layouts, each input read by the Concat alone and made by an op of
-// this graph), and the Concat moves nothing.
+// A Concat written in place: producers write straight into their runs of the output
+// (inference only, plain or whole channel blocks, each input read by the Concat alone and
+// made by an op of this graph), and the Concat moves only the other inputs. True when the
+// node is such a Concat (whether or not any input could be placed).
 bool place_concat_inputs(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
                          const std::vector<dnnl::memory::desc>& layout, AliasPlan& a, int n) {
   const Node& node = g.nodes[n];
@@ -88,17 +90,23 @@ bool place_concat_inputs(const Graph& g, const std::vector<OpFacts>& facts, cons
   auto blocked = [&](int v) { return layout[v].data.ndims > 0; };
   if (gp.runs_backward[n] || at.size() != node.inputs.size() || node.outputs.size() != 1) return false;
   int y = node.outputs[0];
-  if (blocked(y)) return false;
-  for (int x : node.inputs) {
+  // A channel-blocked output takes inputs in its blocking, each of whole blocks: then each
+  // is, per image, one run of the output as in NCHW (and the facts' offsets hold).
+  const int64_t block = channel_block(layout[y], g.values[y].shape);
+  if (blocked(y) && !block) return false;
+  auto fits = [&](int x) {
+    const Shape& s = g.values[x].shape;
+    return block ? s.size() == 4 && s[1] % block == 0 && channel_block(layout[x], s) == block : !blocked(x);
+  };
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const int x = node.inputs[i];
     const Value& v = g.values[x];
-    if (blocked(x) || a.data_alias[x] >= 0 || v.consumers.size() != 1 || v.producer < 0 ||
+    if (!fits(x) || a.data_alias[x] >= 0 || v.consumers.size() != 1 || v.producer < 0 ||
         facts[v.producer].external_input || gp.loss_weight[x] != 0.f ||
         std::count(node.inputs.begin(), node.inputs.end(), x) != 1)
-      return false;
-  }
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    a.data_alias[node.inputs[i]] = y;
-    a.data_alias_offset[node.inputs[i]] = static_cast<size_t>(at[i]) * sizeof(float);
+      continue;
+    a.data_alias[x] = y;
+    a.data_alias_offset[x] = static_cast<size_t>(at[i]) * sizeof(float);
   }
   return true;
 }
@@ -226,7 +234,8 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
     for (int n = 0; n < N; ++n) {
       const Node& node = g.nodes[n];
       LayoutRule rule = facts[n].layout_rule;
-      if (rule == LayoutRule::plain_only)
+      if (rule == LayoutRule::plain_only ||
+          (facts[n].plain_output_takes_plain_inputs && !node.outputs.empty() && !blocked(node.outputs[0])))
         for (int v : node.inputs) demote(v);
       if (rule == LayoutRule::any_in_same_out && !node.inputs.empty())
         for (int v : node.outputs)
