@@ -218,6 +218,36 @@ layer { name: 'd' type: 'InnerProduct' bottom: 'c2' top: 'd' inner_product_param
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
+TEST(DeployPasses, TapsThatReadOnlyPaddingAreTrimmed) {
+  // Over a 1-row plane, a 3x3 pad-1 convolution's top and bottom rows of taps only ever
+  // read padding: it becomes 1x3 with pad (0, 1). A dilated 5x5 keeps one row too. Over a
+  // 2x2 plane every tap of a 3x3 pad-1 convolution reads input somewhere: it stays.
+  DeployOptions o = write_model("trim", input_layer("data", {2, 4, 1, 7}) + R"(
+layer { name: 'a' type: 'Convolution' bottom: 'data' top: 'a' convolution_param { num_output: 6 kernel_size: 3 pad: 1 } }
+layer { name: 'a_relu' type: 'ReLU' bottom: 'a' top: 'a' }
+layer { name: 'b' type: 'Convolution' bottom: 'a' top: 'b' convolution_param { num_output: 5 kernel_size: 5 pad: 4 dilation: 2 group: 1 } }
+layer { name: 'pool' type: 'Pooling' bottom: 'b' top: 'p' pooling_param { pool: AVE kernel_h: 1 kernel_w: 3 stride_h: 1 stride_w: 3 } }
+layer { name: 'c' type: 'Convolution' bottom: 'p' top: 'c' convolution_param { num_output: 3 kernel_h: 3 kernel_w: 2 pad_h: 1 pad_w: 0 } }
+layer { name: 'd' type: 'InnerProduct' bottom: 'c' top: 'd' inner_product_param { num_output: 3 } }
+)");
+  DeployModel m = load_deploy_model(o);
+  auto reports = run_deploy_passes(m);
+  EXPECT_EQ(node(m, "a").attrs.as<ConvAttrs>().kernel, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(node(m, "a").attrs.as<ConvAttrs>().pad, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(node(m, "b").attrs.as<ConvAttrs>().kernel, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(node(m, "b").attrs.as<ConvAttrs>().pad, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(m.blob(static_cast<int>(&node(m, "a") - m.graph.nodes.data()), 0).shape(), (Shape{6, 4, 1, 3}));
+  EXPECT_EQ(node(m, "c").attrs.as<ConvAttrs>().kernel, (std::vector<int64_t>{1, 2}));  // 3x2 over 1x2
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+
+  DeployOptions o2 = write_model("no_trim", input_layer("data", {1, 4, 2, 2}) + R"(
+layer { name: 'a' type: 'Convolution' bottom: 'data' top: 'a' convolution_param { num_output: 3 kernel_size: 3 pad: 1 } }
+)");
+  DeployModel m2 = load_deploy_model(o2);
+  run_deploy_passes(m2);
+  EXPECT_EQ(node(m2, "a").attrs.as<ConvAttrs>().kernel, (std::vector<int64_t>{3, 3}));
+}
+
 // The SegNet/ENet forks' BN: INFERENCE mode (y = scale * x + shift) folds into the
 // convolution before it; LEARN mode normalises with the batch's statistics and stays.
 TEST(DeployPasses, FoldForkBNInInferenceModeOnly) {

@@ -48,7 +48,7 @@ void ensure_bias(DeployModel& m, int node, int64_t channels) {
 std::vector<PassReport> run_deploy_passes(
     DeployModel& m, const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
   std::vector<PassReport> reports;
-  for (auto pass : {strip_training, fold_batchnorm, fold_constants, fuse_residual, fuse_relu}) {
+  for (auto pass : {strip_training, fold_batchnorm, fold_constants, trim_padded_taps, fuse_residual, fuse_relu}) {
     reports.push_back(pass(m));
     verify_graph(m.graph, reports.back().pass);
     if (after_each) after_each(reports.back(), m);

@@ -49,6 +49,9 @@ PassReport fold_batchnorm(DeployModel& m);
 // Constant arithmetic: identity Power layers go; an affine Power read only by Convolutions
 // / InnerProducts folds into their weights (its shift only where they do not pad).
 PassReport fold_constants(DeployModel& m);
+// Convolutions whose outer kernel taps read only padding at every output (3x3 pad 1 over a
+// 1x1 plane) keep the taps that read input, with the pad that keeps the windows in place.
+PassReport trim_padded_taps(DeployModel& m);
 // Convolution followed by an Eltwise SUM (coefficients 1) with another branch: the sum
 // becomes the convolution's post-op, reading the other branch as a second bottom.
 PassReport fuse_residual(DeployModel& m);
