@@ -1,5 +1,6 @@
 """bakusoku against ONNX Runtime on the very same ONNX files: each network is exported once from
-PyTorch (Debian's python3-torch / torchvision; random weights, fixed seed), deployed by
+PyTorch (Debian's python3-torch / torchvision; random weights, fixed seed), or from its Caffe
+prototxt by `bakusoku export` (cifar10_quick, the Caffe LeNet; the fillers' weights), deployed by
 `bakusoku deploy --model NET.onnx` and timed by `bakusoku bench`, and timed by ONNX Runtime
 (bench/ort/ort_time.mjs, npm onnxruntime-node) with the same threads and batch, in this run.
 Prints one table row per network and batch: median milliseconds per batch on each side and
@@ -20,6 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # name: (input shape without the batch, large batch); the models are built in export().
 NETS = {
     "lenet": ((1, 28, 28), 256),
+    "lenet_caffe": ((1, 28, 28), 256),
+    "cifar10_quick": ((3, 32, 32), 64),
     "resnet18_32": ((3, 32, 32), 64),
     "resnet50": ((3, 224, 224), 32),
     "mobilenet_v2": ((3, 224, 224), 32),
@@ -34,7 +37,18 @@ def sh(cmd):
     return r.stdout
 
 
-def export(name, shape, path):
+# Networks defined as Caffe prototxt files: ONNX from `bakusoku export`.
+CAFFE = {
+    "lenet_caffe": "examples/fashion_mnist/lenet_train_test.prototxt",
+    "cifar10_quick": "examples/cifar10/cifar10_quick_train_test.prototxt",
+}
+
+
+def export(name, shape, path, binary):
+    if name in CAFFE:
+        sh([binary, "export", "--model", os.path.join(HERE, "..", CAFFE[name]), "--random-weights", "--dynamic-batch",
+            "--input-shape", ",".join(map(str, (1, *shape))), "-o", path])
+        return
     import torch
     import torchvision
 
@@ -90,7 +104,7 @@ def main():
             if a.only and not re.search(a.only, name):
                 continue
             onnx = os.path.join(tmp, name + ".onnx")
-            export(name, shape, onnx)
+            export(name, shape, onnx, a.binary)
             for batch in (1, large):
                 b = bakusoku_ms(a.binary, onnx, shape, batch, a.threads, a.iterations, tmp)
                 o, version = ort_ms(onnx, batch, a.threads, a.iterations)
