@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cli_util.h"
+#include "expect_close.h"
 #include "core/error.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
@@ -52,17 +53,8 @@ void set_input(Tensor& x, const std::vector<float>& v) {
   std::copy(v.begin(), v.end(), x.f32());
 }
 
-// Tolerance: 1e-4 of the output's largest magnitude (relative, so softmax outputs near 0.1 are held as tightly as logits of 5). Both sides
-// compute in float32 but sum in different orders (oneDNN's blocked convolutions, folded
-// BatchNorm), which moves results of O(1) by ~1e-6; a wrong weight layout, pad or rounding
-// moves them by 1e-2 and more.
 void expect_close(const Tensor& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
-  double scale = 1e-30, worst = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
-  const double tol = 1e-4 * scale;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got.f32()[i] - static_cast<double>(want[i])));
-  EXPECT_LE(worst, tol) << what << ": largest difference " << worst << " (outputs up to " << scale << ")";
+  test::expect_close(got.f32(), got.numel(), want, what);
 }
 
 Tensor run_imported(const std::string& path, const std::vector<float>& input) {

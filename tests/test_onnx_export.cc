@@ -2,7 +2,7 @@
 // (Debian's python3-onnx, full check with shape inference) and run in ONNX Runtime
 // (onnxruntime-node from bench/ort, installed by scripts/test.sh), whose outputs must match
 // bakusoku's own deployed bundle of the same net and weights; the export read back by the
-// importer must match too. Layers ONNX cannot express fail with one line, exit code 2.
+// importer must match too (tests/expect_close.h: 1e-4 of the largest magnitude). Layers ONNX cannot express fail with one line, exit code 2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <random>
 
 #include "cli_util.h"
+#include "expect_close.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/onnx_import.h"
@@ -126,13 +127,8 @@ std::vector<float> run_reimported(const std::string& onnx, const std::vector<flo
   return {y.f32(), y.f32() + y.numel()};
 }
 
-// 1e-4 of the largest magnitude, as tests/test_onnx.cc holds imports to PyTorch.
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 1e-30, worst = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - static_cast<double>(want[i])));
-  EXPECT_LE(worst, 1e-4 * scale) << what << ": largest difference " << worst << " (outputs up to " << scale << ")";
+  test::expect_close(got.data(), static_cast<int64_t>(got.size()), want, what);
 }
 
 bool ort_installed() { return fs::exists(kOrtDir + "/node_modules/onnxruntime-node"); }

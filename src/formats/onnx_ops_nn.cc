@@ -63,6 +63,28 @@ Tensor vector_blob(const NodeCtx& c, const Const& k, int64_t n, const char* what
   return t;
 }
 
+// A Convolution or Deconvolution layer's convolution_param, per-axis fields as given.
+proto::LayerParameter& conv_layer(NodeCtx& c, const char* type, const std::string& bottom, int64_t outputs, bool bias,
+                                  const std::vector<int64_t>& k, const std::vector<int64_t>& s,
+                                  const std::vector<int64_t>& pad, const std::vector<int64_t>& d, int64_t group) {
+  auto& l = c.add_layer(type, {bottom}, c.out_name(0));
+  auto* p = l.mutable_convolution_param();
+  p->set_num_output(static_cast<uint32_t>(outputs));
+  p->set_bias_term(bias);
+  p->set_kernel_h(static_cast<uint32_t>(k[0]));
+  p->set_kernel_w(static_cast<uint32_t>(k[1]));
+  p->set_stride_h(static_cast<uint32_t>(s[0]));
+  p->set_stride_w(static_cast<uint32_t>(s[1]));
+  p->set_pad_h(static_cast<uint32_t>(pad[0]));
+  p->set_pad_w(static_cast<uint32_t>(pad[1]));
+  if (d[0] != 1 || d[1] != 1) {
+    p->add_dilation(static_cast<uint32_t>(d[0]));
+    p->add_dilation(static_cast<uint32_t>(d[1]));
+  }
+  if (group != 1) p->set_group(static_cast<uint32_t>(group));
+  return l;
+}
+
 void conv(NodeCtx& c) {
   const Val& x = c.in_padded(0);
   need_rank(c, x.shape, 4, "the input");
@@ -83,21 +105,8 @@ void conv(NodeCtx& c) {
   const int64_t oh = (x.shape[2] + 2 * ph - d[0] * (k[0] - 1) - 1) / s[0] + 1;
   const int64_t ow = (x.shape[3] + 2 * pw - d[1] * (k[1] - 1) - 1) / s[1] + 1;
   const bool bias = c.has_input(2);
-  auto& l = c.add_layer("Convolution", {x.blob}, c.out_name(0));
-  auto* p = l.mutable_convolution_param();
-  p->set_num_output(static_cast<uint32_t>(m));
-  p->set_bias_term(bias);
-  p->set_kernel_h(static_cast<uint32_t>(k[0]));
-  p->set_kernel_w(static_cast<uint32_t>(k[1]));
-  p->set_stride_h(static_cast<uint32_t>(s[0]));
-  p->set_stride_w(static_cast<uint32_t>(s[1]));
-  p->set_pad_h(static_cast<uint32_t>(ph + x.pad_h));  // a Pad before it joins its own
-  p->set_pad_w(static_cast<uint32_t>(pw + x.pad_w));
-  if (d[0] != 1 || d[1] != 1) {
-    p->add_dilation(static_cast<uint32_t>(d[0]));
-    p->add_dilation(static_cast<uint32_t>(d[1]));
-  }
-  if (group != 1) p->set_group(static_cast<uint32_t>(group));
+  // A Pad before it joins its own.
+  auto& l = conv_layer(c, "Convolution", x.blob, m, bias, k, s, {ph + x.pad_h, pw + x.pad_w}, d, group);
   c.add_param(l, w.f);  // ONNX's (M, C/group, kH, kW) is Caffe's layout
   if (bias) c.add_param(l, vector_blob(c, c.const_in(2), m, "the bias"));
   c.set_output(0, {x.shape[0], m, oh, ow});
@@ -129,21 +138,7 @@ void conv_transpose(NodeCtx& c) {
   const int64_t ow = (x.shape[3] - 1) * s[1] - 2 * pw + d[1] * (k[1] - 1) + 1;
   if (oh <= 0 || ow <= 0) input_error("{}: the pads leave an empty output", c.where());
   const bool bias = c.has_input(2);
-  auto& l = c.add_layer("Deconvolution", {x.blob}, c.out_name(0));
-  auto* p = l.mutable_convolution_param();
-  p->set_num_output(static_cast<uint32_t>(m));
-  p->set_bias_term(bias);
-  p->set_kernel_h(static_cast<uint32_t>(k[0]));
-  p->set_kernel_w(static_cast<uint32_t>(k[1]));
-  p->set_stride_h(static_cast<uint32_t>(s[0]));
-  p->set_stride_w(static_cast<uint32_t>(s[1]));
-  p->set_pad_h(static_cast<uint32_t>(ph));
-  p->set_pad_w(static_cast<uint32_t>(pw));
-  if (d[0] != 1 || d[1] != 1) {
-    p->add_dilation(static_cast<uint32_t>(d[0]));
-    p->add_dilation(static_cast<uint32_t>(d[1]));
-  }
-  if (group != 1) p->set_group(static_cast<uint32_t>(group));
+  auto& l = conv_layer(c, "Deconvolution", x.blob, m, bias, k, s, {ph, pw}, d, group);
   c.add_param(l, w.f);
   if (bias) c.add_param(l, vector_blob(c, c.const_in(2), m, "the bias"));
   c.set_output(0, {x.shape[0], m, oh, ow});
