@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "cli_util.h"
-#include "expect_close.h"
+#include "onnx_test_util.h"
 #include "core/error.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
@@ -41,46 +41,14 @@ const std::string& fixtures() {
 
 std::string fixture(const std::string& name) { return fixtures() + "/" + name; }
 
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<float> v(fs::file_size(path) / 4);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
-}
-
-void set_input(Tensor& x, const std::vector<float>& v) {
-  ASSERT_EQ(x.numel(), static_cast<int64_t>(v.size()));
-  std::copy(v.begin(), v.end(), x.f32());
-}
-
-void expect_close(const Tensor& got, const std::vector<float>& want, const std::string& what) {
-  test::expect_close(got.f32(), got.numel(), want, what);
-}
-
-Tensor run_imported(const std::string& path, const std::vector<float>& input) {
-  NetLoad nl = import_onnx(path);
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  CpuBackend be(2);
-  ParamStore store;
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
-  load_weights(nl.weights, store, path);
-  EXPECT_EQ(net.outputs().size(), 1u);
-  set_input(net.value(net.inputs().at(0)), input);
-  net.forward(0);
-  return net.plain_copy(net.outputs().at(0));
-}
+using test::expect_close;
+using test::read_f32;
+using test::run_imported;
 
 Tensor run_deployed(const std::string& path, const std::vector<float>& input) {
   DeployOptions o;
   o.model = path;
-  o.autotune = false;  // the default kernels; timing candidates would only slow the test
-  o.threads = 2;
-  DeployResult r = deploy(o);
-  InferenceSession s(r.bundle, path, 2);
-  set_input(s.value(s.inputs().at(0)), input);
-  s.run();
-  return s.net().plain_copy(s.outputs().at(0));
+  return test::run_deployed(o, input);
 }
 
 class OnnxModel : public ::testing::TestWithParam<const char*> {};

@@ -2,7 +2,7 @@
 // (Debian's python3-onnx, full check with shape inference) and run in ONNX Runtime
 // (onnxruntime-node from bench/ort, installed by scripts/test.sh), whose outputs must match
 // bakusoku's own deployed bundle of the same net and weights; the export read back by the
-// importer must match too (tests/expect_close.h: 1e-4 of the largest magnitude). Layers ONNX cannot express fail with one line, exit code 2.
+// importer must match too (tests/onnx_test_util.h: 1e-4 of the largest magnitude). Layers ONNX cannot express fail with one line, exit code 2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <random>
 
 #include "cli_util.h"
-#include "expect_close.h"
+#include "onnx_test_util.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/onnx_import.h"
@@ -36,12 +36,7 @@ std::string temp_dir(const std::string& name) {
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<float> v(fs::file_size(path) / 4);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
-}
+using test::read_f32;
 
 void write_f32(const std::string& path, const std::vector<float>& v) {
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
@@ -98,32 +93,8 @@ std::vector<float> run_bakusoku(const std::string& model, const std::string& wei
   DeployOptions o;
   o.model = model;
   o.weights = weights;
-  o.autotune = false;
-  o.threads = 2;
   o.batch = batch;
-  DeployResult r = deploy(o);
-  InferenceSession s(r.bundle, model, 2);
-  Tensor& in = s.value(s.inputs().at(0));
-  EXPECT_EQ(in.numel(), static_cast<int64_t>(x.size()));
-  std::copy(x.begin(), x.end(), in.f32());
-  s.run();
-  Tensor y = s.net().plain_copy(s.outputs().at(0));
-  return {y.f32(), y.f32() + y.numel()};
-}
-
-// The exported model read back by bakusoku's importer.
-std::vector<float> run_reimported(const std::string& onnx, const std::vector<float>& x, const Shape& shape) {
-  NetLoad nl = import_onnx(onnx, shape);
-  proto::NetState st;
-  st.set_phase(proto::TEST);
-  CpuBackend be(2);
-  ParamStore store;
-  Net net(build_caffe_graph(nl, st), proto::TEST, store, be, 1);
-  load_weights(nl.weights, store, onnx);
-  Tensor& in = net.value(net.inputs().at(0));
-  std::copy(x.begin(), x.end(), in.f32());
-  net.forward(0);
-  Tensor y = net.plain_copy(net.outputs().at(0));
+  Tensor y = test::run_deployed(o, x);
   return {y.f32(), y.f32() + y.numel()};
 }
 
@@ -152,7 +123,7 @@ void export_and_compare(const std::string& name, const std::string& model, const
   shape[0] = run_batch;
   const std::vector<float> x = random_input(shape_numel(shape));
   const std::vector<float> want = run_bakusoku(model, weights, x, run_batch);
-  expect_close(run_reimported(onnx, x, dynamic ? shape : Shape{}), want, name + " read back by the importer");
+  test::expect_close(test::run_imported(onnx, x, dynamic ? shape : Shape{}), want, name + " read back by the importer");
 
   if (!ort_installed()) GTEST_SKIP() << "ONNX Runtime is not installed: npm ci --prefix bench/ort --ignore-scripts";
   write_f32(dir + "/x.f32", x);
