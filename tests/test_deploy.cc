@@ -474,7 +474,8 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   for (const Node& n : saved.graph.nodes)
     if (op_traits(n).convolution) {
       ++convs;
-      EXPECT_TRUE(n.deploy.kernel == "direct" || n.deploy.kernel == "winograd") << n.name << ": " << n.deploy.kernel;
+      EXPECT_TRUE(n.deploy.kernel == "direct" || n.deploy.kernel == "winograd" || n.deploy.kernel == "winograd_f4")
+          << n.name << ": " << n.deploy.kernel;
     }
   EXPECT_EQ(convs, 2);
   // And it is a measurement: each tuned convolution reports both kernels' times, keeps the

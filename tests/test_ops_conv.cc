@@ -11,6 +11,7 @@
 #include <ctime>
 
 #include "backend/dnnl_util.h"
+#include "ops/conv_winograd.h"
 #include "conv_oracle.h"
 #include "op_harness.h"
 
@@ -290,6 +291,106 @@ TEST(Convolution, RejectsBadGeometry) {
   EXPECT_THROW(OpHarness("type: 'Convolution' convolution_param { num_output: 4 kernel_size: 9 }", {{1, 4, 5, 5}}),
                InputError);
   EXPECT_THROW(OpHarness("type: 'Convolution' convolution_param { num_output: 4 }", {{1, 4, 5, 5}}), InputError);
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+// Plain NCHW <-> 8-channel blocks (nChw8c); c is a multiple of 8.
+std::vector<float> to_blocked(const Tensor& t) {
+  const Shape& s = t.shape();
+  const int64_t n = s[0], c = s[1], hw = s[2] * s[3];
+  std::vector<float> b(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p) b[((i * (c / 8) + ch / 8) * hw + p) * 8 + ch % 8] = t.f32()[(i * c + ch) * hw + p];
+  return b;
+}
+
+void fill_uniform(Tensor& t, Rng& rng, float lo, float hi) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(lo, hi);
+}
+
+struct WinogradCase {
+  int64_t n, c, h, w, oc, pad;
+  bool bias, relu, residual;
+  float slope;
+};
+
+class WinogradTest : public ::testing::TestWithParam<WinogradCase> {};
+
+// bakusoku's Winograd F(4x4, 3x3) kernel against the direct loop in double, with its fused
+// bias, residual and (leaky) ReLU, on planes that are no multiple of the 4x4 tile.
+TEST_P(WinogradTest, MatchesDirectLoop) {
+  const WinogradCase& k = GetParam();
+  const ConvSpec spec{k.oc, 3, 3, 1, 1, k.pad, k.pad, 1, 1, 1, k.bias};
+  Rng rng(7);
+  Tensor x({k.n, k.c, k.h, k.w}), wt({k.oc, k.c, 3, 3}), b({k.oc});
+  fill_uniform(x, rng, -1.f, 1.f);
+  fill_uniform(wt, rng, -0.3f, 0.3f);
+  fill_uniform(b, rng, -0.5f, 0.5f);
+  Tensor want = naive_conv(x, wt, k.bias ? &b : nullptr, spec);
+  const Shape& ys = want.shape();
+  Tensor res(ys);
+  fill_uniform(res, rng, -1.f, 1.f);
+
+  const WinogradShape ws{k.n, k.c, k.h, k.w, k.oc, ys[2], ys[3], k.pad, k.pad};
+  const auto f32 = dnnl::memory::data_type::f32;
+  const auto blocked = dnnl::memory::format_tag::nChw8c;
+  ASSERT_TRUE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 1, ws, dnnl::memory::desc({k.n, k.c, k.h, k.w}, f32, blocked),
+                                    dnnl::memory::desc({ys[0], ys[1], ys[2], ys[3]}, f32, blocked)));
+  WinogradConv conv(ws, {k.relu, k.slope, k.residual});
+  conv.set_weights(wt.f32(), k.bias ? b.f32() : nullptr);
+  std::vector<float> xb = to_blocked(x), rb = to_blocked(res), yb(static_cast<size_t>(want.numel()));
+  conv.forward(xb.data(), yb.data(), k.residual ? rb.data() : nullptr);
+
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    float r = want.f32()[i] + (k.residual ? res.f32()[i] : 0.f);
+    if (k.relu && r < 0) r *= k.slope;
+    want.f32()[i] = r;
+  }
+  std::vector<float> got = yb;
+  for (int64_t i = 0; i < ys[0]; ++i)  // back to NCHW
+    for (int64_t ch = 0; ch < ys[1]; ++ch)
+      for (int64_t p = 0; p < ys[2] * ys[3]; ++p)
+        got[(i * ys[1] + ch) * ys[2] * ys[3] + p] = yb[((i * (ys[1] / 8) + ch / 8) * ys[2] * ys[3] + p) * 8 + ch % 8];
+  // Winograd's transforms cost some precision: errors stay within 1e-5 of the outputs' scale
+  // (a direct float convolution: about 1e-6).
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    worst = std::max(worst, std::abs(double(got[i]) - want.f32()[i]));
+    scale = std::max(scale, double(std::abs(want.f32()[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * scale) << "largest output " << scale;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, WinogradTest,
+    ::testing::Values(WinogradCase{1, 8, 8, 8, 8, 1, false, false, false, 0.f},
+                      WinogradCase{2, 16, 13, 11, 24, 1, true, true, false, 0.f},
+                      WinogradCase{1, 32, 7, 7, 16, 1, true, true, true, 0.f},
+                      WinogradCase{3, 8, 6, 9, 8, 0, true, false, true, 0.f},
+                      WinogradCase{1, 24, 5, 14, 8, 2, false, true, false, 0.1f},
+                      WinogradCase{2, 64, 17, 17, 64, 1, true, true, true, 0.f}),
+    [](const auto& info) { return fmt::format("case{}", info.index); });
+
+TEST(WinogradConv, AppliesOnlyTo3x3Stride1In8ChannelBlocks) {
+  const WinogradShape s{1, 16, 10, 10, 16, 10, 10, 1, 1};
+  const auto f32 = dnnl::memory::data_type::f32;
+  const dnnl::memory::desc blk({1, 16, 10, 10}, f32, dnnl::memory::format_tag::nChw8c),
+      nhwc({1, 16, 10, 10}, f32, dnnl::memory::format_tag::nhwc);
+  EXPECT_TRUE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 1, s, blk, blk));
+  EXPECT_FALSE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 1, s, nhwc, blk));
+  EXPECT_FALSE(WinogradConv::applies(3, 3, 2, 2, 1, 1, 1, s, blk, blk));
+  EXPECT_FALSE(WinogradConv::applies(5, 5, 1, 1, 1, 1, 1, s, blk, blk));
+  EXPECT_FALSE(WinogradConv::applies(3, 3, 1, 1, 2, 2, 1, s, blk, blk));
+  EXPECT_FALSE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 2, s, blk, blk));
+  WinogradShape odd = s;
+  odd.c = 12;
+  EXPECT_FALSE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 1, odd, blk, blk));
 }
 
 }  // namespace

@@ -196,4 +196,10 @@ void DnnlOperand::commit(dnnl::stream& s) {
   back_.execute(s, {{DNNL_ARG_FROM, kernel_}, {DNNL_ARG_TO, user_}});
 }
 
+bool onednn_has_avx512() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & core) == core;
+}
+
 }  // namespace bks

@@ -44,6 +44,8 @@ dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
 // reference implementations ("ref:any", "gemm:ref", ...): plain loops oneDNN picks,
 // silently, when it has no optimised kernel for a shape; they can be 1000x slower.
 bool is_reference_impl(const std::string& impl);
+// Whether oneDNN dispatches AVX-512 (core) kernels on this CPU (DNNL_MAX_CPU_ISA included).
+bool onednn_has_avx512();
 
 // Collects the reference implementations among the primitives built on this thread while
 // it lives (nested watches each see them). The runtime watches every kernel's prepare(),

@@ -13,6 +13,7 @@
 #include "graph/graph.h"
 #include "ops/conv_attrs.h"
 #include "ops/conv_int8.h"
+#include "ops/conv_winograd.h"
 
 namespace bks {
 
@@ -58,7 +59,8 @@ class ConvKernels {
   // Weights never change after the first forward (inference): reordered once, and prepare()
   // times the candidate kernels and keeps the fastest. Call before prepare().
   void set_constant_weights(bool c) { constant_weights_ = c; }
-  // "direct" or "winograd" skips the timing (a choice saved by deploy); "" times both.
+  // "direct", "winograd" (oneDNN's) or "winograd_f4" (bakusoku's, conv_winograd.h) skips the
+  // timing (a choice saved by deploy); "" times them.
   void set_algorithm_choice(const std::string& a) { choice_ = a; }
   // Inference in bfloat16 (data converted from and to the callers' f32 at the edges).
   void set_bf16(bool b) { bf16_ = b; }
@@ -68,10 +70,16 @@ class ConvKernels {
     int8_threshold_ = in;
     int8_out_threshold_ = out;
   }
-  // The algorithm the forward kernel runs ("direct" or "winograd").
+  // The algorithm the forward kernel runs ("direct", "winograd" or "winograd_f4").
   const std::string& algorithm() const { return algorithm_; }
 
  private:
+  // Takes bakusoku's Winograd kernel when it computes this layer and (unless deploy chose it)
+  // runs faster than fpd, oneDNN's pick.
+  bool try_own_winograd(dnnl::engine& eng, const ConvGeometry& g, const dnnl::convolution_forward::primitive_desc& fpd,
+                        const memory::desc& src_user, const memory::desc& dst_user, const FusedPostOps* fusion,
+                        const memory::desc& residual_md);
+
   std::string name_;
   bool bias_ = false;
   DnnlPrimitive fwd_, bwd_data_, bwd_wei_;
@@ -83,6 +91,7 @@ class ConvKernels {
   bool bf16_ = false;
   float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
   std::unique_ptr<Int8Conv> int8_;
+  std::unique_ptr<WinogradConv> wino_;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;
   DnnlOperand w_src_, w_ddst_, w_dwei_, w_dbias_;
   std::vector<float> scratch_bias_;

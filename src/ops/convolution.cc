@@ -17,8 +17,8 @@ void check_convolution(const OpContext& c) {
   parse_conv_layer(c);
   int8_thresholds(c);
   const std::string& choice = c.node.deploy.kernel;
-  if (!choice.empty() && choice != "direct" && choice != "winograd")
-    c.fail("the chosen kernel must be \"direct\" or \"winograd\", got \"{}\"", choice);
+  if (!choice.empty() && choice != "direct" && choice != "winograd" && choice != "winograd_f4")
+    c.fail("the chosen kernel must be \"direct\", \"winograd\" or \"winograd_f4\", got \"{}\"", choice);
   const FusedPostOps& f = c.node.deploy.fusion;
   if (f.any() && c.phase == proto::TRAIN)
     c.fail("fused post-ops are for inference graphs (bakusoku deploy), not TRAIN");
