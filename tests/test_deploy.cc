@@ -191,6 +191,32 @@ layer { name: 'sum_relu' type: 'ReLU' bottom: 'sum' top: 'sum' }
   EXPECT_LE(max_relative_difference(o, m), 1e-4);
 }
 
+// ReLU6 and Clip from 0 fuse into convolutions as a bounded ReLU (the input's scale puts
+// outputs above the bound); Clip from elsewhere, and bounded ones after an InnerProduct, stay.
+TEST(DeployPasses, BoundedReluFusesIntoConvolutionsOnly) {
+  DeployOptions o = write_model("bounded", input_layer("data", {2, 8, 9, 9}) + R"(
+layer { name: 'up' type: 'Power' bottom: 'data' top: 'up' power_param { scale: 20 } }
+layer { name: 'a' type: 'Convolution' bottom: 'up' top: 'a' convolution_param { num_output: 8 kernel_size: 3 pad: 1 } }
+layer { name: 'a6' type: 'ReLU6' bottom: 'a' top: 'a' }
+layer { name: 'b' type: 'Convolution' bottom: 'a' top: 'b' convolution_param { num_output: 8 kernel_size: 1 } }
+layer { name: 'bclip' type: 'Clip' bottom: 'b' top: 'b' clip_param { min: 0 max: 2.5 } }
+layer { name: 'c' type: 'Convolution' bottom: 'b' top: 'c' convolution_param { num_output: 8 kernel_size: 1 } }
+layer { name: 'cclip' type: 'Clip' bottom: 'c' top: 'c' clip_param { min: -1 max: 1 } }
+layer { name: 'fc' type: 'InnerProduct' bottom: 'c' top: 'fc' inner_product_param { num_output: 5 } }
+layer { name: 'fc6' type: 'ReLU6' bottom: 'fc' top: 'fc' }
+)");
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  // (the Power's scale folds into conv a)
+  EXPECT_EQ(types(m),
+            (std::vector<std::string>{"Input", "Convolution", "Convolution", "Convolution", "Clip", "InnerProduct", "ReLU6"}));
+  EXPECT_TRUE(node(m, "a").deploy.fusion.bounded());
+  EXPECT_EQ(node(m, "a").deploy.fusion.relu_max, 6.f);
+  EXPECT_EQ(node(m, "b").deploy.fusion.relu_max, 2.5f);
+  EXPECT_FALSE(node(m, "c").deploy.fusion.any());
+  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+}
+
 TEST(DeployPasses, FoldConstantPowerLayers) {
   // A scale folds into the convolution reading it, padded or not; a shift only into one
   // that does not pad (zero padding would not see it); an identity goes; a Power right

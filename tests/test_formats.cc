@@ -76,6 +76,7 @@ Graph sample_graph() {
   conv.outputs = {y};
   conv.deploy.fusion.relu = true;
   conv.deploy.fusion.relu_slope = 0.25f;
+  conv.deploy.fusion.relu_max = 6.f;
   conv.deploy.kernel = "winograd";
   conv.deploy.precision = Precision::int8;
   conv.deploy.int8_input_threshold = 1.5f;
@@ -107,6 +108,7 @@ TEST(GraphJson, RoundTripKeepsStructureAttributesAndDeployFields) {
   EXPECT_TRUE(conv.deploy.fusion.relu);
   EXPECT_FALSE(conv.deploy.fusion.residual_sum);
   EXPECT_FLOAT_EQ(conv.deploy.fusion.relu_slope, 0.25f);
+  EXPECT_FLOAT_EQ(conv.deploy.fusion.relu_max, 6.f);
   EXPECT_EQ(conv.deploy.kernel, "winograd");
   EXPECT_EQ(conv.deploy.precision, Precision::int8);
   EXPECT_FLOAT_EQ(conv.deploy.int8_input_threshold, 1.5f);

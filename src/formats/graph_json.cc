@@ -23,6 +23,7 @@ json deploy_to_json(const NodeDeploy& d) {
   if (d.precision != Precision::fp32) j["precision"] = precision_name(d.precision);
   if (d.fusion.residual_sum) j["fused_residual_sum"] = true;
   if (d.fusion.relu) j["fused_relu_slope"] = d.fusion.relu_slope;
+  if (d.fusion.bounded()) j["fused_relu_max"] = d.fusion.relu_max;
   if (!d.kernel.empty()) j["kernel"] = d.kernel;
   if (d.int8_input_threshold > 0.f) j["int8_input_threshold"] = d.int8_input_threshold;
   if (d.int8_output_threshold > 0.f) j["int8_output_threshold"] = d.int8_output_threshold;
@@ -165,6 +166,11 @@ NodeDeploy deploy_from_json(const Reader& r, const json& j, const std::string& w
   if (j.contains("fused_relu_slope")) {
     d.fusion.relu = true;
     d.fusion.relu_slope = r.number(j, "fused_relu_slope", what);
+  }
+  if (j.contains("fused_relu_max")) {
+    if (!d.fusion.relu) r.fail("{}: 'fused_relu_max' needs 'fused_relu_slope'", what);
+    d.fusion.relu_max = r.number(j, "fused_relu_max", what);
+    if (!(d.fusion.relu_max >= 0.f)) r.fail("{}: 'fused_relu_max' must be a non-negative number", what);
   }
   if (j.contains("precision")) {
     if (!j["precision"].is_string()) r.fail("{}: 'precision' is not a string", what);

@@ -4,6 +4,15 @@
 
 namespace bks {
 
+std::string FusedPostOps::describe() const {
+  std::string s = residual_sum ? " +sum" : "";
+  if (bounded())
+    s += fmt::format(" +clip(0,{})", relu_max);
+  else if (relu)
+    s += " +relu";
+  return s;
+}
+
 int Graph::add_value(const std::string& name) {
   values.push_back(Value{name, {}, -1, {}});
   return static_cast<int>(values.size()) - 1;

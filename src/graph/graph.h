@@ -6,6 +6,7 @@
 // summed by the executor, which is what Caffe's automatically inserted Split layers did.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,11 @@ struct FusedPostOps {
   bool residual_sum = false;  // adds the node's second input (an Eltwise SUM folded in)
   bool relu = false;          // then a ReLU with this negative slope
   float relu_slope = 0.f;
+  // and this upper bound (ReLU6, Clip from 0); fused into convolutions only.
+  float relu_max = std::numeric_limits<float>::infinity();
+  bool bounded() const { return relu && relu_max < std::numeric_limits<float>::infinity(); }
+  // " +sum", " +relu", " +clip(0,6)": what `time` and --print-graph show.
+  std::string describe() const;
   bool any() const { return residual_sum || relu; }
 };
 

@@ -232,7 +232,9 @@ struct ClipFn {
     if (a.min > a.max) c.fail("clip_param.min {} exceeds max {}", a.min, a.max);
     return {a.min, a.max};
   }
-  static constexpr auto add_traits = no_traits;
+  // From 0, it is a bounded ReLU a convolution applies as a post-op.
+  static void add_traits(const Node& n, OpTraits& t) { t.fusable_activation = n.attrs.as<ClipAttrs>().min == 0.f; }
+  static float max_of(const Node& n) { return n.attrs.as<ClipAttrs>().max; }
   ElementwiseFlow flow() const { return {}; }
   float f(float x) const { return std::min(std::max(x, lo), hi); }
   float grad(float x, float) const { return (x >= lo && x <= hi) ? 1.f : 0.f; }
@@ -264,7 +266,8 @@ struct SwishFn {
 // where 0 < x < 6, which y tells as well (0 < y < 6), so it may run in place.
 struct ReLU6Fn {
   static ReLU6Fn from(const OpContext&) { return {}; }
-  static constexpr auto add_traits = no_traits;
+  static void add_traits(const Node&, OpTraits& t) { t.fusable_activation = true; }
+  static float max_of(const Node&) { return 6.f; }
   ElementwiseFlow flow() const { return {false, true, true}; }
   float f(float x) const { return std::min(std::max(x, 0.f), 6.f); }
   float grad(float, float y) const { return y > 0.f && y < 6.f ? 1.f : 0.f; }

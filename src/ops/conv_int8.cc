@@ -1,3 +1,4 @@
+#include "ops/fused_post_ops.h"
 #include "ops/conv_int8.h"
 
 #include <fmt/format.h>
@@ -46,7 +47,7 @@ dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>&
   attr.set_output_scales(1 << 1, oscale);
   dnnl::post_ops po;
   if (sp.fusion && sp.fusion->residual_sum) po.append_binary(dnnl::algorithm::binary_add, residual);
-  if (sp.fusion && sp.fusion->relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, sp.fusion->relu_slope, 0.f);
+  if (sp.fusion) append_fused_relu(po, *sp.fusion);
   attr.set_post_ops(po);
   return attr;
 }

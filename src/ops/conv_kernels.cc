@@ -1,3 +1,4 @@
+#include "ops/fused_post_ops.h"
 #include "ops/conv_kernels.h"
 
 #include <fmt/format.h>
@@ -156,7 +157,7 @@ dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst)
   if (!f) return attr;
   dnnl::post_ops po;
   if (f->residual_sum) po.append_binary(dnnl::algorithm::binary_add, dst);
-  if (f->relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, f->relu_slope, 0.f);
+  append_fused_relu(po, *f);
   attr.set_post_ops(po);
   return attr;
 }
@@ -349,8 +350,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   f_dst_.init(eng, dst_user, fpd.dst_desc());
   if (bias) f_bias_.init(eng, bias_md, fpd.bias_desc());
   name_ = fpd.impl_info_str() + tuning_;
-  if (fusion && (fusion->residual_sum || fusion->relu))
-    name_ += fmt::format(" (fused{}{})", fusion->residual_sum ? " +sum" : "", fusion->relu ? " +relu" : "");
+  if (fusion && fusion->any()) name_ += fmt::format(" (fused{})", fusion->describe());
   if (!training) return;
 
   // Backward kernels see the same layouts as the forward one.
@@ -406,7 +406,11 @@ bool ConvKernels::try_own_winograd(dnnl::engine& eng, const ConvGeometry& g,
   if (!WinogradConv::applies(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.group, ws, src_user, dst_user) ||
       (residual && residual_md != dst_user))
     return false;
-  const WinogradPostOps post{fusion && fusion->relu, fusion ? fusion->relu_slope : 0.f, residual};
+  WinogradPostOps post;
+  post.relu = fusion && fusion->relu;
+  post.relu_slope = fusion ? fusion->relu_slope : 0.f;
+  if (fusion) post.relu_max = fusion->relu_max;
+  post.residual = residual;
   if (choice_.empty()) {
     const double theirs = time_forward(eng, fpd, src_user, dst_user, bias_, residual);
     const double ours = time_own_winograd(ws, post);
@@ -420,8 +424,7 @@ bool ConvKernels::try_own_winograd(dnnl::engine& eng, const ConvGeometry& g,
   wino_ = std::make_unique<WinogradConv>(ws, post);
   algorithm_ = "winograd_f4";
   name_ = "bakusoku winograd F(4x4,3x3)" + tuning_;
-  if (fusion && (fusion->residual_sum || fusion->relu))
-    name_ += fmt::format(" (fused{}{})", fusion->residual_sum ? " +sum" : "", fusion->relu ? " +relu" : "");
+  if (fusion && fusion->any()) name_ += fmt::format(" (fused{})", fusion->describe());
   return true;
 }
 

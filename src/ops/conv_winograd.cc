@@ -135,7 +135,8 @@ void WinogradConv::output_transform(const float* m, float* dst, const float* res
   const int64_t ob_n = s_.oc / 8, per_img = tiles_h_ * tiles_w_, OH = s_.oh, OW = s_.ow;
   const int64_t items = tiles * ob_n;
   const bool relu = post_.relu;
-  const v8 slope = splat(post_.relu_slope), zero = splat(0.f);
+  const bool bounded = relu && post_.relu_max < std::numeric_limits<float>::infinity();
+  const v8 slope = splat(post_.relu_slope), zero = splat(0.f), top = splat(post_.relu_max);
 #pragma omp parallel for schedule(static)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t lt = it / ob_n, ob = it % ob_n, t = t0 + lt;
@@ -158,6 +159,7 @@ void WinogradConv::output_transform(const float* m, float* dst, const float* res
         v8 out = y[b] + bias;
         if (residual) out += load8(residual + at);
         if (relu) out = out > zero ? out : out * slope;
+        if (bounded) out = out < top ? out : top;
         store8(dst + at, out);
       }
     }

@@ -9,6 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace bks {
@@ -22,6 +23,7 @@ struct WinogradShape {
 struct WinogradPostOps {
   bool relu = false;
   float relu_slope = 0.f;
+  float relu_max = std::numeric_limits<float>::infinity();  // ReLU6 and the like
   bool residual = false;  // adds a tensor in the destination's layout before the ReLU
 };
 

@@ -60,6 +60,11 @@ class ElementwiseDef final : public OpDef {
     if constexpr (requires { Fn::slope_of(n); }) return Fn::slope_of(n);
     return 0.f;
   }
+  // And one with `static float max_of(const Node&)` (ReLU6, Clip from 0) with that bound.
+  float activation_max(const Node& n) const override {
+    if constexpr (requires { Fn::max_of(n); }) return Fn::max_of(n);
+    return std::numeric_limits<float>::infinity();
+  }
 };
 
 template <class Fn>

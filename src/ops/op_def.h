@@ -143,6 +143,8 @@ class OpDef {
   virtual void to_inference_form(Node& n) const {}
   // fusable_activation ops: the negative slope of the ReLU a producer applies as a post-op.
   virtual float activation_slope(const Node& n) const { return 0.f; }
+  // And its upper bound (ReLU6: 6); infinity for none.
+  virtual float activation_max(const Node& n) const { return std::numeric_limits<float>::infinity(); }
 
   // Data layers whose source does not exist (a train_val file timed or deployed without its
   // data): the missing path and what the definition alone says of the output shapes (batch

@@ -84,8 +84,7 @@ std::string describe_graph(const DeployModel& m) {
     for (int v : node.outputs)
       out += (out.empty() ? "" : ", ") + m.graph.values[v].name + " " + shape_str(m.graph.values[v].shape);
     std::string fused;
-    if (node.deploy.fusion.residual_sum) fused += " +sum";
-    if (node.deploy.fusion.relu) fused += " +relu";
+    fused += node.deploy.fusion.describe();
     if (node.deploy.precision != Precision::fp32) fused += fmt::format(" [{}]", precision_name(node.deploy.precision));
     s += fmt::format("  {:<18} {:<20} {} -> {}{}\n", node.type, node.name, in.empty() ? "()" : in, out, fused);
   }

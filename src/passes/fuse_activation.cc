@@ -55,11 +55,14 @@ PassReport fuse_relu(DeployModel& m) {
   for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
     Node& node = g.nodes[n];
     if (!op_traits(node).fusable_activation) continue;
-    int p = fusable_producer(m, n, 0, false);
+    const float top = op_def(g, n).activation_max(node);
+    const bool bounded = top < std::numeric_limits<float>::infinity();
+    int p = fusable_producer(m, n, 0, bounded);  // matrix products take unbounded ReLUs only
     if (p < 0 || g.nodes[p].deploy.fusion.relu) continue;
     FusedPostOps& f = g.nodes[p].deploy.fusion;
     f.relu = true;
     f.relu_slope = op_def(g, n).activation_slope(node);
+    f.relu_max = top;
     r.changes.push_back(fmt::format("{} '{}' into {} '{}'", node.type, node.name, g.nodes[p].type, g.nodes[p].name));
     absorb_into(g, p, n, dead);
   }
