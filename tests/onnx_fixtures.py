@@ -180,6 +180,9 @@ def main():
     xt = torch.randn(2, 7, 16)
     write_case(out, "transformer", t, xt, 17)  # LayerNormalization is an operator from opset 17
     write_case(out, "transformer_opset14", t, xt, 14)
+    # A dynamic batch: the attention's Reshape shapes come from Shape nodes, which fold once
+    # --input-shape gives the batch (3).
+    write_case(out, "transformer_dynamic", t, torch.randn(3, 7, 16), 17, dynamic_batch=True)
     r = torchvision.models.resnet18(num_classes=100)
     randomise_bn(r)
     write_case(out, "resnet18", r, torch.randn(1, 3, 64, 64), 13)

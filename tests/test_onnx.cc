@@ -121,6 +121,19 @@ TEST(OnnxImport, TranslatesToTheExpectedLayers) {
   EXPECT_EQ(nl.weights.at("/fc1/Gemm.0").shape(), (Shape{120, 400}));  // InnerProduct's (out, in)
 }
 
+// Exported with a dynamic batch, the attention's Reshape shapes are computed from Shape
+// nodes: the batch given as the input shape folds into them.
+TEST(OnnxImport, TransformerWithADynamicBatchTakesTheGivenOne) {
+  const std::string path = fixture("transformer_dynamic.onnx");
+  const auto input = read_f32(fixture("transformer_dynamic.in.f32"));
+  const auto want = read_f32(fixture("transformer_dynamic.out.f32"));
+  expect_close(run_imported(path, input, {3, 7, 16}), want, "as imported");
+  DeployOptions o;
+  o.model = path;
+  o.input_shape = {3, 7, 16};
+  expect_close(test::run_deployed(o, input), want, "deployed");
+}
+
 TEST(OnnxImport, TransformerBecomesAttentionLayers) {
   auto types_of = [](const std::string& name) {
     std::map<std::string, int> types;
@@ -449,7 +462,8 @@ TEST(OnnxCli, DeployAndTime) {
 }
 
 // The transformer through the verbs: deployed (the passes leave its new layers alone),
-// benchmarked from the bundle, and timed with a backward pass through every layer.
+// benchmarked from the bundle, and timed in TRAIN phase (an imported model has no loss, so
+// that runs no backward; OnnxGradient checks backward).
 TEST(OnnxCli, TransformerDeployBenchAndTrainTime) {
   const std::string p = fixture("transformer.onnx");
   const std::string out = (fs::temp_directory_path() / "bks_onnx_transformer.bks").string();
