@@ -3,8 +3,8 @@
 seed, each with its input and PyTorch's output as raw little-endian float32 files.
 
 usage: onnx_fixtures.py OUT_DIR
-  OUT_DIR/NAME.onnx, NAME.in.f32, NAME.out.f32 for lenet, lenet_view, resnet18, mobilenet_v2
-  and the bad inputs: truncated.onnx, unknown_op.onnx, opset9.onnx
+  OUT_DIR/NAME.onnx, NAME.in.f32, NAME.out.f32 for lenet, lenet_view, ..., transformer,
+  resnet18, mobilenet_v2 and the bad inputs: truncated.onnx, unknown_op.onnx, opset9.onnx
 """
 import os
 import sys
@@ -107,6 +107,33 @@ class MeanHead(nn.Module):
         return self.fc(torch.cat([y.mean((2, 3)), y.mean((-1, -2), keepdim=True).flatten(1)], 1))
 
 
+class Transformer(nn.Module):
+    """A small encoder as PyTorch writes one: a Linear embedding of the features, an
+    nn.TransformerEncoder of two layers (GELU, then ReLU feed-forward; dropout 0) with a final
+    LayerNorm, the mean over the sequence and a Linear head. Exports MatMul of computed
+    tensors, Slice, Softmax over the last axis, Erf and LayerNormalization (opset 17) or its
+    ReduceMean/Sub/Pow/Sqrt/Div pieces (before 17)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(16, 32)
+        layer = lambda act: nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+                                                       activation=act, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer("gelu"), 2, norm=nn.LayerNorm(32), enable_nested_tensor=False)
+        self.encoder.layers[1] = layer("relu")
+        self.head = nn.Linear(32, 10)
+        # Fresh LayerNorms are identities (and their ones and zeros fold into shared
+        # initializers): random affine maps test the scale and bias.
+        g = torch.Generator().manual_seed(11)
+        for m in self.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.data.copy_(torch.rand(32, generator=g) + 0.5)
+                m.bias.data.copy_(torch.randn(32, generator=g) * 0.5)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
 def export(model, x, path, opset, dynamic_batch=False):
     model.eval()
     kw = {}
@@ -119,8 +146,9 @@ def export(model, x, path, opset, dynamic_batch=False):
 def write_case(out, name, model, x, opset, dynamic_batch=False):
     path = os.path.join(out, name + ".onnx")
     export(model, x, path, opset, dynamic_batch)
-    with torch.no_grad():
-        y = model(x)
+    # With gradients on, torch's TransformerEncoderLayer skips its fused inference kernel
+    # ("fast path") and computes what the export traced; other models are the same either way.
+    y = model(x).detach()
     x.numpy().astype("<f4").tofile(os.path.join(out, name + ".in.f32"))
     y.numpy().astype("<f4").tofile(os.path.join(out, name + ".out.f32"))
 
@@ -148,6 +176,13 @@ def main():
     write_case(out, "activations", Activations(), torch.randn(1, 3, 7, 7), 14)
     write_case(out, "upsample", Upsample(), torch.randn(1, 3, 5, 7), 13)
     write_case(out, "mean_head", MeanHead(), torch.randn(2, 3, 9, 9), 17)  # torch 1.13 exports up to 17
+    t = Transformer()
+    xt = torch.randn(2, 7, 16)
+    write_case(out, "transformer", t, xt, 17)  # LayerNormalization is an operator from opset 17
+    write_case(out, "transformer_opset14", t, xt, 14)
+    # A dynamic batch: the attention's Reshape shapes come from Shape nodes, which fold once
+    # --input-shape gives the batch (3).
+    write_case(out, "transformer_dynamic", t, torch.randn(3, 7, 16), 17, dynamic_batch=True)
     r = torchvision.models.resnet18(num_classes=100)
     randomise_bn(r)
     write_case(out, "resnet18", r, torch.randn(1, 3, 64, 64), 13)
@@ -166,7 +201,7 @@ def main():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu0"),
-                           helper.make_node("Erf", ["r"], ["y"], name="erf1")], "g", [x], [y])
+                           helper.make_node("Einsum", ["r"], ["y"], name="einsum1", equation="bchw->bchw")], "g", [x], [y])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
               os.path.join(out, "unknown_op.onnx"))
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu0")], "g", [x], [y])

@@ -63,7 +63,49 @@ TEST_P(OnnxModel, MatchesPyTorchImportedAndDeployed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Exports, OnnxModel,
-                         ::testing::Values("lenet", "lenet_view", "ops_mix", "activations", "upsample", "mean_head", "resnet18", "mobilenet_v2"),
+                         ::testing::Values("lenet", "lenet_view", "ops_mix", "activations", "upsample", "mean_head",
+                                           "transformer", "transformer_opset14", "resnet18", "mobilenet_v2"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Backward through every imported layer of the transformers: the output's sum as the loss,
+// its gradient for the weights of the first layer (whose path runs back through every
+// other) and of the second encoder layer's Q/K/V projection, against central differences.
+class OnnxGradient : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OnnxGradient, MatchesFiniteDifferencesThroughTheWholeGraph) {
+  const std::string path = fixture(std::string(GetParam()) + ".onnx");
+  NetLoad nl = import_onnx(path);
+  nl.param.mutable_layer(nl.param.layer_size() - 1)->add_loss_weight(1.f);
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  CpuBackend be(2);
+  ParamStore store;
+  Net net(build_caffe_graph(nl, st), proto::TRAIN, store, be, 1);
+  load_weights(nl.weights, store, path);
+  test::set_input(net.value(net.inputs().at(0)), read_f32(fixture(std::string(GetParam()) + ".in.f32")));
+  net.forward(0);
+  store.clear_grads();
+  net.backward();
+  for (const char* key : {"/embed/MatMul.0", "/encoder/layers.1/self_attn/MatMul.0"}) {
+    const int i = store.find(key);
+    ASSERT_GE(i, 0) << key;
+    Param& p = store.at(i);
+    const Tensor grad = p.grad.clone();
+    for (int64_t k = 0; k < p.data.numel(); k += p.data.numel() / 7 + 1) {
+      float& w = p.data.f32()[k];
+      const float w0 = w, h = 1e-2f;
+      w = w0 + h;
+      const double up = net.forward(0);
+      w = w0 - h;
+      const double down = net.forward(0);
+      w = w0;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grad.f32()[k], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << key << " element " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transformers, OnnxGradient, ::testing::Values("transformer", "transformer_opset14"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(OnnxImport, TranslatesToTheExpectedLayers) {
@@ -77,6 +119,41 @@ TEST(OnnxImport, TranslatesToTheExpectedLayers) {
   EXPECT_EQ(types, want);
   EXPECT_EQ(nl.param.layer(0).input_param().shape(0).dim_size(), 4);
   EXPECT_EQ(nl.weights.at("/fc1/Gemm.0").shape(), (Shape{120, 400}));  // InnerProduct's (out, in)
+}
+
+// Exported with a dynamic batch, the attention's Reshape shapes are computed from Shape
+// nodes: the batch given as the input shape folds into them.
+TEST(OnnxImport, TransformerWithADynamicBatchTakesTheGivenOne) {
+  const std::string path = fixture("transformer_dynamic.onnx");
+  const auto input = read_f32(fixture("transformer_dynamic.in.f32"));
+  const auto want = read_f32(fixture("transformer_dynamic.out.f32"));
+  expect_close(run_imported(path, input, {3, 7, 16}), want, "as imported");
+  DeployOptions o;
+  o.model = path;
+  o.input_shape = {3, 7, 16};
+  expect_close(test::run_deployed(o, input), want, "deployed");
+}
+
+TEST(OnnxImport, TransformerBecomesAttentionLayers) {
+  auto types_of = [](const std::string& name) {
+    std::map<std::string, int> types;
+    const NetLoad nl = import_onnx(fixture(name));
+    for (const auto& l : nl.param.layer()) ++types[l.type()];
+    return types;
+  };
+  // Per layer: Q K^T and its weights times V; the slices of the joint Q/K/V projection.
+  std::map<std::string, int> t = types_of("transformer.onnx");
+  EXPECT_EQ(t["BatchMatMul"], 4);
+  EXPECT_EQ(t["StridedSlice"], 6);
+  EXPECT_EQ(t["LayerNorm"], 5);  // two per layer and the encoder's last
+  EXPECT_EQ(t["Erf"], 1);        // the first layer's GELU, written out
+  EXPECT_EQ(t["Softmax"], 2);
+  // Before opset 17 each LayerNorm is its pieces: two means over the last axis, x - mean
+  // and the division by the deviation broadcast, the deviation a Power.
+  std::map<std::string, int> d = types_of("transformer_opset14.onnx");
+  EXPECT_EQ(d.count("LayerNorm"), 0u);
+  EXPECT_EQ(d["Arithmetic"], 10);
+  EXPECT_EQ(d["Reduction"], 11);  // and the mean over the sequence
 }
 
 TEST(OnnxImport, DynamicBatchIsOneOrTheGivenShape) {
@@ -108,7 +185,7 @@ TEST(OnnxErrors, TruncatedFile) {
 TEST(OnnxErrors, UnknownOperatorNamesNodeTypeAndOpset) {
   const std::string p = fixture("unknown_op.onnx");
   expect_cli_error("deploy --model " + p + " -o /dev/null",
-                   p + ": node 'erf1' has operator Erf (opset 14), which the ONNX importer does not support");
+                   p + ": node 'einsum1' has operator Einsum (opset 14), which the ONNX importer does not support");
 }
 
 TEST(OnnxErrors, OpsetOutsideRange) {
@@ -265,6 +342,75 @@ TEST(OnnxErrors, DynamicSpatialDimensionNeedsInputShape) {
   EXPECT_NO_THROW(import_onnx(p, {2, 3, 5, 8}));
 }
 
+void add_string_attr(onnx::NodeProto* n, const char* name, const char* value) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(value);
+}
+
+void add_int_initializer(Crafted& c, const std::string& name, std::vector<int64_t> v) {
+  auto* t = c.g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) t->add_int64_data(x);
+}
+
+// Gelu is an operator from opset 20, past the importer's 18; a model that carries it anyway
+// imports, in both forms.
+TEST(OnnxImport, GeluExactAndTanh) {
+  for (const char* approx : {"none", "tanh"}) {
+    Crafted c(18, {1, 2, 3, 4});
+    add_string_attr(c.node("Gelu", {"x"}, "y"), "approximate", approx);
+    std::vector<float> in(24), want(24);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double x = (static_cast<double>(i) - 12) * 0.37;
+      in[i] = static_cast<float>(x);
+      want[i] = static_cast<float>(
+          std::string(approx) == "tanh"
+              ? 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)))
+              : 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))));
+    }
+    expect_close(run_imported(c.save(std::string("gelu_") + approx), in), want, approx);
+  }
+  Crafted bad(18);
+  add_string_attr(bad.node("Gelu", {"x"}, "y"), "approximate", "fast");
+  expect_import_error(bad.save("gelu_bad"), "node 'Gelu_node' (Gelu): approximate 'fast' is not an ONNX value (none, tanh)");
+}
+
+// Slice on a computed tensor with negative, clamped and strided bounds, against the same
+// indexing done here: x[:, 1:, ::-2, -3:INT64_MAX].
+TEST(OnnxImport, SliceOfAComputedTensor) {
+  Crafted c(13, {2, 3, 5, 4});
+  add_int_initializer(c, "starts", {1, -1, -3});
+  add_int_initializer(c, "ends", {int64_t{1} << 62, -int64_t{1} << 62, int64_t{1} << 62});
+  add_int_initializer(c, "axes", {1, 2, -1});
+  add_int_initializer(c, "steps", {1, -2, 1});
+  c.node("Relu", {"x"}, "r");
+  c.node("Slice", {"r", "starts", "ends", "axes", "steps"}, "y");
+  std::vector<float> in(2 * 3 * 5 * 4), want;
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  for (int n = 0; n < 2; ++n)
+    for (int ch = 1; ch < 3; ++ch)
+      for (int h = 4; h >= 0; h -= 2)
+        for (int w = 1; w < 4; ++w) want.push_back(in[((n * 3 + ch) * 5 + h) * 4 + w]);
+  expect_close(run_imported(c.save("slice"), in), want, "slice");
+  Crafted e(13, {2, 3, 5, 4});
+  add_int_initializer(e, "starts", {3});
+  add_int_initializer(e, "ends", {3});
+  e.node("Slice", {"x", "starts", "ends"}, "y");
+  expect_import_error(e.save("slice_empty"), "node 'Slice_node' (Slice): the slice [3:3:1] of axis 0 (size 2) is empty");
+}
+
+TEST(OnnxErrors, MatMulOfTensorsThatDoNotBroadcast) {
+  Crafted c(13, {2, 3, 4});
+  add_int_initializer(c, "shape", {3, 4, 2});
+  c.node("Reshape", {"x", "shape"}, "b");
+  c.node("MatMul", {"x", "b"}, "y");
+  expect_import_error(c.save("matmul_bcast"), "node 'MatMul_node' (MatMul): [2] and [3] do not broadcast");
+}
+
 TEST(OnnxErrors, Opset19) {
   Crafted c(19);
   c.node("Relu", {"x"}, "y");
@@ -313,6 +459,22 @@ TEST(OnnxCli, DeployAndTime) {
   EXPECT_EQ(t.code, 0) << t.output;
   EXPECT_NE(t.output.find("Average forward iteration"), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("at batch 4)"), std::string::npos) << t.output;
+}
+
+// The transformer through the verbs: deployed (the passes leave its new layers alone),
+// benchmarked from the bundle, and timed in TRAIN phase (an imported model has no loss, so
+// that runs no backward; OnnxGradient checks backward).
+TEST(OnnxCli, TransformerDeployBenchAndTrainTime) {
+  const std::string p = fixture("transformer.onnx");
+  const std::string out = (fs::temp_directory_path() / "bks_onnx_transformer.bks").string();
+  test::CmdResult d = test::run_cmd("deploy --model " + p + " -o " + out + " --threads 2 --print-graph");
+  EXPECT_EQ(d.code, 0) << d.output;
+  EXPECT_NE(d.output.find("BatchMatMul"), std::string::npos) << d.output;
+  test::CmdResult b = test::run_cmd("bench " + out + " --iterations 2 --threads 2");
+  EXPECT_EQ(b.code, 0) << b.output;
+  test::CmdResult t = test::run_cmd("time --model " + p + " --iterations 2 --threads 2 --phase TRAIN");
+  EXPECT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("Average forward-backward"), std::string::npos) << t.output;
 }
 
 }  // namespace

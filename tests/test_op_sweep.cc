@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -389,8 +390,163 @@ const char* const kDataExempt =
     "reads a dataset file (no computation to check against an oracle, no gradient); the loader and readers are "
     "tested in test_formats and test_cli";
 
+// The element of a tensor of shape s that output element i (of shape out, which s
+// broadcasts to, NumPy's way) reads: its coordinates, 0 along s's axes of size 1.
+int64_t broadcast_source(const Shape& s, const Shape& out, int64_t i) {
+  int64_t src = 0, stride = 1;
+  for (size_t j = 0; j < out.size(); ++j) {
+    const size_t ax = out.size() - 1 - j;
+    const int64_t coord = i % out[ax];
+    i /= out[ax];
+    if (j < s.size()) {
+      const int64_t size = s[s.size() - 1 - j];
+      src += (size == 1 ? 0 : coord) * stride;
+      stride *= size;
+    }
+  }
+  return src;
+}
+
+Shape broadcast_of(const Shape& a, const Shape& b) {
+  const size_t nd = std::max(a.size(), b.size());
+  Shape out(nd, 1);
+  for (size_t j = 0; j < nd; ++j) {
+    const int64_t x = j < a.size() ? a[a.size() - 1 - j] : 1, y = j < b.size() ? b[b.size() - 1 - j] : 1;
+    out[nd - 1 - j] = std::max(x, y);
+  }
+  return out;
+}
+
+Oracle broadcast_binary(std::function<double(double, double)> f) {
+  return [f](const OpHarness& h) {
+    const Shape &a = h.in[0].shape(), &b = h.in[1].shape();
+    Tensor y(broadcast_of(a, b));
+    for (int64_t i = 0; i < y.numel(); ++i)
+      y.f32()[i] = static_cast<float>(f(h.in[0].f32()[broadcast_source(a, y.shape(), i)],
+                                        h.in[1].f32()[broadcast_source(b, y.shape(), i)]));
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Per index of the broadcast batch axes, the product of A's and B's matrices there.
+Tensor batch_matmul_of(const Tensor& a, const Tensor& b) {
+  const Shape &sa = a.shape(), &sb = b.shape();
+  const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  Shape batch = broadcast_of(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2));
+  Shape out = batch;
+  out.push_back(m);
+  out.push_back(n);
+  Tensor y(out);
+  for (int64_t t = 0; t < shape_numel(batch); ++t) {
+    const float* pa = a.f32() + broadcast_source(Shape(sa.begin(), sa.end() - 2), batch, t) * m * k;
+    const float* pb = b.f32() + broadcast_source(Shape(sb.begin(), sb.end() - 2), batch, t) * k * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p) acc += static_cast<double>(pa[i * k + p]) * pb[p * n + j];
+        y.f32()[(t * m + i) * n + j] = static_cast<float>(acc);
+      }
+  }
+  return y;
+}
+
+// LayerNorm over the axes from `axis`: (x - mean) / sqrt(var + eps) * g (+ b).
+Oracle layer_norm(int axis, double eps, bool bias) {
+  return [=](const OpHarness& h) {
+    const Tensor& x = h.in[0];
+    const int a = axis < 0 ? axis + x.ndim() : axis;
+    const int64_t dim = shape_count(x.shape(), a, x.ndim()), rows = x.numel() / dim;
+    Tensor y(x.shape());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* px = x.f32() + r * dim;
+      double m = 0, v = 0;
+      for (int64_t i = 0; i < dim; ++i) m += px[i];
+      m /= static_cast<double>(dim);
+      for (int64_t i = 0; i < dim; ++i) v += (px[i] - m) * (px[i] - m);
+      v /= static_cast<double>(dim);
+      for (int64_t i = 0; i < dim; ++i)
+        y.f32()[r * dim + i] = static_cast<float>((px[i] - m) / std::sqrt(v + eps) * h.params[0].f32()[i] +
+                                                  (bias ? h.params[1].f32()[i] : 0.0));
+    }
+    return std::vector<Tensor>{y};
+  };
+}
+
+// Random scale and shift blobs, so their gradients are checked away from 1 and 0.
+void randomize_params(OpHarness& h) {
+  Rng rng(3);
+  for (Tensor& p : h.params)
+    for (int64_t i = 0; i < p.numel(); ++i) p.f32()[i] = rng.uniform(0.5f, 1.5f);
+}
+
+// The ops of a transformer encoder as the ONNX importer writes it.
+void add_transformer_cases(std::vector<SweepCase>& t) {
+  t.push_back({.name = "LayerNorm",
+               .layer = "type: 'LayerNorm'",
+               .in = {{2, 3, 8}},
+               .oracle = layer_norm(-1, 1e-5, true),
+               .lo = -2,
+               .hi = 3,
+               .setup = randomize_params});
+  t.push_back({.name = "LayerNorm_two_axes_no_bias",
+               .layer = "type: 'LayerNorm' layer_norm_param { axis: 1 eps: 0.1 bias_term: false }",
+               .in = {{3, 2, 4}},
+               .oracle = layer_norm(1, 0.1, false),
+               .setup = randomize_params});
+  const std::pair<const char*, std::function<double(double, double)>> ops[] = {
+      {"ADD", [](double a, double b) { return a + b; }},
+      {"SUB", [](double a, double b) { return a - b; }},
+      {"MUL", [](double a, double b) { return a * b; }},
+      {"DIV", [](double a, double b) { return a / b; }}};
+  for (const auto& [op, f] : ops)
+    t.push_back({.name = fmt::format("Arithmetic_{}", op),
+                 .layer = fmt::format("type: 'Arithmetic' arithmetic_param {{ operation: {} }}", op),
+                 .in = {{2, 3, 4}, {3, 1}},
+                 .oracle = broadcast_binary(f),
+                 .setup = [](OpHarness& h) {  // divisors in [1, 2)
+                   for (int64_t i = 0; i < h.in[1].numel(); ++i) h.in[1].f32()[i] = 1.5f + 0.5f * h.in[1].f32()[i];
+                 }});
+  t.push_back({.name = "BatchMatMul",
+               .layer = "type: 'BatchMatMul'",
+               .in = {{2, 3, 4, 5}, {2, 3, 5, 2}},
+               .oracle = [](const OpHarness& h) { return std::vector<Tensor>{batch_matmul_of(h.in[0], h.in[1])}; }});
+  t.push_back({.name = "BatchMatMul_broadcast",
+               .layer = "type: 'BatchMatMul'",
+               .in = {{2, 1, 3, 4}, {3, 4, 5}},
+               .oracle = [](const OpHarness& h) { return std::vector<Tensor>{batch_matmul_of(h.in[0], h.in[1])}; }});
+  // x[1:, :, ::-2] and x[:, 2:3] of (3, 2, 5): steps back, a negative start, clamped ends.
+  auto sliced = [](std::vector<std::array<int64_t, 3>> ax) {  // per axis: first, step, count
+    return [ax](const OpHarness& h) {
+      const Shape& is = h.in[0].shape();
+      Shape os;
+      for (const auto& a : ax) os.push_back(a[2]);
+      Tensor y(os);
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        int64_t rem = i, src = 0, stride = 1;
+        for (size_t j = os.size(); j-- > 0;) {
+          src += (ax[j][0] + (rem % os[j]) * ax[j][1]) * stride;
+          rem /= os[j];
+          stride *= is[j];
+        }
+        y.f32()[i] = h.in[0].f32()[src];
+      }
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back({.name = "StridedSlice",
+               .layer = "type: 'StridedSlice' strided_slice_param { axis: 0 start: 1 end: 99 axis: 2 start: -1 end: "
+                        "-99 step: 1 step: -2 }",
+               .in = {{3, 2, 5}},
+               .oracle = sliced({{1, 1, 2}, {0, 1, 2}, {4, -2, 3}})});
+  t.push_back({.name = "StridedSlice_middle",
+               .layer = "type: 'StridedSlice' strided_slice_param { axis: 1 start: 2 end: 3 }",
+               .in = {{2, 4}},
+               .oracle = sliced({{0, 1, 2}, {2, 1, 1}})});
+}
+
 std::vector<SweepCase> build_cases() {
   std::vector<SweepCase> t;
+  add_transformer_cases(t);
   auto act = [&](const char* name, std::string layer, std::function<double(double)> f, float lo, float hi,
                  Setup setup = {}) {
     t.push_back({.name = name,
@@ -428,6 +584,13 @@ std::vector<SweepCase> build_cases() {
   act(
       "ReLU6", "type: 'ReLU6'", [](double x) { return std::clamp(x, 0.0, 6.0); }, -3, 9, away_from({0.f, 6.f}));
   act("Sigmoid", "type: 'Sigmoid'", sigmoid, -4, 4);
+  act(
+      "Erf", "type: 'Erf'", [](double x) { return std::erf(x); }, -2.5f, 2.5f);
+  act(
+      "GELU", "type: 'GELU'", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4);
+  act(
+      "GELU_tanh", "type: 'GELU' gelu_param { approximate: TANH }",
+      [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -4, 4);
   act(
       "Swish", "type: 'Swish' swish_param { beta: 1.5 }", [](double x) { return x * sigmoid(1.5 * x); }, -3, 3);
   act(

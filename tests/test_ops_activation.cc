@@ -63,7 +63,15 @@ INSTANTIATE_TEST_SUITE_P(
                       ActCase{"Clip", "type: 'Clip' clip_param { min: -0.5 max: 0.7 }",
                               [](double x) { return std::min(std::max(x, -0.5), 0.7); }, -0.45f, 0.65f},
                       ActCase{"Swish", "type: 'Swish' swish_param { beta: 1.5 }",
-                              [](double x) { return x * sig(1.5 * x); }, -3, 3}),
+                              [](double x) { return x * sig(1.5 * x); }, -3, 3},
+                      ActCase{"Erf", "type: 'Erf'", [](double x) { return std::erf(x); }, -2.5f, 2.5f},
+                      ActCase{"GELU", "type: 'GELU'",
+                              [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4},
+                      ActCase{"GELU_tanh", "type: 'GELU' gelu_param { approximate: TANH }",
+                              [](double x) {
+                                return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+                              },
+                              -4, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ReLU6 saturates at 0 and 6: inputs cover both sides of each kink.

@@ -1,5 +1,7 @@
-// InnerProduct (both weight layouts, any axis) and Embed.
+// InnerProduct (both weight layouts, any axis), BatchMatMul and Embed.
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "op_harness.h"
 
@@ -41,6 +43,56 @@ TEST(InnerProduct, NoBias) {
   OpHarness h("type: 'InnerProduct' inner_product_param { num_output: 3 bias_term: false }", {{4, 5}});
   EXPECT_EQ(h.params.size(), 1u);
   h.check_gradients(1e-2f, 1e-2f);
+}
+
+// C = A B per batch index, the batch axes broadcast as NumPy's matmul: each product read
+// here from the coordinates (a size-1 or missing axis reads index 0).
+TEST(BatchMatMul, ProductsPerBatchIndexWithBroadcasting) {
+  struct Case {
+    Shape a, b, out;
+  };
+  for (const Case& k : {Case{{2, 3, 4, 5}, {2, 3, 5, 6}, {2, 3, 4, 6}}, Case{{2, 1, 4, 5}, {3, 5, 2}, {2, 3, 4, 2}},
+                        Case{{4, 3}, {2, 3, 1}, {2, 4, 1}}, Case{{1, 3}, {3, 2}, {1, 2}}}) {
+    OpHarness h("type: 'BatchMatMul'", {k.a, k.b});
+    ASSERT_EQ(h.out[0].shape(), k.out);
+    h.forward();
+    const size_t nd = k.out.size();
+    const int64_t m = k.out[nd - 2], n = k.out[nd - 1], kk = k.a.back();
+    const int64_t batches = shape_count(k.out, 0, static_cast<int>(nd) - 2);
+    // The offset of the matrix of `s` that output matrix t reads.
+    auto matrix = [&](const Shape& s, int64_t t) {
+      int64_t off = 0, stride = s[s.size() - 2] * s.back(), rest = t;
+      for (size_t j = 0; j + 2 < nd; ++j) {
+        const size_t ax = nd - 3 - j;  // the output's batch axes, last first
+        const int64_t coord = rest % k.out[ax];
+        rest /= k.out[ax];
+        if (j + 2 < s.size()) {
+          const int64_t size = s[s.size() - 3 - j];
+          off += (size == 1 ? 0 : coord) * stride;
+          stride *= size;
+        }
+      }
+      return off;
+    };
+    for (int64_t t = 0; t < batches; ++t) {
+      const float* a = h.in[0].f32() + matrix(k.a, t);
+      const float* b = h.in[1].f32() + matrix(k.b, t);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t p = 0; p < kk; ++p) s += static_cast<double>(a[i * kk + p]) * b[p * n + j];
+          EXPECT_NEAR(h.out[0].f32()[(t * m + i) * n + j], s, 1e-5) << shape_str(k.a) << " x " << shape_str(k.b);
+        }
+    }
+    h.check_gradients();
+  }
+  try {
+    OpHarness bad("type: 'BatchMatMul'", {{2, 3, 4}, {2, 5, 6}});
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("(2,3,4) times (2,5,6): the inner sizes 4 and 5 differ"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Embed, LooksUpRowsAndAccumulatesGradients) {

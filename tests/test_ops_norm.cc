@@ -1,4 +1,5 @@
-// BatchNorm, Scale, Bias and LRN.
+// BatchNorm, Scale, Bias, LRN and LayerNorm.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,54 @@
 
 namespace bks::test {
 namespace {
+
+// Each item (the axes from `axis` on) normalised by its own mean and biased variance, then
+// the blobs' elementwise scale and shift; over the last axis and over the last two.
+TEST(LayerNorm, NormalisesEachItemThenScalesAndShifts) {
+  for (int axis : {-1, 1}) {
+    OpHarness h(fmt::format("type: 'LayerNorm' layer_norm_param {{ axis: {} eps: 0.01 }}", axis), {{2, 3, 5}});
+    const int64_t dim = axis == -1 ? 5 : 15, rows = 30 / dim;
+    ASSERT_EQ(h.params.size(), 2u);
+    ASSERT_EQ(h.params[0].shape(), axis == -1 ? Shape{5} : (Shape{3, 5}));
+    h.randomize_inputs(-2, 5);
+    for (int64_t i = 0; i < dim; ++i) {
+      h.params[0].f32()[i] = 0.5f + 0.1f * static_cast<float>(i);
+      h.params[1].f32()[i] = 0.2f * static_cast<float>(i) - 0.3f;
+    }
+    h.forward();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = h.in[0].f32() + r * dim;
+      double m = 0, v = 0;
+      for (int64_t i = 0; i < dim; ++i) m += x[i] / static_cast<double>(dim);
+      for (int64_t i = 0; i < dim; ++i) v += (x[i] - m) * (x[i] - m) / static_cast<double>(dim);
+      for (int64_t i = 0; i < dim; ++i)
+        EXPECT_NEAR(h.out[0].f32()[r * dim + i],
+                    (x[i] - m) / std::sqrt(v + 0.01) * h.params[0].f32()[i] + h.params[1].f32()[i], 1e-5)
+            << "axis " << axis << ", item " << r << ", element " << i;
+    }
+    h.check_gradients(1e-3f, 1e-2f);
+  }
+}
+
+TEST(LayerNorm, WithoutBiasAndBadFields) {
+  OpHarness h("type: 'LayerNorm' layer_norm_param { bias_term: false }", {{4, 6}});
+  EXPECT_EQ(h.params.size(), 1u);
+  h.check_gradients(1e-3f, 1e-2f);
+  auto error_of = [](const std::string& layer) {
+    try {
+      OpHarness bad(layer, {{4, 6}});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("type: 'LayerNorm' layer_norm_param { axis: 2 }").find(
+                "layer_norm_param.axis 2 is outside a 2-d bottom"),
+            std::string::npos);
+  EXPECT_NE(error_of("type: 'LayerNorm' layer_norm_param { eps: -1 }").find(
+                "layer_norm_param.eps must be non-negative"),
+            std::string::npos);
+}
 
 TEST(BatchNorm, TrainNormalisesPerChannelAndTracksStatistics) {
   OpHarness h("type: 'BatchNorm' batch_norm_param { moving_average_fraction: 0.9 }", {{4, 3, 2, 3}});

@@ -1,5 +1,6 @@
-// Data-movement ops (Flatten, Reshape, Concat, Slice, Crop, Split, Silence, Tile,
-// BatchReindex, Im2col, ShuffleChannel), Parameter, Eltwise, Axpy, Reduction and ArgMax.
+// Data-movement ops (Flatten, Reshape, Concat, Slice, StridedSlice, Crop, Split, Silence,
+// Tile, BatchReindex, Im2col, ShuffleChannel), Parameter, Eltwise, Arithmetic, Axpy,
+// Reduction and ArgMax.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -76,6 +77,69 @@ TEST(Eltwise, SumProdMax) {
   m.forward();
   for (int i = 0; i < 6; ++i) EXPECT_EQ(m.out[0].f32()[i], std::max(m.in[0].f32()[i], m.in[1].f32()[i]));
   m.check_gradients();
+}
+
+// The InputError a layer's definition raises for these bottoms ("no error" when none).
+std::string error_of(const std::string& layer, const std::vector<Shape>& in) {
+  try {
+    OpHarness h(layer, in);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// x[:, 1:, ::-2] of a (2, 3, 5) bottom: ends beyond the axis clamp, a negative start counts
+// from the end; the gradient is scattered back, zero where nothing was taken.
+TEST(StridedSlice, StepsClampsAndNegativeBounds) {
+  OpHarness h("type: 'StridedSlice' strided_slice_param { axis: 1 start: 1 end: 100 axis: -1 start: -1 end: -100 "
+              "step: 1 step: -2 }",
+              {{2, 3, 5}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{2, 2, 3}));
+  h.forward();
+  int k = 0;
+  for (int n = 0; n < 2; ++n)
+    for (int c = 1; c < 3; ++c)
+      for (int w = 4; w >= 0; w -= 2) EXPECT_EQ(h.out[0].f32()[k++], h.in[0].f32()[(n * 3 + c) * 5 + w]);
+  EXPECT_FALSE(h.facts().backward_reads_input);
+  h.check_gradients();
+  OpHarness all("type: 'StridedSlice'", {{3, 4}});  // no axes: a copy
+  all.forward();
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(all.out[0].f32()[i], all.in[0].f32()[i]);
+  EXPECT_NE(error_of("type: 'StridedSlice' strided_slice_param { axis: 0 start: 0 end: 2 step: 0 }", {{3, 4}})
+                .find("strided_slice_param.step must not be 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("type: 'StridedSlice' strided_slice_param { axis: 1 start: 3 end: 1 }", {{3, 4}})
+                .find("strided_slice_param takes nothing of axis 1 (size 4): start 3, end 1, step 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("type: 'StridedSlice' strided_slice_param { axis: 0 start: 0 }", {{3, 4}})
+                .find("one start, end (and step, when any is given) per axis"),
+            std::string::npos);
+}
+
+// a op b with NumPy broadcasting, both ways at once: (2, 3, 1) with (4,) is (2, 3, 4).
+TEST(Arithmetic, BroadcastsAndSumsGradientsOverRepeats) {
+  const char* ops[] = {"ADD", "SUB", "MUL", "DIV"};
+  for (int op = 0; op < 4; ++op) {
+    OpHarness h(fmt::format("type: 'Arithmetic' arithmetic_param {{ operation: {} }}", ops[op]), {{2, 3, 1}, {4}});
+    ASSERT_EQ(h.out[0].shape(), (Shape{2, 3, 4}));
+    for (int i = 0; i < 4; ++i) h.in[1].f32()[i] = 0.5f + 0.25f * static_cast<float>(i);  // divisors away from 0
+    h.forward();
+    for (int r = 0; r < 6; ++r)
+      for (int i = 0; i < 4; ++i) {
+        const double a = h.in[0].f32()[r], b = h.in[1].f32()[i];
+        const double want = op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
+        EXPECT_NEAR(h.out[0].f32()[r * 4 + i], want, 1e-6) << ops[op];
+      }
+    EXPECT_EQ(h.facts().backward_reads_input, op >= 2) << ops[op];
+    h.check_gradients();
+  }
+  OpHarness same("type: 'Arithmetic' arithmetic_param { operation: DIV }", {{3, 2}, {3, 2}});
+  for (int i = 0; i < 6; ++i) same.in[1].f32()[i] += 2.f;
+  same.check_gradients();
+  EXPECT_NE(error_of("type: 'Arithmetic'", {{2, 3}, {4}}).find("bottoms (2,3) and (4) do not broadcast"),
+            std::string::npos)
+      << error_of("type: 'Arithmetic'", {{2, 3}, {4}});
 }
 
 TEST(Reduction, AllOperations) {

@@ -1,5 +1,6 @@
 #include "formats/onnx_import.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,6 +35,19 @@ int norm_axis(const NodeCtx& c, int64_t axis, size_t rank) {
   const auto r = static_cast<int64_t>(rank);
   if (axis < -r || axis >= r) input_error("{}: axis {} is outside a rank-{} tensor", c.where(), axis, r);
   return static_cast<int>(axis < 0 ? axis + r : axis);
+}
+
+Shape broadcast_shape(const NodeCtx& c, const Shape& a, const Shape& b) {
+  const size_t nd = std::max(a.size(), b.size());
+  Shape out(nd, 1);
+  for (size_t k = 0; k < nd; ++k) {
+    const int64_t x = k + a.size() < nd ? 1 : a[k + a.size() - nd];
+    const int64_t y = k + b.size() < nd ? 1 : b[k + b.size() - nd];
+    if (x != y && x != 1 && y != 1)
+      input_error("{}: [{}] and [{}] do not broadcast", c.where(), fmt::join(a, ","), fmt::join(b, ","));
+    out[k] = x == 1 ? y : x;
+  }
+  return out;
 }
 
 NodeCtx::NodeCtx(ImportState& s, const onnx::NodeProto& n, std::string name)

@@ -107,6 +107,9 @@ Translator find_onnx_op(const std::string& type);
 
 // -1 -> rank-1 etc.; InputError when outside [-rank, rank).
 int norm_axis(const NodeCtx& c, int64_t axis, size_t rank);
+// The shape a and b broadcast to (ONNX's multidirectional broadcasting: aligned at the last
+// axes, each pair equal or one of them 1); InputError when they do not.
+Shape broadcast_shape(const NodeCtx& c, const Shape& a, const Shape& b);
 
 }  // namespace bks::onnx_import
 

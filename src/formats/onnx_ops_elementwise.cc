@@ -1,6 +1,7 @@
 // Activations, Softmax and the arithmetic nodes. Arithmetic with a constant becomes Power
 // (a scalar), Bias or Scale (a per-channel or trailing block); between two computed tensors
-// of one shape it becomes Eltwise; between constants it is computed here.
+// of one shape it becomes Eltwise, of shapes that broadcast (or a division) Arithmetic;
+// between constants it is computed here.
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -14,6 +15,25 @@ void unary(NodeCtx& c, const char* type) {
   const Val& x = c.in(0);
   if (x.constant) input_error("{}: the input is a constant; only computed tensors are supported", c.where());
   c.add_layer(type, {x.blob}, c.out_name(0));
+  c.set_output(0, x.shape);
+}
+
+// Gelu (opset 20): the exact form, or approximate="tanh".
+void gelu(NodeCtx& c) {
+  const Val& x = c.in(0);
+  const std::string approx = c.attr_string("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    input_error("{}: approximate '{}' is not an ONNX value (none, tanh)", c.where(), approx);
+  auto& l = c.add_layer("GELU", {x.blob}, c.out_name(0));
+  l.mutable_gelu_param()->set_approximate(approx == "tanh" ? proto::GELUParameter::TANH : proto::GELUParameter::NONE);
+  c.set_output(0, x.shape);
+}
+
+// sqrt(x) is Power's x ^ 0.5.
+void sqrt_node(NodeCtx& c) {
+  const Val& x = c.in(0);
+  if (x.constant) input_error("{}: the input is a constant; only computed tensors are supported", c.where());
+  c.add_layer("Power", {x.blob}, c.out_name(0)).mutable_power_param()->set_power(0.5f);
   c.set_output(0, x.shape);
 }
 
@@ -166,15 +186,24 @@ bool block_axes(const Shape& x, Shape k, int& first, int& last) {
   return true;
 }
 
+// Two computed tensors of different shapes (or a division): Arithmetic, which broadcasts
+// as ONNX does.
+void broadcast_arith(NodeCtx& c, const Val& a, const Val& b, Arith op) {
+  const Shape out = broadcast_shape(c, a.shape, b.shape);
+  auto& l = c.add_layer("Arithmetic", {a.blob, b.blob}, c.out_name(0));
+  l.mutable_arithmetic_param()->set_operation(op == Arith::add   ? proto::ArithmeticParameter::ADD
+                                              : op == Arith::sub ? proto::ArithmeticParameter::SUB
+                                              : op == Arith::mul ? proto::ArithmeticParameter::MUL
+                                                                 : proto::ArithmeticParameter::DIV);
+  c.set_output(0, out);
+}
+
 void arith(NodeCtx& c, Arith op) {
   const Val& a = c.in(0);
   const Val& b = c.in(1);
   if (a.constant && b.constant) return c.set_const(0, fold(c, *a.constant, *b.constant, op));
   if (!a.constant && !b.constant) {
-    if (a.shape != b.shape)
-      input_error("{}: broadcasting [{}] with [{}] between computed tensors is not supported", c.where(),
-                  fmt::join(a.shape, ","), fmt::join(b.shape, ","));
-    if (op == Arith::div) input_error("{}: division of two computed tensors is not supported", c.where());
+    if (a.shape != b.shape || op == Arith::div) return broadcast_arith(c, a, b, op);
     auto& l = c.add_layer("Eltwise", {a.blob, b.blob}, c.out_name(0));
     auto* p = l.mutable_eltwise_param();
     p->set_operation(op == Arith::mul ? proto::EltwiseParameter::PROD : proto::EltwiseParameter::SUM);
@@ -233,6 +262,9 @@ BKS_ONNX_OP("LeakyRelu", leaky_relu);
 BKS_ONNX_OP("Abs", [](NodeCtx& c) { unary(c, "AbsVal"); });
 BKS_ONNX_OP("Softplus", [](NodeCtx& c) { unary(c, "BNLL"); });
 BKS_ONNX_OP("Elu", elu);
+BKS_ONNX_OP("Erf", [](NodeCtx& c) { unary(c, "Erf"); });
+BKS_ONNX_OP("Gelu", gelu);
+BKS_ONNX_OP("Sqrt", sqrt_node);
 BKS_ONNX_OP("Pow", pow_node);
 BKS_ONNX_OP("HardSigmoid", hard_sigmoid);
 BKS_ONNX_OP("HardSwish", hard_swish);

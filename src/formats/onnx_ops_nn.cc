@@ -1,5 +1,6 @@
-// Convolution, dense and pooling nodes as Caffe's Convolution, InnerProduct, BatchNorm +
-// Scale and Pooling layers, their weights laid out as those layers read them.
+// Convolution, dense, normalisation and pooling nodes as Caffe's Convolution, InnerProduct,
+// BatchNorm + Scale and Pooling layers (and bakusoku's BatchMatMul and LayerNorm), their
+// weights laid out as those layers read them.
 #include <algorithm>
 #include <cmath>
 
@@ -206,14 +207,60 @@ void gemm(NodeCtx& c) {
   inner_product(c, a, 1, dense_weights(b, tb, c.attr_float("alpha", 1.f)), bias, c.attr_float("beta", 1.f));
 }
 
+// A product of two computed tensors (attention's Q K^T): BatchMatMul, whose leading axes
+// broadcast as ONNX's (NumPy's) matmul does.
+void batch_matmul(NodeCtx& c, const Val& a, const Val& b) {
+  if (b.constant) input_error("{}: B must be a 2-d constant or a computed tensor (it is a constant [{}])", c.where(),
+                              fmt::join(b.shape, ","));
+  if (b.shape.size() < 2) input_error("{}: B must have rank 2 or more (it is [{}])", c.where(), fmt::join(b.shape, ","));
+  if (b.shape[b.shape.size() - 2] != a.shape.back())
+    input_error("{}: A [{}] and B [{}] do not multiply", c.where(), fmt::join(a.shape, ","), fmt::join(b.shape, ","));
+  Shape out = broadcast_shape(c, Shape(a.shape.begin(), a.shape.end() - 2), Shape(b.shape.begin(), b.shape.end() - 2));
+  out.push_back(a.shape[a.shape.size() - 2]);
+  out.push_back(b.shape.back());
+  c.add_layer("BatchMatMul", {a.blob, b.blob}, c.out_name(0));
+  c.set_output(0, out);
+}
+
 void matmul(NodeCtx& c) {
   const Val& a = c.in(0);
   if (a.constant || a.shape.size() < 2) input_error("{}: A must be a computed tensor of rank 2 or more", c.where());
+  if (!c.in(1).constant || c.in(1).shape.size() != 2) return batch_matmul(c, a, c.in(1));
   const Const& b = c.const_in(1);
   if (b.integer || b.shape.size() != 2 || b.shape[0] != a.shape.back())
     input_error("{}: B must be a 2-d float constant of {} rows (it is [{}])", c.where(), a.shape.back(),
                 fmt::join(b.shape, ","));
   inner_product(c, a, static_cast<int>(a.shape.size()) - 1, dense_weights(b, false, 1.f), nullptr, 1.f);
+}
+
+// Scale or bias of a LayerNormalization as a blob of the normalised block's shape (ONNX
+// lets them broadcast to it: one value, or the block's own count).
+Tensor block_blob(const NodeCtx& c, const Const& k, const Shape& block, const char* what) {
+  const int64_t n = shape_numel(block);
+  if (k.integer || (k.numel() != n && k.numel() != 1))
+    input_error("{}: {} has shape [{}]; [{}] expected", c.where(), what, fmt::join(k.shape, ","), fmt::join(block, ","));
+  Tensor t(block);
+  for (int64_t j = 0; j < n; ++j) t.f32()[j] = static_cast<float>(k.at(k.numel() == 1 ? 0 : j));
+  return t;
+}
+
+// LayerNormalization (opset 17): LayerNorm over the axes from `axis` on.
+void layer_norm(NodeCtx& c) {
+  const Val& x = c.in(0);
+  if (x.constant) input_error("{}: the input is a constant; only computed tensors are supported", c.where());
+  if (c.has_output(1) || c.has_output(2))
+    input_error("{}: the Mean and InvStdDev outputs are not supported", c.where());
+  const int axis = norm_axis(c, c.attr_int("axis", -1), x.shape.size());
+  const Shape block(x.shape.begin() + axis, x.shape.end());
+  const bool bias = c.has_input(2);
+  auto& l = c.add_layer("LayerNorm", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_layer_norm_param();
+  p->set_axis(axis);
+  p->set_eps(c.attr_float("epsilon", 1e-5f));
+  p->set_bias_term(bias);
+  c.add_param(l, block_blob(c, c.const_in(1), block, "the scale"));
+  if (bias) c.add_param(l, block_blob(c, c.const_in(2), block, "the bias"));
+  c.set_output(0, x.shape);
 }
 
 void batch_norm(NodeCtx& c) {
@@ -348,19 +395,61 @@ void global_pool(NodeCtx& c, bool max) {
   c.set_output(0, {x.shape[0], x.shape[1], 1, 1});
 }
 
+// The mean over other axes: Reduction (MEAN over the trailing axes) after a Permute that
+// moves the reduced axes last (when they are not), and a Reshape that puts them back as 1s
+// with keepdims.
+void reduce_mean_axes(NodeCtx& c, const Val& x, const std::vector<bool>& reduced, bool keep) {
+  const size_t r = x.shape.size();
+  std::vector<uint32_t> order;
+  Shape kept, keep_shape;
+  for (size_t a = 0; a < r; ++a)
+    if (!reduced[a]) {
+      order.push_back(static_cast<uint32_t>(a));
+      kept.push_back(x.shape[a]);
+    }
+  const auto first_reduced = static_cast<int32_t>(order.size());
+  for (size_t a = 0; a < r; ++a) {
+    if (reduced[a]) order.push_back(static_cast<uint32_t>(a));
+    keep_shape.push_back(reduced[a] ? 1 : x.shape[a]);
+  }
+  bool trailing = true;
+  for (size_t a = 0; a < r; ++a) trailing = trailing && order[a] == a;
+  std::string in = x.blob;
+  if (!trailing) {
+    in = c.out_name(0) + "#permute";
+    auto& p = c.add_layer("Permute", {x.blob}, in, "#permute");
+    for (uint32_t o : order) p.mutable_permute_param()->add_order(o);
+  }
+  const std::string mean = keep ? c.out_name(0) + "#mean" : c.out_name(0);
+  auto& l = c.add_layer("Reduction", {in}, mean, keep ? "#mean" : "");
+  l.mutable_reduction_param()->set_operation(proto::ReductionParameter::MEAN);
+  l.mutable_reduction_param()->set_axis(first_reduced);
+  if (keep) {
+    auto& s = c.add_layer("Reshape", {mean}, c.out_name(0), "#keepdims");
+    for (size_t a = 0; a < r; ++a)
+      s.mutable_reshape_param()->mutable_shape()->add_dim(a == 0 && !reduced[0] ? 0 : keep_shape[a]);
+  }
+  c.set_output(0, keep ? keep_shape : kept);
+}
+
 // ReduceMean over H and W (torch's x.mean((2, 3))) is global average pooling, followed by a
-// Reshape when the reduced axes are dropped.
+// Reshape when the reduced axes are dropped; over other axes, see reduce_mean_axes.
 void reduce_mean(NodeCtx& c) {
   const Val& x = c.in(0);
-  need_rank(c, x.shape, 4, "the input");
+  if (x.constant) input_error("{}: the mean of a constant is not supported", c.where());
   // Opset 18 moved `axes` from an attribute to the second input.
   std::vector<int64_t> axes = c.opset() >= 18 ? (c.has_input(1) ? c.const_in(1).ints(c.where()) : std::vector<int64_t>{})
                                               : c.attr_ints("axes", {});
-  for (auto& a : axes) a = norm_axis(c, a, 4);
-  std::sort(axes.begin(), axes.end());
-  if (axes != std::vector<int64_t>{2, 3})
-    input_error("{}: only the mean over H and W (axes 2, 3) is supported", c.where());
   const bool keep = c.attr_int("keepdims", 1) != 0;
+  if (axes.empty() && c.attr_int("noop_with_empty_axes", 0)) return c.alias(0, x);
+  std::vector<bool> reduced(x.shape.size(), axes.empty());
+  for (auto& a : axes) {
+    a = norm_axis(c, a, x.shape.size());
+    if (reduced[a]) input_error("{}: axis {} is given twice", c.where(), a);
+    reduced[a] = true;
+  }
+  std::sort(axes.begin(), axes.end());
+  if (x.shape.size() != 4 || axes != std::vector<int64_t>{2, 3}) return reduce_mean_axes(c, x, reduced, keep);
   const std::string pooled_blob = keep ? c.out_name(0) : c.out_name(0) + "#pool";
   auto& l = c.add_layer("Pooling", {x.blob}, pooled_blob);
   l.mutable_pooling_param()->set_pool(proto::PoolingParameter::AVE);
@@ -381,6 +470,7 @@ BKS_ONNX_OP("LRN", lrn);
 BKS_ONNX_OP("Gemm", gemm);
 BKS_ONNX_OP("MatMul", matmul);
 BKS_ONNX_OP("BatchNormalization", batch_norm);
+BKS_ONNX_OP("LayerNormalization", layer_norm);
 BKS_ONNX_OP("MaxPool", [](NodeCtx& c) { pool(c, true); });
 BKS_ONNX_OP("AveragePool", [](NodeCtx& c) { pool(c, false); });
 BKS_ONNX_OP("GlobalAveragePool", [](NodeCtx& c) { global_pool(c, false); });

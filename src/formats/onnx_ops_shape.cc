@@ -1,7 +1,11 @@
-// Nodes that move data without computing: Reshape, Flatten, Concat, Transpose as Caffe
-// layers; Shape, Gather, Unsqueeze, Squeeze, Cast, Constant folded when their inputs are
-// known (torch's `x.view(x.size(0), -1)`); Identity, Dropout and zero Pads dropped.
+// Nodes that move data without computing: Reshape, Flatten, Concat, Transpose, Slice as
+// Caffe layers (Slice as bakusoku's StridedSlice); Shape, Gather, Unsqueeze, Squeeze, Cast,
+// Constant, Slice folded when their inputs are known (torch's `x.view(x.size(0), -1)`);
+// Identity, Dropout and zero Pads dropped.
 #include <onnx/onnx_pb.h>  // defines ONNX_API, then includes onnx-ml.pb.h
+
+#include <algorithm>
+#include <array>
 
 #include "formats/onnx_ops.h"
 
@@ -263,6 +267,71 @@ void pad(NodeCtx& c) {
   c.alias(0, v);
 }
 
+// Slice (opset 10 on: starts, ends, axes, steps are inputs, all constant): folded on a
+// constant, StridedSlice on a computed tensor. Both read them as ONNX does: negative
+// starts/ends count from the axis' end, then both are clamped to it.
+void slice(NodeCtx& c) {
+  const Val& x = c.in(0);
+  const auto starts = c.const_in(1).ints(c.where()), ends = c.const_in(2).ints(c.where());
+  std::vector<int64_t> axes, steps;
+  if (c.has_input(3)) {
+    axes = c.const_in(3).ints(c.where());
+  } else {
+    for (size_t a = 0; a < starts.size(); ++a) axes.push_back(static_cast<int64_t>(a));
+  }
+  steps = c.has_input(4) ? c.const_in(4).ints(c.where()) : std::vector<int64_t>(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    input_error("{}: {} starts, {} ends, {} axes and {} steps; one of each per sliced axis expected", c.where(),
+                starts.size(), ends.size(), axes.size(), steps.size());
+  const size_t r = x.shape.size();
+  // Per axis: first element, step, count.
+  std::vector<std::array<int64_t, 3>> ax(r);
+  for (size_t a = 0; a < r; ++a) ax[a] = {0, 1, x.shape[a]};
+  std::vector<bool> seen(r, false);
+  for (size_t j = 0; j < axes.size(); ++j) {
+    const int a = norm_axis(c, axes[j], r);
+    if (seen[a]) input_error("{}: axis {} is sliced twice", c.where(), axes[j]);
+    seen[a] = true;
+    axes[j] = a;
+    const int64_t d = x.shape[a], st = steps[j];
+    if (st == 0) input_error("{}: a step of 0", c.where());
+    auto clamp = [&](int64_t v, int64_t lo, int64_t hi) { return std::clamp(v < 0 ? v + d : v, lo, hi); };
+    const int64_t b = st > 0 ? clamp(starts[j], 0, d) : clamp(starts[j], 0, d - 1);
+    const int64_t e = st > 0 ? clamp(ends[j], 0, d) : clamp(ends[j], -1, d - 1);
+    const int64_t n = st > 0 ? (e - b + st - 1) / st : (b - e - st - 1) / -st;
+    if (n <= 0)
+      input_error("{}: the slice [{}:{}:{}] of axis {} (size {}) is empty", c.where(), starts[j], ends[j], st, a, d);
+    ax[a] = {b, st, n};
+  }
+  Shape out;
+  for (const auto& s : ax) out.push_back(s[2]);
+  if (x.constant) {
+    const Const& k = *x.constant;
+    Const y = k.integer ? int_const(out, std::vector<int64_t>(shape_numel(out))) : float_const(out);
+    std::vector<int64_t> pos(r, 0);
+    for (int64_t o = 0; o < shape_numel(out); ++o) {
+      int64_t src = 0;
+      for (size_t a = 0; a < r; ++a) src = src * x.shape[a] + ax[a][0] + pos[a] * ax[a][1];
+      if (k.integer) y.i[o] = k.i[src];
+      else y.f.f32()[o] = k.f.f32()[src];
+      for (size_t a = r; a-- > 0;) {  // an odometer over the output's axes
+        if (++pos[a] < out[a]) break;
+        pos[a] = 0;
+      }
+    }
+    return c.set_const(0, std::move(y));
+  }
+  auto& l = c.add_layer("StridedSlice", {x.blob}, c.out_name(0));
+  auto* p = l.mutable_strided_slice_param();
+  for (size_t j = 0; j < axes.size(); ++j) {
+    p->add_axis(static_cast<int32_t>(axes[j]));
+    p->add_start(starts[j]);
+    p->add_end(ends[j]);
+    p->add_step(steps[j]);
+  }
+  c.set_output(0, out);
+}
+
 void transpose(NodeCtx& c) {
   const Val& x = c.in(0);
   if (x.constant) input_error("{}: transposing a constant is not supported", c.where());
@@ -297,6 +366,7 @@ BKS_ONNX_OP("Concat", concat);
 BKS_ONNX_OP("Cast", cast);
 BKS_ONNX_OP("Pad", pad);
 BKS_ONNX_OP("Transpose", transpose);
+BKS_ONNX_OP("Slice", slice);
 BKS_ONNX_OP("Identity", [](NodeCtx& c) { c.alias(0, c.in(0)); });
 // Inference drops Dropout; its mask output is not supported.
 BKS_ONNX_OP("Dropout", [](NodeCtx& c) {
