@@ -52,7 +52,51 @@ inline void output_column(const v8* m, v8* y) {
   y[3] = b + eight * d + m[5];
 }
 
+// Up to this many tiles, the products run in small_gemm: at batch 1 on small planes (8x8:
+// four tiles) the 36 sgemm calls cost more in their set-up than in arithmetic.
+constexpr int64_t kSmallGemmRows = 16;
+
+// c[m][n] = a[m][k] b[k][n] (row-major, n a multiple of 8) for a few rows: four rows at a
+// time against 16 columns, b streamed from cache once per four rows.
+void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) {
+    const float* a0 = a + r * k;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      v8 acc[4][2] = {};
+      for (int64_t q = 0; q < k; ++q) {
+        const v8 b0 = load8(b + q * n + j), b1 = load8(b + q * n + j + 8);
+        for (int i = 0; i < 4; ++i) {
+          const v8 x = splat(a0[i * k + q]);
+          acc[i][0] += x * b0;
+          acc[i][1] += x * b1;
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        store8(c + (r + i) * n + j, acc[i][0]);
+        store8(c + (r + i) * n + j + 8, acc[i][1]);
+      }
+    }
+    for (; j < n; j += 8) {
+      v8 acc[4] = {};
+      for (int64_t q = 0; q < k; ++q) {
+        const v8 b0 = load8(b + q * n + j);
+        for (int i = 0; i < 4; ++i) acc[i] += splat(a0[i * k + q]) * b0;
+      }
+      for (int i = 0; i < 4; ++i) store8(c + (r + i) * n + j, acc[i]);
+    }
+  }
+  for (; r < m; ++r)
+    for (int64_t j = 0; j < n; j += 8) {
+      v8 acc = {};
+      for (int64_t q = 0; q < k; ++q) acc += splat(a[r * k + q]) * load8(b + q * n + j);
+      store8(c + r * n + j, acc);
+    }
+}
+
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c) {
+  if (m <= kSmallGemmRows) return small_gemm(m, n, k, a, b, c);
   dnnl::status s = dnnl::sgemm('N', 'N', m, n, k, 1.f, a, k, b, n, 0.f, c, n);
   BKS_CHECK(s == dnnl::status::success, "dnnl_sgemm {}x{}x{} failed ({})", m, n, k, static_cast<int>(s));
 }

@@ -159,7 +159,9 @@ class ConvolutionKernel final : public Kernel {
     if (c.in_grad[0]) k_.backward_data(s, c.out_grad[0]->f32(), c.params[0]->f32(), c.in_grad[0]->f32());
   }
 
-  std::string kernel_name() const override { return "oneDNN " + k_.name(); }
+  std::string kernel_name() const override {
+    return k_.algorithm() == "winograd_f4" ? k_.name() : "oneDNN " + k_.name();  // bakusoku's own
+  }
   std::string tuning_decision() const override { return constant_params_ ? k_.algorithm() : ""; }
 
  private:
