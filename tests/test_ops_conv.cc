@@ -344,11 +344,11 @@ TEST_P(WinogradTest, MatchesDirectLoop) {
   const auto blocked = dnnl::memory::format_tag::nChw8c;
   ASSERT_TRUE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 1, ws, dnnl::memory::desc({k.n, k.c, k.h, k.w}, f32, blocked),
                                     dnnl::memory::desc({ys[0], ys[1], ys[2], ys[3]}, f32, blocked)));
-  WinogradPostOps post;
+  FusedPostOps post;
   post.relu = k.relu;
   post.relu_slope = k.slope;
   post.relu_max = k.top;
-  post.residual = k.residual;
+  post.residual_sum = k.residual;
   WinogradConv conv(ws, post);
   conv.set_weights(wt.f32(), k.bias ? b.f32() : nullptr);
   std::vector<float> xb = to_blocked(x), rb = to_blocked(res), yb(static_cast<size_t>(want.numel()));

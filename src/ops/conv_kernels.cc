@@ -1,4 +1,3 @@
-#include "ops/fused_post_ops.h"
 #include "ops/conv_kernels.h"
 
 #include <fmt/format.h>
@@ -7,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/fused_post_ops.h"
 #include "ops/op_def.h"
 
 namespace bks {
@@ -162,6 +162,19 @@ dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst)
   return attr;
 }
 
+// The best of three timed calls of `run` after a warm-up one, in milliseconds.
+template <class F>
+double best_of_three_ms(F&& run) {
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::min(best, ms);
+  }
+  return best;
+}
+
 // Milliseconds one forward call takes with this kernel, converting from and to the
 // caller's layouts as the real call would (best of 3 after a warm-up, on zeroed scratch
 // buffers).
@@ -187,34 +200,22 @@ double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitiv
   DnnlPrimitive rin, rout;
   if (in) rin = make_reorder(us, ks);
   if (out) rout = make_reorder(kd, ud);
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+  return best_of_three_ms([&] {
     if (in) rin.execute(s, {{DNNL_ARG_FROM, us}, {DNNL_ARG_TO, ks}});
     conv.execute(s, args);
     if (out) rout.execute(s, {{DNNL_ARG_FROM, kd}, {DNNL_ARG_TO, ud}});
     s.wait();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::min(best, ms);
-  }
-  return best;
+  });
 }
 
 // The same for bakusoku's Winograd kernel (on zero weights and data).
-double time_own_winograd(const WinogradShape& ws, const WinogradPostOps& post) {
+double time_own_winograd(const WinogradShape& ws, const FusedPostOps& post) {
   WinogradConv k(ws, post);
   std::vector<float> w(static_cast<size_t>(ws.oc * ws.c * 9), 0.f);
   std::vector<float> src(static_cast<size_t>(ws.n * ws.c * ws.h * ws.w), 0.f);
-  std::vector<float> dst(static_cast<size_t>(ws.n * ws.oc * ws.oh * ws.ow), 0.f), res(post.residual ? dst.size() : 0);
+  std::vector<float> dst(static_cast<size_t>(ws.n * ws.oc * ws.oh * ws.ow), 0.f), res(post.residual_sum ? dst.size() : 0);
   k.set_weights(w.data(), nullptr);
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    k.forward(src.data(), dst.data(), post.residual ? res.data() : nullptr);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::min(best, ms);
-  }
-  return best;
+  return best_of_three_ms([&] { k.forward(src.data(), dst.data(), post.residual_sum ? res.data() : nullptr); });
 }
 
 Int8ConvSpec int8_spec(const ConvGeometry& g, bool bias, float in_threshold, float out_threshold,
@@ -408,11 +409,7 @@ bool ConvKernels::try_own_winograd(dnnl::engine& eng, const ConvGeometry& g,
   if (!WinogradConv::applies(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.group, ws, src_user, dst_user) ||
       (residual && residual_md != dst_user))
     return false;
-  WinogradPostOps post;
-  post.relu = fusion && fusion->relu;
-  post.relu_slope = fusion ? fusion->relu_slope : 0.f;
-  if (fusion) post.relu_max = fusion->relu_max;
-  post.residual = residual;
+  const FusedPostOps post = fusion ? *fusion : FusedPostOps{};
   if (choice_.empty()) {
     const double theirs = time_forward(eng, fpd, src_user, dst_user, bias_, residual);
     const double ours = time_own_winograd(ws, post);

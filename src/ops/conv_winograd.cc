@@ -112,7 +112,7 @@ bool WinogradConv::applies(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64
          dst == memory::desc({s.n, s.oc, s.oh, s.ow}, f32, memory::format_tag::nChw8c);
 }
 
-WinogradConv::WinogradConv(const WinogradShape& s, const WinogradPostOps& post) : s_(s), post_(post) {
+WinogradConv::WinogradConv(const WinogradShape& s, const FusedPostOps& post) : s_(s), post_(post) {
   tiles_h_ = (s.oh + kTile - 1) / kTile;
   tiles_w_ = (s.ow + kTile - 1) / kTile;
   const int64_t tiles = s.n * tiles_h_ * tiles_w_;
@@ -179,7 +179,7 @@ void WinogradConv::output_transform(const float* m, float* dst, const float* res
   const int64_t ob_n = s_.oc / 8, per_img = tiles_h_ * tiles_w_, OH = s_.oh, OW = s_.ow;
   const int64_t items = tiles * ob_n;
   const bool relu = post_.relu;
-  const bool bounded = relu && post_.relu_max < std::numeric_limits<float>::infinity();
+  const bool bounded = post_.bounded();
   const v8 slope = splat(post_.relu_slope), zero = splat(0.f), top = splat(post_.relu_max);
 #pragma omp parallel for schedule(static)
   for (int64_t it = 0; it < items; ++it) {
@@ -212,7 +212,7 @@ void WinogradConv::output_transform(const float* m, float* dst, const float* res
 
 void WinogradConv::forward(const float* src, float* dst, const float* residual) {
   BKS_CHECK(has_weights(), "Winograd convolution run before its weights were set");
-  BKS_CHECK(!post_.residual || residual, "Winograd convolution: the fused residual is missing");
+  BKS_CHECK(!post_.residual_sum || residual, "Winograd convolution: the fused residual is missing");
   const int64_t tiles = s_.n * tiles_h_ * tiles_w_;
   // One scratch buffer per calling thread, shared by every Winograd layer it runs: it stays
   // in cache from layer to layer, where a buffer per layer would come from memory each time.
@@ -228,7 +228,7 @@ void WinogradConv::forward(const float* src, float* dst, const float* residual) 
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < kPoints; ++p)
       sgemm(nt, s_.oc, s_.c, v + p * chunk_ * s_.c, u_.data() + p * s_.c * s_.oc, m + p * chunk_ * s_.oc);
-    output_transform(m, dst, post_.residual ? residual : nullptr, t0, nt);
+    output_transform(m, dst, post_.residual_sum ? residual : nullptr, t0, nt);
   }
 }
 

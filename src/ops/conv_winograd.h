@@ -9,8 +9,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdint>
-#include <limits>
 #include <vector>
+
+#include "graph/graph.h"
 
 namespace bks {
 
@@ -20,12 +21,6 @@ struct WinogradShape {
   int64_t ph = 0, pw = 0;              // padding before (after: whatever reaches oh, ow)
 };
 
-struct WinogradPostOps {
-  bool relu = false;
-  float relu_slope = 0.f;
-  float relu_max = std::numeric_limits<float>::infinity();  // ReLU6 and the like
-  bool residual = false;  // adds a tensor in the destination's layout before the ReLU
-};
 
 class WinogradConv {
  public:
@@ -35,7 +30,9 @@ class WinogradConv {
   static bool applies(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t group,
                       const WinogradShape& s, const dnnl::memory::desc& src, const dnnl::memory::desc& dst);
 
-  WinogradConv(const WinogradShape& s, const WinogradPostOps& post);
+  // `post`: the node's fused residual sum and (leaky or bounded) ReLU; the residual is read in
+  // the destination's layout.
+  WinogradConv(const WinogradShape& s, const FusedPostOps& post);
   // Transforms the weights (OIHW, Caffe's layout) and keeps the bias (null: none).
   void set_weights(const float* weights, const float* bias);
   bool has_weights() const { return !u_.empty(); }
@@ -50,7 +47,7 @@ class WinogradConv {
   void output_transform(const float* m, float* dst, const float* residual, int64_t t0, int64_t tiles) const;
 
   WinogradShape s_;
-  WinogradPostOps post_;
+  FusedPostOps post_;
   int64_t tiles_h_ = 0, tiles_w_ = 0;  // 4x4 output tiles per image, down and across
   int64_t chunk_ = 0;                  // tiles transformed and multiplied at a time
   std::vector<float> u_;               // transformed weights [36][c][oc]
