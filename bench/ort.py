@@ -4,9 +4,16 @@ prototxt by `bakusoku export` (cifar10_quick, the Caffe LeNet; the fillers' weig
 `bakusoku deploy --model NET.onnx` and timed by `bakusoku bench`, and timed by ONNX Runtime
 (bench/ort/ort_time.mjs, npm onnxruntime-node) with the same threads and batch, in this run.
 Prints one table row per network and batch: median milliseconds per batch on each side and
-bakusoku's speed as a multiple of ONNX Runtime's (above 1: bakusoku is faster).
+bakusoku's speed as a multiple of ONNX Runtime's (above 1: bakusoku is faster). Each side is
+timed --rounds times, alternating, and keeps its lowest median: on a shared 2-core machine one
+run's median moves by up to 40% with the neighbours' load.
 
-Usage: /usr/bin/python3 bench/ort.py BAKUSOKU_BINARY [--threads N] [--iterations N] [--only REGEX]
+--precision int8: bakusoku's INT8 bundle (calibrated on random inputs) against ONNX Runtime's
+INT8 kernels on a QDQ model made from the same calibration table (bench/qdq.py), and against
+ONNX Runtime's FP32.
+
+Usage: /usr/bin/python3 bench/ort.py BAKUSOKU_BINARY [--threads N] [--iterations N] [--rounds N]
+                                     [--precision fp32|int8] [--only REGEX]
 Needs `npm ci --prefix bench/ort --ignore-scripts` first (bench/ort.sh does both)."""
 import argparse
 import json
@@ -15,6 +22,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,10 +79,17 @@ def export(name, shape, path, binary):
                       dynamic_axes={"input": {0: "N"}})
 
 
-def bakusoku_ms(binary, onnx, shape, batch, threads, iterations, tmp):
-    bundle = os.path.join(tmp, f"{os.path.basename(onnx)}.b{batch}.bks")
-    sh([binary, "deploy", "--model", onnx, "--input-shape", ",".join(map(str, (batch, *shape))), "-o", bundle,
-        "--threads", str(threads)])
+def deploy(binary, onnx, shape, batch, threads, precision, tmp):
+    bundle = os.path.join(tmp, f"{os.path.basename(onnx)}.{precision}.b{batch}.bks")
+    cmd = [binary, "deploy", "--model", onnx, "--input-shape", ",".join(map(str, (batch, *shape))), "-o", bundle,
+           "--threads", str(threads)]
+    if precision == "int8":
+        cmd += ["--precision", "int8", "--calib", "random", "--calib-batches", "4"]
+    sh(cmd)
+    return bundle
+
+
+def bakusoku_ms(binary, bundle, threads, iterations):
     out = json.loads(sh([binary, "bench", bundle, "--threads", str(threads), "--iterations", str(iterations),
                          "--json"]))
     return out["results"][0]["latency_ms"]["median"]
@@ -90,15 +106,23 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     if not os.path.isdir(os.path.join(HERE, "ort", "node_modules", "onnxruntime-node")):
         sys.exit("ort bench: run `npm ci --prefix bench/ort --ignore-scripts` first")
+    int8 = a.precision == "int8"
     load = os.getloadavg()
-    print(f"# bakusoku vs ONNX Runtime, FP32, {a.threads} threads, median of {a.iterations} runs "
-          f"(load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
-    print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |")
-    print("|---|---|---|---|---|")
+    print(f"# bakusoku vs ONNX Runtime, {a.precision.upper()}, {a.threads} threads, lowest of {a.rounds} medians of "
+          f"{a.iterations} runs (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+    if int8:
+        print("| network | batch | bakusoku INT8 ms | ORT INT8 (QDQ) ms | ORT FP32 ms | vs ORT INT8 | vs ORT FP32 |")
+        print("|---|---|---|---|---|---|---|")
+    else:
+        print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |")
+        print("|---|---|---|---|---|")
+    version = "?"
     with tempfile.TemporaryDirectory(prefix="bks-ort-") as tmp:
         for name, (shape, large) in NETS.items():
             if a.only and not re.search(a.only, name):
@@ -106,9 +130,22 @@ def main():
             onnx = os.path.join(tmp, name + ".onnx")
             export(name, shape, onnx, a.binary)
             for batch in (1, large):
-                b = bakusoku_ms(a.binary, onnx, shape, batch, a.threads, a.iterations, tmp)
-                o, version = ort_ms(onnx, batch, a.threads, a.iterations)
-                print(f"| {name} | {batch} | {b:.2f} | {o:.2f} | {o / b:.2f}x |", flush=True)
+                bundle = deploy(a.binary, onnx, shape, batch, a.threads, a.precision, tmp)
+                models = [onnx]
+                if int8:
+                    import qdq
+
+                    models.insert(0, os.path.join(tmp, f"{name}.b{batch}.qdq.onnx"))
+                    qdq.make_qdq(onnx, bundle, models[0])
+                ours, theirs = [], [[] for _ in models]
+                for _ in range(a.rounds):
+                    ours.append(bakusoku_ms(a.binary, bundle, a.threads, a.iterations))
+                    for k, m in enumerate(models):
+                        ms, version = ort_ms(m, batch, a.threads, a.iterations)
+                        theirs[k].append(ms)
+                b, o = min(ours), [min(t) for t in theirs]
+                ratios = " | ".join(f"{x / b:.2f}x" for x in o)
+                print(f"| {name} | {batch} | {b:.2f} | {' | '.join(f'{x:.2f}' for x in o)} | {ratios} |", flush=True)
     print(f"# ONNX Runtime {version} (npm onnxruntime-node, CPU execution provider)")
 
 

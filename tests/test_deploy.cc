@@ -843,6 +843,23 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
 namespace bks::test {
 namespace {
 
+// The largest difference between the outputs of an FP32 session and an INT8 one on the same
+// random input in [0, 1), relative to the FP32 output's largest magnitude.
+double int8_relative_error(InferenceSession& a, InferenceSession& b) {
+  Rng rng(3);
+  Tensor& x = a.value(a.inputs()[0]);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(0.f, 1.f);
+  b.value(b.inputs()[0]).copy_from(x);
+  a.run();
+  b.run();
+  const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
+  double scale = 1e-12, worst = 0;
+  for (int64_t i = 0; i < ya.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(ya.f32()[i])));
+  for (int64_t i = 0; i < ya.numel(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+  return worst / scale;
+}
+
 // A chain where every kind of int8 hand-over occurs: u8 after a fused ReLU (through a MAX
 // pooling), s8 without one, into a convolution and into an inner product.
 const char* kInt8Chain = R"(
@@ -860,6 +877,7 @@ layer { name: 'ip' type: 'InnerProduct' bottom: 'conv3' top: 'ip' inner_product_
 TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
   DeployOptions o = write_model("int8_owned", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
   o.precision = Precision::int8;
+  o.int8_where_faster = false;  // every calibrated layer: the counts below do not depend on timing
   EXPECT_THROW(deploy(o), InputError);
   o.calibration.dataset = "random";
   o.calibration.batches = 4;
@@ -908,18 +926,80 @@ TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
   std::string d = b.net().describe();
   EXPECT_NE(d.find("u8 output"), std::string::npos) << d;
   EXPECT_NE(d.find("s8 output"), std::string::npos) << d;
-  Rng rng(3);
-  Tensor& x = a.value(a.inputs()[0]);
-  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(0.f, 1.f);
-  b.value(b.inputs()[0]).copy_from(x);
-  a.run();
-  b.run();
-  const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
-  double scale = 1e-12, worst = 0;
-  for (int64_t i = 0; i < ya.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(ya.f32()[i])));
-  for (int64_t i = 0; i < ya.numel(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
-  EXPECT_LE(worst / scale, 0.05) << "largest output " << scale;
+  EXPECT_LE(int8_relative_error(a, b), 0.05);
+}
+
+// Grouped and depthwise convolutions (MobileNet's) quantize too: their weights are scaled per
+// output channel across the groups.
+TEST(DeployInt8, GroupedAndDepthwiseConvolutionsMatchFp32) {
+  const char* net = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'dw' type: 'Convolution' bottom: 'conv1' top: 'dw' convolution_param { num_output: 16 group: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'relu2' type: 'ReLU' bottom: 'dw' top: 'dw' }
+layer { name: 'grouped' type: 'Convolution' bottom: 'dw' top: 'grouped' convolution_param { num_output: 32 group: 4 kernel_size: 1 } }
+)";
+  DeployOptions o = write_model("int8_grouped", input_layer("data", {2, 8, 10, 10}) + net);
+  DeployResult r = deploy(o);
+  Bundle fp32 = r.bundle, int8 = fp32;
+  CalibrationTable table = calibrate(fp32, "grouped", "random", 4, "minmax", 2);
+  EXPECT_EQ(quantize_int8(int8, table, r.shapes).quantized, 3);
+  InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
+  std::string d = b.net().describe();
+  EXPECT_EQ(std::count_if(int8.graph.nodes.begin(), int8.graph.nodes.end(),
+                          [](const Node& n) { return n.deploy.precision == Precision::int8; }),
+            3);
+  EXPECT_LE(int8_relative_error(a, b), 0.05) << d;
+}
+
+// A layer measured slower in INT8 goes back to FP32; the layer before it, which wrote int8
+// for it, then writes f32, and the graph still runs and matches FP32.
+TEST(DeployInt8, LayersSlowerInInt8GoBackToFp32) {
+  DeployOptions o = write_model("int8_faster", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
+  DeployResult r = deploy(o);
+  Bundle fp32 = r.bundle, int8 = fp32;
+  CalibrationTable table = calibrate(fp32, "chain", "random", 4, "minmax", 2);
+  Int8Plan plan = quantize_int8(int8, table, r.shapes);
+  ASSERT_EQ(plan.quantized, 4);
+  auto index = [&](const std::string& name) {
+    for (size_t k = 0; k < int8.graph.nodes.size(); ++k)
+      if (int8.graph.nodes[k].name == name) return k;
+    ADD_FAILURE() << "no node " << name;
+    return size_t{0};
+  };
+  std::vector<double> fp32_ms(int8.graph.nodes.size(), 1.0), int8_ms = fp32_ms;
+  int8_ms[index("conv1")] = 1.04;  // within 5%: stays int8
+  int8_ms[index("conv2")] = 1.2;
+  int8_ms[index("ip")] = 0.5;
+  EXPECT_GT(int8.graph.nodes[index("conv1")].deploy.int8_output_threshold, 0.f);
+  std::vector<std::string> back = keep_int8_where_faster(int8.graph, fp32_ms, int8_ms, plan);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_NE(back[0].find("conv2"), std::string::npos) << back[0];
+  EXPECT_EQ(plan.quantized, 3);
+  const Node& conv2 = int8.graph.nodes[index("conv2")];
+  EXPECT_EQ(conv2.deploy.precision, Precision::fp32);
+  EXPECT_EQ(conv2.deploy.int8_input_threshold, 0.f);
+  EXPECT_EQ(int8.graph.nodes[index("conv1")].deploy.precision, Precision::int8);
+  EXPECT_EQ(int8.graph.nodes[index("conv1")].deploy.int8_output_threshold, 0.f);  // conv2 reads f32 now
+  EXPECT_EQ(plan.int8_outputs, 1);  // conv3 (u8) into ip
+  InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
+  EXPECT_LE(int8_relative_error(a, b), 0.05);
+}
+
+// deploy() measures each quantized layer both ways and reports what it sent back.
+TEST(DeployInt8, DeployKeepsInt8WhereFaster) {
+  DeployOptions o = write_model("int8_where_faster", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
+  o.precision = Precision::int8;
+  o.calibration.dataset = "random";
+  o.calibration.batches = 2;
+  DeployResult r = deploy(o);
+  auto rep = std::find_if(r.reports.begin(), r.reports.end(),
+                          [](const PassReport& p) { return p.pass == "keep-int8-where-faster"; });
+  ASSERT_NE(rep, r.reports.end());
+  int int8_nodes = 0;
+  for (const Node& n : r.bundle.graph.nodes) int8_nodes += n.deploy.precision == Precision::int8;
+  EXPECT_EQ(int8_nodes, r.int8.quantized);
+  EXPECT_EQ(r.int8.quantized + static_cast<int>(rep->changes.size()), 4);
 }
 
 // Where int8 must not be kept: a reader that takes f32 only, an AVE pooling, readers with

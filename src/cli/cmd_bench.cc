@@ -78,16 +78,12 @@ std::vector<int64_t> parse_batches(const std::string& text) {
 // get their achieved GFLOP/s (2 x output elements x weights per output channel).
 nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
   Net& net = s.net();
-  Profiler prof;
-  prof.resize(net.num_nodes());
-  net.set_profiler(&prof);
-  for (int i = 0; i < iterations; ++i) s.run();
-  net.set_profiler(nullptr);
+  const std::vector<double> times = time_nodes(s, iterations);
   nlohmann::json rows = nlohmann::json::array();
   if (print) fmt::print("  {:<20} {:<14} {:>10} {:>10}   {}\n", "layer", "type", "ms", "GFLOP/s", "kernel");
   for (int k = 0; k < net.num_nodes(); ++k) {
     const Node& node = net.graph().nodes[k];
-    double ms = prof.total_ms(k, Profiler::Pass::forward) / iterations, gflops = 0;
+    double ms = times[static_cast<size_t>(k)], gflops = 0;
     if (op_traits(node).weighted_linear && !node.params.empty()) {
       const Shape& out = net.graph().values[node.outputs[0]].shape;
       int64_t out_numel = 1;

@@ -28,7 +28,7 @@ Runner add_deploy(CLI::App& app) {
     bool print_graph = false, random_weights = false;
     int threads = 0;
     double memory_cap_mb = 1024;
-    std::string calib, calib_method = "entropy", calib_from, input_shape;
+    std::string calib, calib_method = "entropy", calib_from, input_shape, int8_layers = "faster";
     int calib_batches = 10;
     StateFlags state;
   };
@@ -54,6 +54,10 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--calib-from", o->calib_from,
                   "Reuse the calibration table saved in this bundle (.bks) instead of calibrating again");
   cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
+  cmd->add_option("--int8-layers", o->int8_layers,
+                  "faster (default): a layer runs INT8 only where it measured faster than in FP32 on this machine; "
+                  "all: every calibrated convolution and inner product runs INT8")
+      ->check(CLI::IsMember({"faster", "all"}));
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
   add_input_shape_option(cmd, o->input_shape);
@@ -83,6 +87,7 @@ Runner add_deploy(CLI::App& app) {
     d.calibration.from_bundle = o->calib_from;
     d.calibration.batches = o->calib_batches;
     d.calibration.method = o->calib_method;
+    d.int8_where_faster = o->int8_layers == "faster";
     auto show = [&](const PassReport& r, const DeployModel& m) {
       if (r.pass == "input") {
         fmt::print("{} before optimisation ({})\n", o->model, op_counts(m));
@@ -105,6 +110,9 @@ Runner add_deploy(CLI::App& app) {
           "int8: {} convolution / inner product layer(s) quantized, {} of them writing int8 for int8 readers; "
           "other layers run in FP32\n",
           r.int8.quantized, r.int8.int8_outputs);
+    for (const PassReport& rep : r.reports)
+      if (rep.pass == "keep-int8-where-faster")
+        for (const auto& line : rep.changes) fmt::print("    back to FP32: {}\n", line);
     fmt::print("{}", r.batch_table);
     fmt::print("autotuning: {} layer(s) run a non-default kernel\n", r.tuned);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);

@@ -2,11 +2,15 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sysinfo.h"
 #include "engine/batch_tuning.h"
 #include "engine/session.h"
+#include "core/rng.h"
+#include "profile/profiler.h"
 #include "formats/caffe_net.h"
 #include "formats/weights.h"
 #include "ops/shape_inference.h"
@@ -92,6 +96,36 @@ CalibrationTable calibration_table(const DeployOptions& o, const Bundle& b, cons
   return CalibrationTable::from_json(it->second, c.from_bundle);
 }
 
+// Each node's forward time in the FP32 bundle and in the INT8 one, on the same uniform [0, 1)
+// inputs: rounds alternate between the two and every node keeps its lowest time, so a burst
+// of load on the machine does not decide a layer's precision.
+std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bundle& fp32, const Bundle& int8,
+                                                                      const std::string& name, int threads) {
+  InferenceSession a(fp32, name, threads), b(int8, name, threads);
+  for (InferenceSession* s : {&a, &b}) {
+    Rng rng(7);
+    for (int v : s->inputs()) {
+      Tensor& t = s->value(v);
+      for (int64_t k = 0; k < t.numel(); ++k) t.f32()[k] = rng.uniform(0.f, 1.f);
+    }
+  }
+  const double t0 = now_us();
+  a.run();
+  const double once_ms = (now_us() - t0) / 1e3;
+  const int iterations = std::clamp(static_cast<int>(100.0 / std::max(once_ms, 1e-3)), 2, 20);
+  std::vector<double> fa, fb;
+  for (int round = 0; round < 3; ++round) {
+    auto ta = time_nodes(a, iterations), tb = time_nodes(b, iterations);
+    if (round == 0) {
+      fa = ta, fb = tb;
+      continue;
+    }
+    for (size_t k = 0; k < fa.size() && k < ta.size(); ++k) fa[k] = std::min(fa[k], ta[k]);
+    for (size_t k = 0; k < fb.size() && k < tb.size(); ++k) fb[k] = std::min(fb[k], tb[k]);
+  }
+  return {fa, fb};
+}
+
 }  // namespace
 
 DeployResult deploy(const DeployOptions& o,
@@ -124,12 +158,20 @@ DeployResult deploy(const DeployOptions& o,
     for (auto& [blob, th] : r.calibration->threshold) cal.changes.push_back(fmt::format("{}: |x| <= {:.4g}", blob, th));
     r.reports.push_back(cal);
     if (o.precision == Precision::int8) {
+      const Bundle fp32 = r.bundle;
       r.int8 = quantize_int8(r.bundle, *r.calibration, r.shapes);
       verify_bundle(r.bundle, name, "quantize-int8", o.threads);
+      std::vector<std::string> sent_back;
+      if (o.int8_where_faster && r.int8.quantized > 0) {
+        auto [fp32_ms, int8_ms] = time_fp32_and_int8(fp32, r.bundle, name, o.threads);
+        sent_back = keep_int8_where_faster(r.bundle.graph, fp32_ms, int8_ms, r.int8);
+        if (!sent_back.empty()) verify_bundle(r.bundle, name, "keep-int8-where-faster", o.threads);
+      }
       r.reports.push_back({"quantize-int8",
                            {fmt::format("{} convolution / inner product layer(s) quantized, {} writing int8 for int8 "
                                         "readers",
                                         r.int8.quantized, r.int8.int8_outputs)}});
+      if (o.int8_where_faster) r.reports.push_back({"keep-int8-where-faster", sent_back});
     }
   }
   if (o.auto_batch) {

@@ -42,6 +42,9 @@ struct DeployOptions {
   // the net itself and kernels pick when the bundle is loaded).
   bool autotune = true;
   CalibrationOptions calibration;
+  // INT8: time every quantized layer against its FP32 self and keep INT8 only where it is
+  // faster (keep_int8_where_faster); off: every layer the table covers runs INT8.
+  bool int8_where_faster = true;
   int threads = 0;
   StateFlags state;  // stages and level the TEST net is built in
   // No weights file: every blob from its layer's filler (seed 1), for timing a network

@@ -1,5 +1,7 @@
 #include "engine/quantize.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -54,6 +56,21 @@ int keep_int8_between_layers(Graph& g) {
     }
   }
   return count;
+}
+
+std::vector<std::string> keep_int8_where_faster(Graph& g, const std::vector<double>& fp32_ms,
+                                                const std::vector<double>& int8_ms, Int8Plan& plan) {
+  std::vector<std::string> sent_back;
+  for (size_t k = 0; k < g.nodes.size() && k < fp32_ms.size() && k < int8_ms.size(); ++k) {
+    Node& n = g.nodes[k];
+    if (!is_int8_node(n) || !(int8_ms[k] > 1.05 * fp32_ms[k])) continue;
+    n.deploy.int8_input_threshold = 0.f;
+    n.deploy.precision = Precision::fp32;
+    --plan.quantized;
+    sent_back.push_back(fmt::format("{}: fp32 {:.4f} ms, faster than int8 {:.4f} ms", n.name, fp32_ms[k], int8_ms[k]));
+  }
+  plan.int8_outputs = keep_int8_between_layers(g);
+  return sent_back;
 }
 
 Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std::string, Shape>& shapes) {

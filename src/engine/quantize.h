@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
@@ -26,5 +27,13 @@ Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std:
 // (deploy.int8_output_threshold), so nothing converts to f32 and back between them. Returns how
 // many layers do.
 int keep_int8_between_layers(Graph& g);
+
+// INT8 only where it is faster. Without VNNI (AVX2) some of oneDNN's int8 kernels are slower
+// than its f32 ones (LeNet's 800 -> 500 inner product at batch 1: 0.26 ms against 0.04 ms).
+// `fp32_ms` and `int8_ms` are each node's measured time in the FP32 and in the INT8 graph
+// (same node order); an int8 node more than 5% slower than in FP32 goes back to FP32, and
+// int8 between layers is recomputed. Returns one line per node sent back, with its times.
+std::vector<std::string> keep_int8_where_faster(Graph& g, const std::vector<double>& fp32_ms,
+                                                const std::vector<double>& int8_ms, Int8Plan& plan);
 
 }  // namespace bks

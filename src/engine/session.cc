@@ -7,6 +7,7 @@
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
 #include "ops/op_def.h"
+#include "profile/profiler.h"
 
 namespace bks {
 
@@ -21,6 +22,20 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
 }
 
 InferenceSession::~InferenceSession() = default;
+
+std::vector<double> time_nodes(InferenceSession& s, int iterations) {
+  Net& net = s.net();
+  s.run();
+  Profiler prof;
+  prof.resize(net.num_nodes());
+  net.set_profiler(&prof);
+  for (int i = 0; i < iterations; ++i) s.run();
+  net.set_profiler(nullptr);
+  std::vector<double> ms(static_cast<size_t>(net.num_nodes()));
+  for (int k = 0; k < net.num_nodes(); ++k)
+    ms[static_cast<size_t>(k)] = prof.total_ms(k, Profiler::Pass::forward) / std::max(iterations, 1);
+  return ms;
+}
 
 NetOptions inference_options(const Bundle& b) {
   NetOptions opt;

@@ -29,10 +29,14 @@ Int8Thresholds int8_thresholds(const OpContext& c) {
 
 namespace {
 
+// Output channels; the weights are (oc, ic, kh, kw), or (groups, oc/groups, ic/groups, kh, kw).
+int64_t out_channels(const Int8ConvSpec& sp) { return sp.dst[1]; }
+bool grouped(const Int8ConvSpec& sp) { return sp.wei.size() == 5; }
+
 dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const Int8ConvSpec& sp,
                                                   const memory::desc& src, const memory::desc& dst,
                                                   const dnnl::primitive_attr& attr) {
-  memory::desc wei(sp.wei, dt::s8, tag::any), bias({sp.wei[0]}, dt::f32, tag::a);
+  memory::desc wei(sp.wei, dt::s8, tag::any), bias({out_channels(sp)}, dt::f32, tag::a);
   const auto prop = dnnl::prop_kind::forward_inference;
   const auto alg = dnnl::algorithm::convolution_direct;
   auto d = sp.bias ? dnnl::convolution_forward::desc(prop, alg, src, wei, bias, dst, sp.strides, sp.dil, sp.pl, sp.pr)
@@ -76,7 +80,7 @@ memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec
   if (spec.fusion) relu_only = *spec.fusion;
   relu_only.residual_sum = false;  // the residual is read in whatever layout is chosen
   sp.fusion = &relu_only;
-  const std::vector<float> ones(static_cast<size_t>(spec.wei[0]), 1.f);
+  const std::vector<float> ones(static_cast<size_t>(out_channels(spec)), 1.f);
   for (const memory::desc& src : {is_int8(src_md) ? src_md : src_any, src_any}) {
     try {
       auto pd = int8_pd(eng, sp, src, dst_any, int8_attr(sp, ones, {}));
@@ -88,7 +92,9 @@ memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec
 }
 
 void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
-  const int64_t oc = spec_.wei[0], per = spec_.wei[1] * spec_.wei[2] * spec_.wei[3];
+  int64_t all = 1;
+  for (int64_t d : spec_.wei) all *= d;
+  const int64_t oc = out_channels(spec_), per = all / oc;
   // Per-output-channel weight scales; the output scale undoes both quantizations and
   // applies the output's own.
   std::vector<float> wscale(oc), oscale(oc);
@@ -123,10 +129,11 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     res_.init(eng_, residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw),
               pd.dst_desc());
   // Weights, once.
-  memory wei_f32({spec_.wei, dt::f32, tag::oihw}, eng_, const_cast<float*>(wei));
+  memory wei_f32({spec_.wei, dt::f32, grouped(spec_) ? tag::goihw : tag::oihw}, eng_, const_cast<float*>(wei));
   wei_q_ = memory(pd.weights_desc(), eng_);
   dnnl::primitive_attr wattr;
-  wattr.set_output_scales(1 << 0, wscale);
+  // One scale per output channel: over (groups, oc/groups) when grouped, in the same order.
+  wattr.set_output_scales(grouped(spec_) ? (1 << 0) | (1 << 1) : 1 << 0, wscale);
   make_reorder(wei_f32, wei_q_, wattr).execute(s, {{DNNL_ARG_FROM, wei_f32}, {DNNL_ARG_TO, wei_q_}});
   // oneDNN 2.x adds the bias to the s32 accumulator before the output scale: pre-scale it.
   if (spec_.bias) {

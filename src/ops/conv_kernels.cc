@@ -279,7 +279,6 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   memory::desc src_k = src_md.data.ndims || g.c == 1 ? src_user : src_any, dst_k = dst_md.data.ndims ? dst_md : dst_any;
   int8_.reset();
   if (int8_threshold_ > 0.f && !training) {
-    if (g.group != 1) throw InputError("int8 convolution with groups is not supported yet");
     int8_ = std::make_unique<Int8Conv>(eng, int8_spec(g, bias, int8_threshold_, int8_out_threshold_, fusion), src_user,
                                        dst_user, residual_md);
     return;
