@@ -774,7 +774,7 @@ TEST(Calibration, DeploySavesTheTableInTheBundle) {
   // quantizes with exactly those thresholds.
   std::string reused = temp_path("calib_reused.bks");
   CmdResult r = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + reused +
-                        " --precision int8 --calib-from " + out);
+                        " --precision int8 --int8-layers all --calib-from " + out);
   ASSERT_EQ(r.code, 0) << r.output;
   Bundle q = load_bundle(reused);
   for (const Node& n : q.graph.nodes) {

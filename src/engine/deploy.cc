@@ -163,6 +163,8 @@ DeployResult deploy(const DeployOptions& o,
       verify_bundle(r.bundle, name, "quantize-int8", o.threads);
       std::vector<std::string> sent_back;
       if (o.int8_where_faster && r.int8.quantized > 0) {
+        log::info("int8: timing {} quantized layer(s) against FP32 on this machine (--int8-layers all skips this)",
+                  r.int8.quantized);
         auto [fp32_ms, int8_ms] = time_fp32_and_int8(fp32, r.bundle, name, o.threads);
         sent_back = keep_int8_where_faster(r.bundle.graph, fp32_ms, int8_ms, r.int8);
         if (!sent_back.empty()) verify_bundle(r.bundle, name, "keep-int8-where-faster", o.threads);
