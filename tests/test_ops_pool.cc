@@ -10,6 +10,7 @@
 #include <string>
 
 #include "op_harness.h"
+#include "ops/pooling_blocked.h"
 #include "ops/pooling_tiled.h"
 
 namespace bks::test {
@@ -364,6 +365,54 @@ TEST(PoolingTiled, BlockedInputMatchesChannelsLast) {
             ASSERT_EQ(b, expect) << "block " << block << " n " << i << " c " << ch << " y " << y << " x " << x;
           }
   }
+}
+
+// The blocked inference kernel follows Caffe's MAX rule (padding never wins, ceil-mode
+// windows clipped) for overlapping windows, padding and channel counts that pad the last
+// block, in nChw8c and nChw16c.
+TEST(PoolingBlocked, MatchesCaffeRule) {
+  const PoolCase cases[] = {{true, 2, 20, 9, 9, 3, 2, 0}, {true, 1, 9, 7, 7, 3, 2, 1}, {true, 1, 16, 8, 6, 3, 1, 1},
+                            {true, 1, 8, 12, 12, 3, 2, 0}, {true, 2, 5, 6, 6, 2, 2, 0}, {true, 1, 24, 5, 7, 5, 3, 2}};
+  for (const PoolCase& pc : cases)
+    for (int64_t block : {8, 16}) {
+      Tensor x({pc.n, pc.c, pc.h, pc.w});
+      for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>((i * 7919) % 997) * 0.01f - 5.f;
+      Tensor want = naive_pool(x, pc);
+      const int64_t blocks = (pc.c + block - 1) / block, oh = want.shape()[2], ow = want.shape()[3];
+      std::vector<float> in(static_cast<size_t>(pc.n * blocks * block * pc.h * pc.w), 0.f);
+      for (int64_t n = 0; n < pc.n; ++n)
+        for (int64_t c = 0; c < pc.c; ++c)
+          for (int64_t y = 0; y < pc.h; ++y)
+            for (int64_t xx = 0; xx < pc.w; ++xx)
+              in[static_cast<size_t>((((n * blocks + c / block) * pc.h + y) * pc.w + xx) * block + c % block)] =
+                  at4(x, static_cast<int>(n), static_cast<int>(c), y, xx);
+      std::vector<float> out(static_cast<size_t>(pc.n * blocks * block * oh * ow), NAN);
+      pool_blocked_max_forward({pc.n, pc.c, pc.h, pc.w, oh, ow, pc.k, pc.k, pc.s, pc.s, pc.p, pc.p, block}, in.data(),
+                               out.data());
+      for (int64_t n = 0; n < pc.n; ++n)
+        for (int64_t c = 0; c < pc.c; ++c)
+          for (int64_t y = 0; y < oh; ++y)
+            for (int64_t xx = 0; xx < ow; ++xx)
+              ASSERT_EQ(out[static_cast<size_t>((((n * blocks + c / block) * oh + y) * ow + xx) * block + c % block)],
+                        want.f32()[((n * pc.c + c) * oh + y) * ow + xx])
+                  << "k " << pc.k << " s " << pc.s << " p " << pc.p << " block " << block << " at " << n << "," << c
+                  << "," << y << "," << xx;
+    }
+}
+
+// An inference max pooling handed a blocked input runs that kernel and writes the same layout.
+TEST(PoolingBlocked, ChosenForABlockedInputAtInference) {
+  const dnnl::memory::dims d{1, 16, 9, 9};
+  auto blocked = [&](Kernel& op) {
+    op.set_layouts({dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw8c)},
+                   {dnnl::memory::desc()});
+  };
+  OpHarness h("type: 'Pooling' pooling_param { pool: MAX kernel_size: 3 stride: 2 }", {{1, 16, 9, 9}}, proto::TEST, 1,
+              blocked);
+  EXPECT_EQ(h.op().kernel_name(), "bakusoku nChw8c max");
+  const auto out = h.op().preferred_output_layout(
+      0, {dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw8c)});
+  EXPECT_EQ(out, dnnl::memory::desc({1, 16, 4, 4}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw8c));
 }
 
 // Caffe's SPP, level by level: bins = 2^l, window ceil(H / bins), stride the window, pad

@@ -11,6 +11,7 @@
 #include "ops/op.h"
 #include "ops/pooling_attrs.h"
 #include "ops/pooling_plain.h"
+#include "ops/pooling_blocked.h"
 #include "ops/pooling_tiled.h"
 
 namespace bks {
@@ -197,6 +198,7 @@ class PoolingKernel final : public Kernel {
     if (is_int8(src)) return forward_pd(src).dst_desc();
     if (src == nhwc_md(s) || own_tiled_kernel(src)) return nhwc_md({n_, c_, oh_, ow_});
     if (own_plain_kernel(src)) return plain_md({n_, c_, oh_, ow_});
+    if (own_blocked_kernel(src)) return blocked_md({n_, c_, oh_, ow_}, channel_block(src));
     return use_dnnl_ ? forward_pd(src).dst_desc() : memory::desc();
   }
 
@@ -218,6 +220,12 @@ class PoolingKernel final : public Kernel {
                           !tiled_      ? ""
                           : src_block_ ? fmt::format(" (tiled windows, from nChw{}c)", src_block_)
                                        : " (tiled windows)");
+      return;
+    }
+    blocked_ = own_blocked_kernel(src) ? channel_block(src) : 0;
+    if (blocked_) {
+      dst_.init(be.engine(), dst_user, blocked_md(out[0], blocked_));
+      impl_ = fmt::format("bakusoku nChw{}c max", blocked_);
       return;
     }
     plain_ = own_plain_kernel(src);
@@ -255,6 +263,14 @@ class PoolingKernel final : public Kernel {
       auto& s = static_cast<CpuBackend&>(backend_).stream();
       float* y = static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle());
       nhwc_forward(c.in[0]->f32(), y);
+      dst_.commit(s);
+      s.wait();
+      return;
+    }
+    if (blocked_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      pool_blocked_max_forward({n_, c_, h_, w_, oh_, ow_, kh_, kw_, sh_, sw_, ph_, pw_, blocked_}, c.in[0]->f32(),
+                               static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle()));
       dst_.commit(s);
       s.wait();
       return;
@@ -313,7 +329,7 @@ class PoolingKernel final : public Kernel {
   }
 
   std::string kernel_name() const override {
-    return use_dnnl_ && !channels_last_ && !plain_ ? "oneDNN " + impl_ : impl_;
+    return use_dnnl_ && !channels_last_ && !plain_ && !blocked_ ? "oneDNN " + impl_ : impl_;
   }
 
  private:
@@ -485,6 +501,15 @@ class PoolingKernel final : public Kernel {
     return b && windows_tile() && pool_tiled_applies(c_, b);
   }
 
+  // Inference max pooling on a channel-blocked input (pooling_blocked.h), in its layout.
+  bool own_blocked_kernel(const memory::desc& src) const {
+    return phase_ == proto::TEST && max_ && channel_block(src) != 0;
+  }
+  static memory::desc blocked_md(const Shape& s, int64_t block) {
+    return memory::desc(to_dims(s), memory::data_type::f32,
+                        block == 16 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c);
+  }
+
   // Inference on plain NCHW data: oneDNN 2.6 has only its reference kernel there.
   bool own_plain_kernel(const memory::desc& src) const {
     return phase_ == proto::TEST && src == plain_md({n_, c_, h_, w_});
@@ -514,6 +539,7 @@ class PoolingKernel final : public Kernel {
   PoolWindow attrs_;
   bool max_ = true, use_dnnl_ = true, channels_last_ = false;
   bool plain_ = false;  // bakusoku's plain NCHW inference kernel (pooling_plain.h)
+  int64_t blocked_ = 0;  // 8 / 16: bakusoku's nChw8c / nChw16c inference max kernel (pooling_blocked.h)
   bool tiled_ = false;     // max pooling whose windows tile the input (see pooling_tiled.h)
   int64_t src_block_ = 0;  // the tiled kernel's input: 0 NHWC, 8/16 nChw8c/nChw16c
   Tensor argmax_{Shape{0}, DType::s32};
