@@ -29,6 +29,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Both sessions run the same uniform [lo, hi) input (seed `seed`); the largest difference of
+// their first outputs, and the reference output's largest magnitude.
+struct OutputGap {
+  double worst = 0, scale = 1e-12;
+};
+OutputGap output_gap(InferenceSession& reference, InferenceSession& other, float lo, float hi, uint64_t seed) {
+  Rng rng(seed);
+  Tensor& x = reference.value(reference.inputs()[0]);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(lo, hi);
+  other.value(other.inputs()[0]).copy_from(x);
+  reference.run();
+  other.run();
+  const Tensor &ya = reference.value(reference.outputs()[0]), &yb = other.value(other.outputs()[0]);
+  OutputGap g;
+  for (int64_t i = 0; i < ya.numel(); ++i) g.scale = std::max(g.scale, std::fabs(static_cast<double>(ya.f32()[i])));
+  for (int64_t i = 0; i < ya.numel(); ++i)
+    g.worst = std::max(g.worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+  return g;
+}
+
 std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("bks_deploy_" + name)).string(); }
 
 std::string input_layer(const std::string& top, std::vector<int> dims) {
@@ -703,19 +723,9 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   DeployResult f = deploy(o);
   InferenceSession a(r.bundle, "bf16", 2), b(f.bundle, "fp32", 2);
   EXPECT_NE(a.net().describe().find("bf16"), std::string::npos) << a.net().describe();
-  Rng rng(2);
-  Tensor& x = b.value(b.inputs()[0]);
-  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(-1.f, 1.f);
-  a.value(a.inputs()[0]).copy_from(x);
-  a.run();
-  b.run();
-  const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
-  double scale = 1e-12, worst = 0;
-  for (int64_t i = 0; i < yb.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(yb.f32()[i])));
-  for (int64_t i = 0; i < yb.numel(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
-  EXPECT_GT(worst, 0.0);           // it did compute in bf16
-  EXPECT_LE(worst / scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
+  OutputGap g = output_gap(b, a, -1.f, 1.f, 2);
+  EXPECT_GT(g.worst, 0.0);             // it did compute in bf16
+  EXPECT_LE(g.worst / g.scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
 }
 
 }  // namespace
@@ -846,18 +856,8 @@ namespace {
 // The largest difference between the outputs of an FP32 session and an INT8 one on the same
 // random input in [0, 1), relative to the FP32 output's largest magnitude.
 double int8_relative_error(InferenceSession& a, InferenceSession& b) {
-  Rng rng(3);
-  Tensor& x = a.value(a.inputs()[0]);
-  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.uniform(0.f, 1.f);
-  b.value(b.inputs()[0]).copy_from(x);
-  a.run();
-  b.run();
-  const Tensor &ya = a.value(a.outputs()[0]), &yb = b.value(b.outputs()[0]);
-  double scale = 1e-12, worst = 0;
-  for (int64_t i = 0; i < ya.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(ya.f32()[i])));
-  for (int64_t i = 0; i < ya.numel(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
-  return worst / scale;
+  OutputGap g = output_gap(a, b, 0.f, 1.f, 3);
+  return g.worst / g.scale;
 }
 
 // A chain where every kind of int8 hand-over occurs: u8 after a fused ReLU (through a MAX
@@ -909,12 +909,27 @@ TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
                     r.bundle.graph.nodes[i].deploy.int8_output_threshold);
 }
 
+// A net deployed in FP32, calibrated (min-max, 4 random batches) and quantized by hand.
+struct QuantizedNet {
+  DeployResult r;
+  Bundle fp32, int8;
+  CalibrationTable table;
+  Int8Plan plan;
+};
+QuantizedNet quantized_net(const std::string& name, const std::vector<int>& input, const std::string& layers) {
+  QuantizedNet q;
+  q.r = deploy(write_model(name, input_layer("data", input) + layers));
+  q.fp32 = q.int8 = q.r.bundle;
+  q.table = calibrate(q.fp32, name, "random", 4, "minmax", 2);
+  q.plan = quantize_int8(q.int8, q.table, q.r.shapes);
+  return q;
+}
+
 TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
-  DeployOptions o = write_model("int8_chain", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
-  DeployResult r = deploy(o);
-  Bundle fp32 = r.bundle, int8 = fp32;
-  CalibrationTable table = calibrate(fp32, "chain", "random", 4, "minmax", 2);
-  Int8Plan plan = quantize_int8(int8, table, r.shapes);
+  QuantizedNet q = quantized_net("int8_chain", {4, 8, 12, 12}, kInt8Chain);
+  const Int8Plan& plan = q.plan;
+  Bundle &fp32 = q.fp32, &int8 = q.int8;
+  CalibrationTable& table = q.table;
   EXPECT_EQ(plan.quantized, 4);
   EXPECT_EQ(plan.int8_outputs, 3);  // conv1 (u8), conv2 (s8), conv3 (u8); ip writes f32
   std::map<std::string, float> out;
@@ -939,12 +954,10 @@ layer { name: 'dw' type: 'Convolution' bottom: 'conv1' top: 'dw' convolution_par
 layer { name: 'relu2' type: 'ReLU' bottom: 'dw' top: 'dw' }
 layer { name: 'grouped' type: 'Convolution' bottom: 'dw' top: 'grouped' convolution_param { num_output: 32 group: 4 kernel_size: 1 } }
 )";
-  DeployOptions o = write_model("int8_grouped", input_layer("data", {2, 8, 10, 10}) + net);
-  DeployResult r = deploy(o);
-  Bundle fp32 = r.bundle, int8 = fp32;
-  CalibrationTable table = calibrate(fp32, "grouped", "random", 4, "minmax", 2);
-  EXPECT_EQ(quantize_int8(int8, table, r.shapes).quantized, 3);
-  InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
+  QuantizedNet q = quantized_net("int8_grouped", {2, 8, 10, 10}, net);
+  const Bundle& int8 = q.int8;
+  EXPECT_EQ(q.plan.quantized, 3);
+  InferenceSession a(q.fp32, "fp32", 2), b(int8, "int8", 2);
   std::string d = b.net().describe();
   EXPECT_EQ(std::count_if(int8.graph.nodes.begin(), int8.graph.nodes.end(),
                           [](const Node& n) { return n.deploy.precision == Precision::int8; }),
@@ -955,11 +968,9 @@ layer { name: 'grouped' type: 'Convolution' bottom: 'dw' top: 'grouped' convolut
 // A layer measured slower in INT8 goes back to FP32; the layer before it, which wrote int8
 // for it, then writes f32, and the graph still runs and matches FP32.
 TEST(DeployInt8, LayersSlowerInInt8GoBackToFp32) {
-  DeployOptions o = write_model("int8_faster", input_layer("data", {4, 8, 12, 12}) + kInt8Chain);
-  DeployResult r = deploy(o);
-  Bundle fp32 = r.bundle, int8 = fp32;
-  CalibrationTable table = calibrate(fp32, "chain", "random", 4, "minmax", 2);
-  Int8Plan plan = quantize_int8(int8, table, r.shapes);
+  QuantizedNet q = quantized_net("int8_faster", {4, 8, 12, 12}, kInt8Chain);
+  Int8Plan& plan = q.plan;
+  Bundle &fp32 = q.fp32, &int8 = q.int8;
   ASSERT_EQ(plan.quantized, 4);
   auto index = [&](const std::string& name) {
     for (size_t k = 0; k < int8.graph.nodes.size(); ++k)
