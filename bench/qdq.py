@@ -40,6 +40,16 @@ def bundle_thresholds(path):
     return {k: float(v) for k, v in json.loads(meta["calibration"])["threshold"].items()}
 
 
+def index(nodes):
+    """Each tensor's producing node, and the nodes reading each tensor."""
+    producer = {o: n for n in nodes for o in n.output}
+    consumers = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return producer, consumers
+
+
 def weights_axis(node, w):
     if node.op_type == "Gemm":
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
@@ -52,11 +62,7 @@ def make_qdq(model_path, bundle_path, out_path, activations="u8"):
     g = model.graph
     thresholds = bundle_thresholds(bundle_path)
     inits = {t.name: t for t in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    consumers = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producer, consumers = index(g.node)
 
     # Drop activations right after a Conv: the Conv writes the activation's output tensor.
     dropped = set()
@@ -72,11 +78,7 @@ def make_qdq(model_path, bundle_path, out_path, activations="u8"):
             p.output[0] = n.output[0]
             dropped.add(id(n))
     nodes = [n for n in g.node if id(n) not in dropped]
-    producer = {o: n for n in nodes for o in n.output}
-    consumers = {}
-    for n in nodes:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producer, consumers = index(nodes)
     nonnegative = {o for n in g.node if n.op_type in ("Relu", "Clip") and id(n) in dropped for o in n.output}
     nonnegative |= {n.output[0] for n in nodes if n.op_type == "Relu"}
 
@@ -156,7 +158,7 @@ def make_qdq(model_path, bundle_path, out_path, activations="u8"):
                         c.input[k] = dq
     del g.node[:]
     g.node.extend(qdq_nodes + out)
-    used = {i for n in g.node for i in n.input} | {i for n in qdq_nodes for i in n.input}
+    used = {i for n in g.node for i in n.input}
     kept = [t for t in g.initializer if t.name in used] + new_inits
     del g.initializer[:]
     g.initializer.extend(kept)

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "core/rng.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
@@ -31,14 +30,6 @@ Latency summarize(std::vector<double> ms) {
   l.p95 = pct(0.95);
   l.p99 = pct(0.99);
   return l;
-}
-
-void fill_inputs(InferenceSession& s) {
-  Rng rng(1234);
-  for (int v : s.inputs()) {
-    Tensor& t = s.value(v);
-    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f);
-  }
 }
 
 Latency time_session(InferenceSession& s, int iterations) {
@@ -148,7 +139,7 @@ Runner add_bench(CLI::App& app) {
     }
     for (int64_t batch : batches) {
       InferenceSession s(b, o->bundle, o->threads, batch);
-      fill_inputs(s);
+      fill_inputs_uniform(s, 1234);
       Latency l = time_session(s, o->iterations);
       nlohmann::json row = to_json(l, s.batch());
       row["batch"] = s.batch();
@@ -157,7 +148,7 @@ Runner add_bench(CLI::App& app) {
                    l.median, l.p90, l.p95, l.p99, s.batch() / (l.mean / 1000.0));
       if (!o->compare.empty()) {
         InferenceSession u(plain, o->compare[0], o->threads, s.batch());
-        fill_inputs(u);
+        fill_inputs_uniform(u, 1234);
         // Same inputs: the outputs must agree (relative to each output's largest value).
         s.run();
         u.run();

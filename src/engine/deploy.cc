@@ -3,18 +3,18 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sysinfo.h"
 #include "engine/batch_tuning.h"
 #include "engine/session.h"
-#include "core/rng.h"
-#include "profile/profiler.h"
 #include "formats/caffe_net.h"
 #include "formats/weights.h"
 #include "ops/shape_inference.h"
 #include "passes/stand_in_inputs.h"
+#include "profile/profiler.h"
 #include "runtime/net.h"
 #include "runtime/param_binding.h"
 
@@ -77,13 +77,18 @@ void check_options(const DeployOptions& o) {
   if (o.auto_batch && o.batch > 0) input_error("--batch: give a batch size or 'auto', not both");
 }
 
-// The bundle's graph must still build after every step that changed it.
-void verify_bundle(const Bundle& b, const std::string& name, const std::string& stage, int threads) {
+// The bundle's graph must still build after every step that changed it: a session of it, or
+// a RuntimeError naming the step.
+std::unique_ptr<InferenceSession> checked_session(const Bundle& b, const std::string& name, const std::string& stage,
+                                                  int threads) {
   try {
-    InferenceSession s(b, name, threads);
+    return std::make_unique<InferenceSession>(b, name, threads);
   } catch (const InputError& e) {
     runtime_error("deploy: the bundle's graph no longer builds after {}: {}", stage, e.what());
   }
+}
+void verify_bundle(const Bundle& b, const std::string& name, const std::string& stage, int threads) {
+  checked_session(b, name, stage, threads);
 }
 
 CalibrationTable calibration_table(const DeployOptions& o, const Bundle& b, const std::string& name) {
@@ -96,32 +101,23 @@ CalibrationTable calibration_table(const DeployOptions& o, const Bundle& b, cons
   return CalibrationTable::from_json(it->second, c.from_bundle);
 }
 
-// Each node's forward time in the FP32 bundle and in the INT8 one, on the same uniform [0, 1)
-// inputs: rounds alternate between the two and every node keeps its lowest time, so a burst
-// of load on the machine does not decide a layer's precision.
-std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bundle& fp32, const Bundle& int8,
+// Each node's forward time in the FP32 bundle and in the INT8 session, on the same uniform
+// [0, 1) inputs: rounds alternate between the two and every node keeps its lowest time, so a
+// burst of load on the machine does not decide a layer's precision.
+std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bundle& fp32, InferenceSession& int8,
                                                                       const std::string& name, int threads) {
-  InferenceSession a(fp32, name, threads), b(int8, name, threads);
-  for (InferenceSession* s : {&a, &b}) {
-    Rng rng(7);
-    for (int v : s->inputs()) {
-      Tensor& t = s->value(v);
-      for (int64_t k = 0; k < t.numel(); ++k) t.f32()[k] = rng.uniform(0.f, 1.f);
-    }
-  }
+  InferenceSession a(fp32, name, threads);
+  fill_inputs_uniform(a, 7);
+  fill_inputs_uniform(int8, 7);
   const double t0 = now_us();
   a.run();
   const double once_ms = (now_us() - t0) / 1e3;
   const int iterations = std::clamp(static_cast<int>(100.0 / std::max(once_ms, 1e-3)), 2, 20);
-  std::vector<double> fa, fb;
-  for (int round = 0; round < 3; ++round) {
-    auto ta = time_nodes(a, iterations), tb = time_nodes(b, iterations);
-    if (round == 0) {
-      fa = ta, fb = tb;
-      continue;
-    }
-    for (size_t k = 0; k < fa.size() && k < ta.size(); ++k) fa[k] = std::min(fa[k], ta[k]);
-    for (size_t k = 0; k < fb.size() && k < tb.size(); ++k) fb[k] = std::min(fb[k], tb[k]);
+  std::vector<double> fa = time_nodes(a, iterations), fb = time_nodes(int8, iterations);
+  for (int round = 1; round < 3; ++round) {
+    const std::vector<double> ta = time_nodes(a, iterations), tb = time_nodes(int8, iterations);
+    for (size_t k = 0; k < fa.size(); ++k) fa[k] = std::min(fa[k], ta[k]);
+    for (size_t k = 0; k < fb.size(); ++k) fb[k] = std::min(fb[k], tb[k]);
   }
   return {fa, fb};
 }
@@ -160,12 +156,13 @@ DeployResult deploy(const DeployOptions& o,
     if (o.precision == Precision::int8) {
       const Bundle fp32 = r.bundle;
       r.int8 = quantize_int8(r.bundle, *r.calibration, r.shapes);
-      verify_bundle(r.bundle, name, "quantize-int8", o.threads);
+      std::unique_ptr<InferenceSession> int8 = checked_session(r.bundle, name, "quantize-int8", o.threads);
       std::vector<std::string> sent_back;
       if (o.int8_where_faster && r.int8.quantized > 0) {
         log::info("int8: timing {} quantized layer(s) against FP32 on this machine (--int8-layers all skips this)",
                   r.int8.quantized);
-        auto [fp32_ms, int8_ms] = time_fp32_and_int8(fp32, r.bundle, name, o.threads);
+        auto [fp32_ms, int8_ms] = time_fp32_and_int8(fp32, *int8, name, o.threads);
+        int8.reset();
         sent_back = keep_int8_where_faster(r.bundle.graph, fp32_ms, int8_ms, r.int8);
         if (!sent_back.empty()) verify_bundle(r.bundle, name, "keep-int8-where-faster", o.threads);
       }

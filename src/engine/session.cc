@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
@@ -22,6 +23,14 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
 }
 
 InferenceSession::~InferenceSession() = default;
+
+void fill_inputs_uniform(InferenceSession& s, uint64_t seed) {
+  Rng rng(seed);
+  for (int v : s.inputs()) {
+    Tensor& t = s.value(v);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f);
+  }
+}
 
 std::vector<double> time_nodes(InferenceSession& s, int iterations) {
   Net& net = s.net();

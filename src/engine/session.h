@@ -56,6 +56,10 @@ class InferenceSession {
   int64_t batch_ = 0;
 };
 
+// Fills every input of the session with uniform [0, 1) values (seed `seed`): for timing, where
+// the values do not matter but must be the same each time.
+void fill_inputs_uniform(InferenceSession& s, uint64_t seed);
+
 // Mean forward milliseconds of each of the session's nodes over `iterations` runs (after
 // one unprofiled warm-up run), on whatever its inputs hold.
 std::vector<double> time_nodes(InferenceSession& s, int iterations);
