@@ -6,6 +6,9 @@
 #
 # Usage: bash bench/zoo.sh [--binary PATH] [--timeout S] [--iterations N] [--phase TEST|TRAIN|'']
 #                          [--logs DIR] [--only REGEX] [ZOO_DIR]
+# bench/zoo-manifest.tsv lists the 70 files of the collection in docs/model-zoo.md (source
+# repository, commit, path in it): a session with the search tool's `fetch` rebuilds ZOO_DIR
+# from it, with the manifest copied to ZOO_DIR/MANIFEST.tsv.
 #   ZOO_DIR       folder of <short-name>/*.prototxt (default /work/zoo); solver and labelmap
 #                 files in it are skipped. ZOO_DIR/MANIFEST.tsv, when present, may give a file
 #                 (its 2nd column, relative to ZOO_DIR) a 6th column, an input shape such as

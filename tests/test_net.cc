@@ -158,6 +158,111 @@ layer { name: 'loss' type: 'EuclideanLoss' bottom: 'ip' bottom: 'label' top: 'lo
   t.check();
 }
 
+// Filter's tops hold the items its selector marks, and what follows runs on that batch:
+// reshaped before each forward (a convolution, an in-place TanH, an inner product and a loss
+// after it), compared with the same layers run on the selected items alone, and its
+// gradients (the layer before the Filter's included) checked by finite differences.
+constexpr const char* kFilterHead = R"(
+layer { name: "in" type: "Input" top: "x" top: "label" top: "sel"
+        input_param { shape { dim: 6 dim: 2 dim: 4 dim: 4 } shape { dim: 6 } shape { dim: 6 dim: 1 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c"
+        convolution_param { num_output: 8 kernel_size: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "filter" type: "Filter" bottom: "c" bottom: "label" bottom: "sel" top: "fc" top: "flabel" }
+)";
+constexpr const char* kFilterTail = R"(
+layer { name: "conv2" type: "Convolution" bottom: "fc" top: "c2"
+        convolution_param { num_output: 8 kernel_size: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "tanh" type: "TanH" bottom: "c2" top: "c2" }
+layer { name: "ip" type: "InnerProduct" bottom: "c2" top: "y"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "y" bottom: "flabel" top: "loss" }
+)";
+
+// The layers after the Filter over `store`'s blobs, with the selected items as inputs.
+double filter_tail_loss(TestNet& t, const Tensor& fc, const Tensor& flabel) {
+  auto ref = build_net(fmt::format(R"(
+layer {{ name: "in" type: "Input" top: "fc" top: "flabel"
+        input_param {{ shape {{ dim: {} dim: 8 dim: 2 dim: 2 }} shape {{ dim: {} }} }} }}
+{})",
+                                   fc.dim(0), fc.dim(0), kFilterTail),
+                       t.store, t.backend, proto::TRAIN, {});
+  ref->value("fc").copy_from(fc);
+  ref->value("flabel").copy_from(flabel);
+  return ref->forward();
+}
+
+TEST(Net, FilterRunsWhatFollowsOnTheSelectedItems) {
+  TestNet t(std::string(kFilterHead) + kFilterTail, proto::TRAIN, /*reuse_buffers=*/false);
+  float* label = t.net->value("label").f32();
+  for (int i = 0; i < 6; ++i) label[i] = static_cast<float>(i % 3);
+  auto select = [&](std::vector<float> sel) { std::copy(sel.begin(), sel.end(), t.net->value("sel").f32()); };
+
+  select({0, 1, 0, 1, 2, 0});  // items 1, 3, 4
+  double loss = t.net->forward();
+  ASSERT_EQ(t.net->value("fc").shape(), (Shape{3, 8, 2, 2}));
+  ASSERT_EQ(t.net->value("flabel").shape(), (Shape{3}));
+  Tensor c = t.net->plain_copy(t.net->graph().find_value("c"));
+  Tensor fc = t.net->plain_copy(t.net->graph().find_value("fc"));
+  const int64_t item = 8 * 2 * 2;
+  const int picked[] = {1, 3, 4};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(t.net->value("flabel").f32()[k], label[picked[k]]);
+    for (int64_t i = 0; i < item; ++i) ASSERT_EQ(fc.f32()[k * item + i], c.f32()[picked[k] * item + i]);
+  }
+  // What follows the Filter is planned plain, so any smaller batch is a prefix of its buffer.
+  EXPECT_FALSE(t.net->is_blocked(t.net->graph().find_value("c2")));
+  EXPECT_NEAR(loss, filter_tail_loss(t, fc, t.net->value("flabel")), 1e-5);
+  t.check();
+
+  select({1, 1, 1, 0, 1, 1});  // a larger batch, after a smaller one
+  loss = t.net->forward();
+  ASSERT_EQ(t.net->value("c2").shape(), (Shape{5, 8, 2, 2}));
+  EXPECT_NEAR(loss, filter_tail_loss(t, t.net->plain_copy(t.net->graph().find_value("fc")), t.net->value("flabel")),
+              1e-5);
+  t.check();
+}
+
+// No item selected: nothing after the Filter runs, the loss is 0 (as Caffe's normalised
+// losses give for an empty batch) and every gradient is zero; the next batch runs again.
+TEST(Net, FilterSelectingNothingContributesNothing) {
+  TestNet t(std::string(kFilterHead) + kFilterTail);
+  auto select = [&](std::vector<float> sel) { std::copy(sel.begin(), sel.end(), t.net->value("sel").f32()); };
+  select({1, 1, 0, 0, 0, 1});
+  t.store.clear_grads();
+  ASSERT_GT(t.net->forward(), 0.f);
+  t.net->backward();
+  select({0, 0, 0, 0, 0, 0});
+  t.store.clear_grads();
+  EXPECT_EQ(t.net->forward(), 0.f);
+  EXPECT_EQ(t.net->value("fc").shape(), (Shape{0, 8, 2, 2}));
+  t.net->backward();
+  for (const Param& p : t.store.all()) {
+    if (!p.learnable) continue;
+    EXPECT_TRUE(p.grad_written) << p.key;
+    for (int64_t i = 0; i < p.grad.numel(); ++i) ASSERT_EQ(p.grad.f32()[i], 0.f) << p.key << "[" << i << "]";
+  }
+  select({0, 0, 1, 0, 0, 0});
+  EXPECT_GT(t.net->forward(), 0.f);
+  EXPECT_EQ(t.net->value("y").shape(), (Shape{1, 3}));
+  t.check();
+}
+
+TEST(Net, FilterBottomsMustMatchTheSelector) {
+  auto expect_error = [](const std::string& shapes, const std::string& tops, const std::string& words) {
+    try {
+      TestNet t(R"(layer { name: "in" type: "Input" top: "x" top: "sel" input_param { )" + shapes +
+                R"( } } layer { name: "filter" type: "Filter" bottom: "x" bottom: "sel" )" + tops + " }");
+      ADD_FAILURE() << "no error for: " << words;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 'filter'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_error("shape { dim: 6 dim: 2 } shape { dim: 5 }", "top: 'fx'", "bottom 0 has shape (6,2)");
+  expect_error("shape { dim: 6 dim: 2 } shape { dim: 6 dim: 2 }", "top: 'fx'", "one value per item");
+  expect_error("shape { dim: 6 dim: 2 } shape { dim: 6 }", "top: 'fx' top: 'fsel'", "produces 1 top blob(s), got 2");
+}
+
 TEST(Net, FanOutAndRepeatedInputGradients) {
   TestNet t(kFanOut);
   t.check();

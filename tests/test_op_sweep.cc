@@ -1253,6 +1253,20 @@ std::vector<SweepCase> build_cases() {
                      std::copy(idx, idx + 4, h.in[1].f32());
                    },
                .grad_inputs = {0}});
+  // Filter at its planned batch: every item selected (the selector's NaN and negative values
+  // count as selected, as in Caffe). Smaller batches change shapes as the net runs, which the
+  // executor does: Net.Filter* in test_net.cc.
+  t.push_back({.name = "Filter",
+               .layer = "type: 'Filter'",
+               .in = {{4, 2, 3}, {4}, {4, 1}},
+               .oracle = [](const OpHarness& h) { return std::vector<Tensor>{h.in[0].clone(), h.in[1].clone()}; },
+               .outputs = 2,
+               .setup =
+                   [](OpHarness& h) {
+                     float sel[] = {1.f, -2.f, std::nanf(""), 0.5f};
+                     std::copy(sel, sel + 4, h.in[2].f32());
+                   },
+               .grad_inputs = {0, 1}});
   t.push_back({.name = "Parameter",
                .layer = "type: 'Parameter' parameter_param { shape { dim: 2 dim: 3 } }",
                .oracle = [](const OpHarness& h) { return std::vector<Tensor>{h.params[0].clone()}; }});

@@ -87,14 +87,6 @@ TEST(Parse, UnknownFieldIsAnError) {
   }
 }
 
-// Filter's tops change shape with the data; the error says so instead of "unknown type".
-TEST(Parse, FilterIsRefusedWithItsReason) {
-  expect_net_error(
-      "layer { name: 'in' type: 'Input' top: 'x' top: 's' input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } } }\n"
-      "layer { name: 'f' type: 'Filter' bottom: 'x' bottom: 's' top: 'y' }",
-      "Filter layers are not supported: its tops' batch size is the number of selected items");
-}
-
 // Caffe accepts a layer name used twice (BVLC's mnist_autoencoder has two 'loss' layers);
 // names key the weights here, so the later one gets a name of its own.
 TEST(Parse, ALayerNameUsedTwiceIsRenamed) {

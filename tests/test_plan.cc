@@ -174,6 +174,56 @@ layer { name: "cat" type: "Concat" bottom: "a" bottom: "b" top: "y" }
   EXPECT_EQ(t.alias.data_alias[value(tg, "a")], -1);
 }
 
+// A batch known only when the net runs (Filter): the values it reaches stay plain, whatever
+// their producers prefer, and are not placed inside a Concat's output (the runs' offsets
+// hold for one batch only); values before it keep their layout and placement.
+TEST(Plan, ValuesTakingTheirBatchFromDataStayPlainAndApart) {
+  const char* text = R"(
+layer { name: "in" type: "Input" top: "x" top: "sel" input_param { shape { dim: 1 dim: 8 dim: 4 dim: 4 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c" }
+layer { name: "filter" type: "Filter" bottom: "c" bottom: "sel" top: "f" }
+layer { name: "a" type: "Convolution" bottom: "f" top: "a" }
+layer { name: "k" type: "Convolution" bottom: "a" top: "z" }
+layer { name: "b1" type: "Convolution" bottom: "f" top: "b1" }
+layer { name: "b2" type: "Convolution" bottom: "f" top: "b2" }
+layer { name: "cat" type: "Concat" bottom: "b1" bottom: "b2" top: "y" }
+layer { name: "g" type: "Convolution" bottom: "x" top: "g" }
+layer { name: "w" type: "Convolution" bottom: "g" top: "w" }
+layer { name: "d1" type: "Convolution" bottom: "x" top: "d1" }
+layer { name: "d2" type: "Convolution" bottom: "x" top: "d2" }
+layer { name: "cat0" type: "Concat" bottom: "d1" bottom: "d2" top: "y0" }
+)";
+  Graph g = graph_of(text, {1, 8, 4, 4}, proto::TEST);
+  g.values[value(g, "y")].shape = g.values[value(g, "y0")].shape = {1, 16, 4, 4};
+  OpFacts conv = weighted_facts(), filter, cat;
+  conv.layout_rule = LayoutRule::any_in_any_out;
+  filter.batch_from_data = true;
+  cat.input_runs_in_output = {0, 128};
+  cat.plain_output_takes_plain_inputs = true;
+  std::vector<OpFacts> facts{input_facts(), conv, filter, conv, conv, conv, conv, cat, conv, conv, conv, conv, cat};
+  const dnnl::memory::desc blocked({1, 8, 4, 4}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nChw8c);
+  PreferredLayout prefer_blocked = [&](int, int, const std::vector<dnnl::memory::desc>&) { return blocked; };
+  Plan p = make_plan(g, facts, false, false, params_per_node(g), prefer_blocked, true);
+  for (const char* v : {"f", "a", "z", "b1", "b2", "y"}) EXPECT_TRUE(p.batch_from_data[value(g, v)]) << v;
+  for (const char* v : {"x", "c", "g", "w", "d1", "d2", "y0"}) EXPECT_FALSE(p.batch_from_data[value(g, v)]) << v;
+  // A convolution's output read only by a convolution is blocked, unless its batch is the data's.
+  EXPECT_TRUE(p.is_blocked(value(g, "g")));
+  EXPECT_FALSE(p.is_blocked(value(g, "a")));
+  // A Concat places its inputs inside its output, unless their batch is the data's.
+  EXPECT_EQ(p.alias.data_alias[value(g, "d1")], value(g, "y0"));
+  EXPECT_EQ(p.alias.data_alias[value(g, "b1")], -1);
+  EXPECT_EQ(p.alias.data_alias[value(g, "b2")], -1);
+  // check_plan refuses a blocked one.
+  EXPECT_NO_THROW(check_plan(g, facts, p));
+  p.layout[value(g, "a")] = blocked;
+  try {
+    check_plan(g, facts, p);
+    ADD_FAILURE() << "a blocked value with the data's batch passed check_plan";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("'a' takes its batch from the data"), std::string::npos) << e.what();
+  }
+}
+
 // Each invariant check_plan() guards, broken on purpose.
 TEST(Plan, CheckPlanNamesEachBrokenInvariant) {
   Graph g = graph_of(kFork, {2, 8});

@@ -78,6 +78,10 @@ class Kernel {
 
   virtual void forward(OpCall& c) = 0;
   virtual void backward(OpCall& c);
+  // Ops whose outputs' batch depends on their input data (OpFacts::batch_from_data, e.g.
+  // Filter): the batch the next forward() will write, from c.in. The executor calls it
+  // before forward() and reshapes the outputs, and every node they reach, to it.
+  virtual int64_t output_batch(const OpCall& c) { return -1; }
   // Data layers: samples in their dataset (for epochs); 0 for every other op.
   virtual int64_t dataset_size() const { return 0; }
   // Which implementation runs (logged with --verbose; never a silent slow path).

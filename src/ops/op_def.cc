@@ -62,27 +62,9 @@ std::vector<std::string> OpDefRegistry::types() const {
   return t;
 }
 
-namespace {
-std::map<std::string, std::string>& refused_types() {
-  static std::map<std::string, std::string> m;
-  return m;
-}
-}  // namespace
-
-void refuse_layer_type(const std::string& type, const std::string& reason) { refused_types()[type] = reason; }
-
-const std::string* refused_layer_type(const std::string& type) {
-  auto it = refused_types().find(type);
-  return it == refused_types().end() ? nullptr : &it->second;
-}
-
 const OpDef& op_def(const Graph& g, int n) {
   const OpDef* d = OpDefRegistry::get().find(g.nodes.at(n).type);
-  if (!d) {
-    if (const std::string* why = refused_layer_type(g.nodes[n].type))
-      input_error("{}: {} layers are not supported: {}", g.describe(n), g.nodes[n].type, *why);
-    input_error("{}: unknown layer type '{}'", g.describe(n), g.nodes[n].type);
-  }
+  if (!d) input_error("{}: unknown layer type '{}'", g.describe(n), g.nodes[n].type);
   return *d;
 }
 

@@ -46,6 +46,9 @@ struct OpFacts {
   // (Concat); a blocked output converts inputs in other layouts itself.
   bool plain_output_takes_plain_inputs = false;
   float default_loss_weight = 0.f;
+  // The outputs' axis 0 depends on the input data (Filter): infer() gives its largest value,
+  // and the kernel's output_batch() the one each forward writes.
+  bool batch_from_data = false;
   // Filled by the net:
   bool learnable = false;                           // has a parameter that takes gradient steps
   LayoutRule layout_rule = LayoutRule::plain_only;  // the chosen kernel's
@@ -176,14 +179,9 @@ void keep_external_outputs(Node& n, const std::vector<bool>& keep);
 // An external input op taking batches of `batch`: axis 0 of each of its shapes.
 void set_external_input_batch(Node& n, int64_t batch);
 
-// The definition of node n's type; InputError naming the node when there is none (with the
-// reason, for a type registered as refused).
+// The definition of node n's type; InputError naming the node when there is none.
 const OpDef& op_def(const Graph& g, int n);
 
-// Caffe layer types bakusoku refuses on purpose, each with the reason the error gives
-// (BKS_REFUSE_LAYER_TYPE beside the family the type would belong to). Null: not refused.
-void refuse_layer_type(const std::string& type, const std::string& reason);
-const std::string* refused_layer_type(const std::string& type);
 // The traits of a node's type (none for an unknown type); the second form for a layer as
 // the Caffe front end stores it (bundles keep their graph in that form).
 OpTraits op_traits(const Node& n);
@@ -198,14 +196,5 @@ struct OpDefRegistrar {
 #define BKS_REGISTER_OP_DEF_IMPL(type, cls, line) BKS_REGISTER_OP_DEF_IMPL2(type, cls, line)
 // Registers the definition of an op type.
 #define BKS_REGISTER_OP_DEF(type, cls) BKS_REGISTER_OP_DEF_IMPL(type, cls, __LINE__)
-
-struct RefusedTypeRegistrar {
-  RefusedTypeRegistrar(const char* type, const char* reason) { refuse_layer_type(type, reason); }
-};
-#define BKS_REFUSE_LAYER_TYPE_IMPL2(type, reason, line) \
-  static ::bks::RefusedTypeRegistrar bks_refused_type_##line(type, reason)
-#define BKS_REFUSE_LAYER_TYPE_IMPL(type, reason, line) BKS_REFUSE_LAYER_TYPE_IMPL2(type, reason, line)
-// Registers a layer type as refused, with why: loading it fails with that reason.
-#define BKS_REFUSE_LAYER_TYPE(type, reason) BKS_REFUSE_LAYER_TYPE_IMPL(type, reason, __LINE__)
 
 }  // namespace bks

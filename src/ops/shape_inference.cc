@@ -38,6 +38,12 @@ std::vector<Shape> input_shapes(const Graph& g, int n) {
   return in;
 }
 
+std::vector<Shape> output_shapes(const Graph& g, int n) {
+  std::vector<Shape> out;
+  for (int v : g.nodes.at(n).outputs) out.push_back(g.values[v].shape);
+  return out;
+}
+
 void infer_node_shapes(Graph& g, int n, Phase phase) {
   const Node& node = g.nodes[n];
   std::vector<Shape> out(node.outputs.size());

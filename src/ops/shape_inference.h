@@ -17,6 +17,8 @@ namespace bks {
 const OpDef& checked_def(const Graph& g, int n, Phase phase);
 // Shapes of node n's inputs, as inferred so far.
 std::vector<Shape> input_shapes(const Graph& g, int n);
+// And of its outputs.
+std::vector<Shape> output_shapes(const Graph& g, int n);
 // Infers node n's output shapes from its inputs' (which must be inferred already).
 void infer_node_shapes(Graph& g, int n, Phase phase);
 // checked_def and infer_node_shapes for every node.

@@ -57,9 +57,7 @@ void Net::create_ops(uint64_t seed) {
 void Net::infer_shapes() {
   for (int n = 0; n < num_nodes(); ++n) {
     infer_node_shapes(graph_, n, phase_);
-    std::vector<Shape> out;
-    for (int v : graph_.nodes[n].outputs) out.push_back(graph_.values[v].shape);
-    kernels_[n]->reshape(input_shapes(graph_, n), out);
+    kernels_[n]->reshape(input_shapes(graph_, n), output_shapes(graph_, n));
   }
 }
 
@@ -105,6 +103,9 @@ void Net::apply_plan() {
   }
   data_.assign(nv, Tensor());
   grad_.assign(nv, Tensor());
+  skipped_.assign(num_nodes(), false);
+  planned_value_bytes_.assign(nv, 0);
+  for (int v = 0; v < nv; ++v) planned_value_bytes_[v] = plan_.buffer_bytes(graph_, v);
   for (int v = 0; v < nv; ++v)
     if (plan_.grad.has_grad[v]) grad_[v] = Tensor(Shape{0});
   options_.arena->add_user(this, [this] { bind_to_arena(); });
@@ -112,16 +113,9 @@ void Net::apply_plan() {
   bind_to_arena();
   for (int n = 0; n < num_nodes(); ++n) {
     const Node& node = graph_.nodes[n];
-    std::vector<Shape> in, out;
-    for (int v : node.inputs) in.push_back(graph_.values[v].shape);
-    for (int v : node.outputs) out.push_back(graph_.values[v].shape);
+    std::vector<Shape> in = input_shapes(graph_, n), out = output_shapes(graph_, n);
     kernels_[n]->set_needs_input_grad(plan_.grad.need_in_grad[n]);
-    {
-      // Whatever oneDNN reference primitive the kernel builds is named, never silent.
-      DnnlReferenceWatch watch;
-      kernels_[n]->prepare(in, out);
-      kernels_[n]->set_slow_paths(watch.found());
-    }
+    prepare_kernel(n);
     log::debug("{}: {} -> {} [{}]{}", graph_.describe(n), in.empty() ? "" : shape_str(in[0]),
                out.empty() ? "" : shape_str(out[0]), kernels_[n]->reported_name(),
                (!node.outputs.empty() && plan_.alias.data_alias[node.outputs[0]] >= 0) ? " (in place)" : "");
@@ -143,6 +137,49 @@ void Net::apply_plan() {
     }
     c.param_grad.assign(node_params_[n].size(), nullptr);
   }
+}
+
+void Net::prepare_kernel(int n) {
+  // Whatever oneDNN reference primitive the kernel builds is named, never silent.
+  DnnlReferenceWatch watch;
+  kernels_[n]->prepare(input_shapes(graph_, n), output_shapes(graph_, n));
+  kernels_[n]->set_slow_paths(watch.found());
+}
+
+void Net::follow_data_batch(int n) {
+  const Node& node = graph_.nodes[n];
+  const int64_t batch = kernels_[n]->output_batch(calls_[n]);
+  if (batch < 0) runtime_error("{}: the op gave no batch for its outputs", graph_.describe(n));
+  if (node.outputs.empty() || graph_.values[node.outputs[0]].shape.at(0) == batch) return;
+  const int nv = static_cast<int>(graph_.values.size());
+  std::vector<bool> changed(nv, false), empty(nv, false);
+  auto check_fits = [&](int m) {
+    for (int v : graph_.nodes[m].outputs)
+      if (static_cast<size_t>(shape_numel(graph_.values[v].shape)) * sizeof(float) > planned_value_bytes_[v])
+        runtime_error("{}: top '{}' of shape {} outgrew the buffer planned for the largest batch", graph_.describe(m),
+                      graph_.values[v].name, shape_str(graph_.values[v].shape));
+  };
+  for (int v : node.outputs) {
+    graph_.values[v].shape.at(0) = batch;
+    changed[v] = true;
+    empty[v] = batch == 0;
+  }
+  check_fits(n);
+  for (int m = n + 1; m < num_nodes(); ++m) {
+    const Node& mn = graph_.nodes[m];
+    auto any = [&](const std::vector<bool>& flag) {
+      return std::any_of(mn.inputs.begin(), mn.inputs.end(), [&](int v) { return flag[v]; });
+    };
+    if (!any(changed)) continue;
+    skipped_[m] = any(empty);
+    for (int v : mn.outputs) changed[v] = true, empty[v] = skipped_[m];
+    if (skipped_[m]) continue;
+    infer_node_shapes(graph_, m, phase_);
+    check_fits(m);
+    kernels_[m]->reshape(input_shapes(graph_, m), output_shapes(graph_, m));
+    prepare_kernel(m);
+  }
+  bind_to_arena();
 }
 
 void Net::bind_to_arena() {
@@ -196,7 +233,12 @@ float Net::forward(int64_t step) {
   backend_.enter();
   for (int n = 0; n < num_nodes(); ++n) {
     calls_[n].step = step;
-    double t0 = profiler_ ? now_us() : 0.0;
+    if (skipped_[n]) {
+      for (Tensor* t : calls_[n].out) t->zero();
+      continue;
+    }
+    double t0 = profiler_ ? now_us() : 0.0;  // reshaping what follows counts as the node's time
+    if (facts_[n].batch_from_data) follow_data_batch(n);
     kernels_[n]->forward(calls_[n]);
     if (profiler_) profiler_->record(n, graph_.nodes[n].name, Profiler::Pass::forward, t0, now_us());
     if (debug_info_) forward_debug_info(n);
@@ -220,6 +262,10 @@ void Net::backward() {
     const Node& node = graph_.nodes[n];
     OpCall& c = calls_[n];
     if (!plan_.grad.runs_backward[n]) continue;
+    if (skipped_[n]) {
+      skipped_backward(n);
+      continue;
+    }
     for (size_t i = 0; i < node_params_[n].size(); ++i) {
       Param& p = store_.at(node_params_[n][i]);
       if (!p.learnable || node.params[i].lr_mult == 0.f) {
@@ -245,6 +291,22 @@ void Net::backward() {
       for (int idx : plan_.grad.grad_ready_after[n]) grad_ready_(idx);
   }
   if (debug_info_) backward_norms_debug_info();
+}
+
+// A node that read an empty batch contributes nothing: the gradients it would have written
+// first are zero, its parameters' too when no other node wrote them.
+void Net::skipped_backward(int n) {
+  const Node& node = graph_.nodes[n];
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    if (plan_.grad.need_in_grad[n][i] && !plan_.grad.accumulate_in_grad[n][i]) grad_[node.inputs[i]].zero();
+  for (size_t i = 0; i < node_params_[n].size(); ++i) {
+    Param& p = store_.at(node_params_[n][i]);
+    if (!p.learnable || node.params[i].lr_mult == 0.f || p.grad_written) continue;
+    p.grad.zero();
+    p.grad_written = true;
+  }
+  if (grad_ready_)
+    for (int idx : plan_.grad.grad_ready_after[n]) grad_ready_(idx);
 }
 
 Tensor& Net::value(const std::string& name) {

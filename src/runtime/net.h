@@ -6,6 +6,12 @@
 // backward() then run with no allocation. Gradients are summed here, not in ops: a value
 // read by several nodes, a parameter shared by several layers, or accumulated over
 // iter_size micro-batches.
+//
+// One exception to fixed shapes: an op whose output batch depends on the data (Filter).
+// Before it runs, forward() asks its kernel for the batch, reshapes its outputs and every
+// value they reach (inside the buffers planned for the largest batch), and calls reshape()
+// and prepare() again on the nodes that read them, as Caffe reshapes a net on every
+// forward. A node reading an empty batch does not run.
 #pragma once
 
 #include <functional>
@@ -102,7 +108,10 @@ class Net {
   std::vector<OpFacts> op_facts() const;
   PreferredLayout preferred_layout();
   void apply_plan();  // layouts into the ops, buffers into the arena, kernels built
+  void prepare_kernel(int n);
   void bind_to_arena();
+  void follow_data_batch(int n);
+  void skipped_backward(int n);
   void forward_debug_info(int n);
   void backward_debug_info(int n);
   void backward_norms_debug_info();
@@ -121,6 +130,11 @@ class Net {
   std::vector<int> param_indices_;
   std::vector<std::vector<int>> node_params_;  // store index per node param slot
   std::vector<OpCall> calls_;
+  // Where a batch comes from the data (Filter; see follow_data_batch): per value, the bytes
+  // planned for it, which no later shape may exceed; per node, whether it reads an empty
+  // batch and so does not run (its outputs read as zeros, its gradients as none).
+  std::vector<size_t> planned_value_bytes_;
+  std::vector<bool> skipped_;
   std::function<void(int)> grad_ready_;
   Profiler* profiler_ = nullptr;
   bool debug_info_ = false;

@@ -84,12 +84,15 @@ bool can_write_in_place(const Graph& g, const std::vector<OpFacts>& facts, const
 // made by an op of this graph), and the Concat moves only the other inputs. True when the
 // node is such a Concat (whether or not any input could be placed).
 bool place_concat_inputs(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                         const std::vector<dnnl::memory::desc>& layout, AliasPlan& a, int n) {
+                         const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data,
+                         AliasPlan& a, int n) {
   const Node& node = g.nodes[n];
   const std::vector<int64_t>& at = facts[n].input_runs_in_output;
   auto blocked = [&](int v) { return layout[v].data.ndims > 0; };
   if (gp.runs_backward[n] || at.size() != node.inputs.size() || node.outputs.size() != 1) return false;
   int y = node.outputs[0];
+  // The runs' offsets hold for the planned batch only.
+  if (batch_from_data[y]) return true;
   // A channel-blocked output takes inputs in its blocking, each of whole blocks: then each
   // is, per image, one run of the output as in NCHW (and the facts' offsets hold).
   const int64_t block = channel_block(layout[y], g.values[y].shape);
@@ -196,8 +199,20 @@ GradientPlan plan_gradients(const Graph& g, const std::vector<OpFacts>& facts, b
   return gp;
 }
 
+std::vector<bool> plan_batch_from_data(const Graph& g, const std::vector<OpFacts>& facts) {
+  std::vector<bool> from_data(num_values(g), false);
+  for (int n = 0; n < num_nodes(g); ++n) {
+    const Node& node = g.nodes[n];
+    bool d = facts[n].batch_from_data ||
+             std::any_of(node.inputs.begin(), node.inputs.end(), [&](int v) { return from_data[v]; });
+    for (int v : node.outputs) from_data[v] = d;
+  }
+  return from_data;
+}
+
 std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                                             const PreferredLayout& preferred, bool plain_only) {
+                                             const std::vector<bool>& batch_from_data, const PreferredLayout& preferred,
+                                             bool plain_only) {
   const int N = num_nodes(g), nv = num_values(g);
   std::vector<dnnl::memory::desc> layout(nv);
   auto blocked = [&](int v) { return layout[v].data.ndims > 0; };
@@ -230,7 +245,7 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
   while (changed) {
     changed = false;
     for (int v = 0; v < nv; ++v)
-      if (g.values[v].consumers.empty() || gp.loss_weight[v] != 0.f) demote(v);
+      if (g.values[v].consumers.empty() || gp.loss_weight[v] != 0.f || batch_from_data[v]) demote(v);
     for (int n = 0; n < N; ++n) {
       const Node& node = g.nodes[n];
       LayoutRule rule = facts[n].layout_rule;
@@ -249,7 +264,7 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
 }
 
 AliasPlan plan_aliases(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                       const std::vector<dnnl::memory::desc>& layout) {
+                       const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data) {
   const int nv = num_values(g);
   AliasPlan a;
   a.data_alias.assign(nv, -1);
@@ -259,7 +274,7 @@ AliasPlan plan_aliases(const Graph& g, const std::vector<OpFacts>& facts, const 
   for (int n = 0; n < num_nodes(g); ++n) {
     const Node& node = g.nodes[n];
     if (node.inputs.empty() || node.outputs.empty()) continue;
-    if (place_concat_inputs(g, facts, gp, layout, a, n)) continue;
+    if (place_concat_inputs(g, facts, gp, layout, batch_from_data, a, n)) continue;
     int x = node.inputs[0], y = node.outputs[0];
     bool alias = false;
     if (facts[n].output_is_view && node.inputs.size() == 1 && !blocked(x)) {
@@ -357,8 +372,9 @@ Plan make_plan(const Graph& g, const std::vector<OpFacts>& facts, bool training,
   Plan p;
   p.grad = plan_gradients(g, facts, training, force_backward, node_params);
   p.outputs = g.outputs();
-  p.layout = plan_layouts(g, facts, p.grad, preferred, false);
-  p.alias = plan_aliases(g, facts, p.grad, p.layout);
+  p.batch_from_data = plan_batch_from_data(g, facts);
+  p.layout = plan_layouts(g, facts, p.grad, p.batch_from_data, preferred, false);
+  p.alias = plan_aliases(g, facts, p.grad, p.layout, p.batch_from_data);
   p.memory = plan_memory(g, facts, p, reuse_buffers);
   check_plan(g, facts, p);
   return p;
@@ -372,8 +388,14 @@ void check_plan(const Graph& g, const std::vector<OpFacts>& facts, const Plan& p
       static_cast<int>(gp.need_in_grad.size()) != N || static_cast<int>(gp.accumulate_in_grad.size()) != N ||
       static_cast<int>(gp.has_grad.size()) != nv || static_cast<int>(p.layout.size()) != nv ||
       static_cast<int>(p.alias.data_alias.size()) != nv || static_cast<int>(p.alias.grad_alias.size()) != nv ||
-      static_cast<int>(p.memory.data_offset.size()) != nv || static_cast<int>(p.memory.grad_offset.size()) != nv)
+      static_cast<int>(p.memory.data_offset.size()) != nv || static_cast<int>(p.memory.grad_offset.size()) != nv ||
+      static_cast<int>(p.batch_from_data.size()) != nv)
     broken("per-node or per-value tables do not match the graph");
+  // A batch that changes as the net runs: the value's smaller batches are prefixes of its
+  // buffer only in the plain layout.
+  for (int v = 0; v < nv; ++v)
+    if (p.batch_from_data[v] && p.is_blocked(v))
+      broken(fmt::format("'{}' takes its batch from the data but is in a blocked layout", g.values[v].name));
   // Gradients: written by running backwards into existing buffers, summed from the second
   // writer on (the loss seed counts as the first).
   std::vector<int> writers(nv, 0);

@@ -54,6 +54,7 @@ struct MemoryPlan {
 
 struct Plan {
   GradientPlan grad;
+  std::vector<bool> batch_from_data;       // per value: see plan_batch_from_data
   std::vector<dnnl::memory::desc> layout;  // per value (data and gradient); empty = plain
   AliasPlan alias;
   MemoryPlan memory;
@@ -72,6 +73,13 @@ struct Plan {
 GradientPlan plan_gradients(const Graph& g, const std::vector<OpFacts>& facts, bool training, bool force_backward,
                             const std::vector<std::vector<int>>& node_params);
 
+// Per value: whether its batch is known only when the net runs: the outputs of an op with
+// OpFacts::batch_from_data (Filter) and every value computed from them. Such values are
+// planned at their largest (what shape inference gave), stay plain (a prefix of the buffer
+// then holds any smaller batch) and are not placed inside a Concat's output; the executor
+// reshapes them when the batch changes.
+std::vector<bool> plan_batch_from_data(const Graph& g, const std::vector<OpFacts>& facts);
+
 // Optimistic layouts (each op gets the layout it prefers; `preferred(n, j, in)` asks node
 // n's kernel), then demotion to plain wherever a reader needs it. `plain_only` (the
 // BKS_LAYOUTS=plain environment variable) turns propagation off. InputError when an int8
@@ -79,11 +87,12 @@ GradientPlan plan_gradients(const Graph& g, const std::vector<OpFacts>& facts, b
 using PreferredLayout =
     std::function<dnnl::memory::desc(int node, int output, const std::vector<dnnl::memory::desc>& in)>;
 std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                                             const PreferredLayout& preferred, bool plain_only);
+                                             const std::vector<bool>& batch_from_data, const PreferredLayout& preferred,
+                                             bool plain_only);
 
 // In-place layers, views and Concats written in place.
 AliasPlan plan_aliases(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                       const std::vector<dnnl::memory::desc>& layout);
+                       const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data);
 
 // Liveness -> arena offsets. With reuse_buffers false every buffer is dedicated (so values
 // can be inspected after a pass).
