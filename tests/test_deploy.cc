@@ -789,8 +789,7 @@ TEST(Calibration, DeploySavesTheTableInTheBundle) {
   Bundle q = load_bundle(reused);
   for (const Node& n : q.graph.nodes) {
     if (!op_traits(n).weighted_linear) continue;
-    // conv1 reads one channel: it stays FP32 (faster there).
-    float want = n.name == "conv1" ? 0.f : table["threshold"][q.graph.values[n.inputs[0]].name].get<float>();
+    const float want = table["threshold"][q.graph.values[n.inputs[0]].name].get<float>();
     EXPECT_FLOAT_EQ(n.deploy.int8_input_threshold, want) << n.name;
   }
   CmdResult none = run_cmd("deploy --model " + o.model + " --weights " + o.weights + " -o " + reused +
@@ -819,9 +818,9 @@ TEST(DeployInt8, TopOneAgreesWithFp32OnTestImages) {
   DeployResult r = deploy(o);
   Bundle fp32 = r.bundle, int8 = fp32;
   CalibrationTable table = calibrate(fp32, "lenet", "", 5, "entropy", 2);
-  Int8Plan plan = quantize_int8(int8, table, r.shapes);
-  EXPECT_EQ(plan.quantized, 3);     // conv2, ip1, ip2 (conv1 reads one channel: f32 is faster)
-  EXPECT_EQ(plan.int8_outputs, 2);  // conv2 -> pool2 -> ip1 -> ip2 stay int8
+  Int8Plan plan = quantize_int8(int8, table);
+  EXPECT_EQ(plan.quantized, 4);     // conv1, conv2, ip1, ip2 (deploy's timing may send some back)
+  EXPECT_EQ(plan.int8_outputs, 3);  // conv1 -> pool1 -> conv2 -> pool2 -> ip1 -> ip2 stay int8
   InferenceSession a(fp32, "fp32", 2), b(int8, "int8", 2);
   EXPECT_NE(b.net().describe().find("int8"), std::string::npos) << b.net().describe();
   // Real test images, from the training graph's TEST data layer.
@@ -902,7 +901,7 @@ TEST(DeployInt8, DeployOwnsCalibrationAndQuantization) {
   o.precision = Precision::fp32;
   o.calibration = {};
   Bundle by_hand = deploy(o).bundle;
-  quantize_int8(by_hand, *r.calibration, r.shapes);
+  quantize_int8(by_hand, *r.calibration);
   ASSERT_EQ(by_hand.graph.nodes.size(), r.bundle.graph.nodes.size());
   for (size_t i = 0; i < by_hand.graph.nodes.size(); ++i)
     EXPECT_FLOAT_EQ(by_hand.graph.nodes[i].deploy.int8_output_threshold,
@@ -921,7 +920,7 @@ QuantizedNet quantized_net(const std::string& name, const std::vector<int>& inpu
   q.r = deploy(write_model(name, input_layer("data", input) + layers));
   q.fp32 = q.int8 = q.r.bundle;
   q.table = calibrate(q.fp32, name, "random", 4, "minmax", 2);
-  q.plan = quantize_int8(q.int8, q.table, q.r.shapes);
+  q.plan = quantize_int8(q.int8, q.table);
   return q;
 }
 
@@ -942,6 +941,60 @@ TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
   EXPECT_NE(d.find("u8 output"), std::string::npos) << d;
   EXPECT_NE(d.find("s8 output"), std::string::npos) << d;
   EXPECT_LE(int8_relative_error(a, b), 0.05);
+}
+
+// Two residual blocks as ResNet's: an identity shortcut (the block adds its u8 input) and
+// a projection (the 1x1 shortcut convolution, computed last, adds the s8 output of the
+// block's last convolution, read by nothing else).
+const char* kResidualBlocks = R"(
+layer { name: 'stem' type: 'Convolution' bottom: 'data' top: 'stem' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'stem_relu' type: 'ReLU' bottom: 'stem' top: 'stem' }
+layer { name: 'a1' type: 'Convolution' bottom: 'stem' top: 'a1' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'a1_relu' type: 'ReLU' bottom: 'a1' top: 'a1' }
+layer { name: 'a2' type: 'Convolution' bottom: 'a1' top: 'a2' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'sum_a' type: 'Eltwise' bottom: 'stem' bottom: 'a2' top: 'sum_a' }
+layer { name: 'sum_a_relu' type: 'ReLU' bottom: 'sum_a' top: 'sum_a' }
+layer { name: 'b1' type: 'Convolution' bottom: 'sum_a' top: 'b1' convolution_param { num_output: 32 kernel_size: 1 } }
+layer { name: 'b1_relu' type: 'ReLU' bottom: 'b1' top: 'b1' }
+layer { name: 'b2' type: 'Convolution' bottom: 'b1' top: 'b2' convolution_param { num_output: 32 kernel_size: 3 pad: 1 } }
+layer { name: 'proj' type: 'Convolution' bottom: 'sum_a' top: 'proj' convolution_param { num_output: 32 kernel_size: 1 } }
+layer { name: 'sum_b' type: 'Eltwise' bottom: 'b2' bottom: 'proj' top: 'sum_b' }
+layer { name: 'sum_b_relu' type: 'ReLU' bottom: 'sum_b' top: 'sum_b' }
+layer { name: 'c' type: 'Convolution' bottom: 'sum_b' top: 'c' convolution_param { num_output: 8 kernel_size: 1 } }
+)";
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The residual stream stays int8: each block's fused sum writes int8 into the buffer of the
+// residual it adds (a oneDNN sum post-op, rescaled from the residual's threshold, s8 read
+// under a u8 output included), and the result matches FP32, where the sums are written into
+// the residuals' buffers too and match the unfused graph.
+TEST(DeployInt8, ResidualStreamStaysInt8AndMatchesFp32) {
+  QuantizedNet q = quantized_net("int8_residual", {2, 8, 10, 10}, kResidualBlocks);
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : q.int8.graph.nodes) by_name[n.name] = &n;
+  ASSERT_TRUE(by_name.count("a2") && by_name.count("proj"));
+  ASSERT_TRUE(by_name["a2"]->deploy.fusion.residual_sum && by_name["proj"]->deploy.fusion.residual_sum);
+  for (const char* sum : {"a2", "proj"}) {
+    EXPECT_GT(by_name[sum]->deploy.int8_output_threshold, 0.f) << sum;
+    EXPECT_GT(by_name[sum]->deploy.int8_residual_threshold, 0.f) << sum;
+  }
+  EXPECT_FLOAT_EQ(by_name["a2"]->deploy.int8_residual_threshold, by_name["stem"]->deploy.int8_output_threshold);
+  EXPECT_FLOAT_EQ(by_name["proj"]->deploy.int8_residual_threshold, q.table.threshold.at("b2"));
+  InferenceSession a(q.fp32, "fp32", 2), b(q.int8, "int8", 2);
+  EXPECT_LE(int8_relative_error(a, b), 0.05);
+  const std::string da = a.net().describe(), db = b.net().describe();  // int8 kernels are built by now
+  EXPECT_EQ(occurrences(da, "added onto"), 2u) << da;
+  EXPECT_EQ(occurrences(db, "added onto"), 2u) << db;
+  EXPECT_EQ(occurrences(db, "fused +sum +relu"), 2u) << db;
+  DeployOptions o = write_model("residual_fp32", input_layer("data", {2, 8, 10, 10}) + kResidualBlocks);
+  DeployModel m = load_deploy_model(o);
+  run_deploy_passes(m);
+  EXPECT_LE(logits_difference(o, m, "c"), 1e-4);
 }
 
 // Grouped and depthwise convolutions (MobileNet's) quantize too: their weights are scaled per
@@ -1061,12 +1114,39 @@ TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
           {{"a", 1}, {"b", 2}, {"b2", 3}, {"c", 1}, {"c2", 1}});
   keep_int8_between_layers(g);
   EXPECT_EQ(outputs(g), (V{"b", "b2"}));  // a's readers disagree (2 vs 3)
+  // Fused residual sums (node k reads `residual` as its second input).
+  auto add_residual = [](Graph& g, int k, const std::string& residual) {
+    g.nodes[k].deploy.fusion.residual_sum = true;
+    g.nodes[k].inputs.push_back(g.find_value(residual));
+    relink(g);
+  };
   g = net(conv("a", "data") + conv("b", "a") + conv("c", "b"), {{"a", 1}, {"b", 2}, {"c", 1}});
-  g.nodes[2].deploy.fusion.residual_sum = true;
-  g.nodes[2].inputs.push_back(g.find_value("data"));
-  relink(g);
+  add_residual(g, 2, "data");
   keep_int8_between_layers(g);
-  EXPECT_EQ(outputs(g), (V{"a"}));  // b adds a residual in f32
+  EXPECT_EQ(outputs(g), (V{"a", "b"}));  // b adds an f32 residual and still writes int8 for c
+  EXPECT_EQ(g.nodes[2].deploy.int8_residual_threshold, 0.f);
+  g = net(conv("a", "data") + conv("b", "a") + conv("c", "b"), {{"a", 1}, {"b", 2}, {"c", 3}});
+  add_residual(g, 3, "a");
+  keep_int8_between_layers(g);
+  EXPECT_EQ(outputs(g), (V{"a", "b"}));                             // c takes a at b's threshold ...
+  EXPECT_FLOAT_EQ(g.nodes[3].deploy.int8_residual_threshold, 2.f);  // ... and is told it
+  // A value read only as a residual: int8 at its calibrated range, f32 without one.
+  g = net(conv("a", "data") + conv("b", "data") + conv("c", "b"), {{"a", 1}, {"b", 1}, {"c", 2}});
+  add_residual(g, 3, "a");
+  keep_int8_between_layers(g);
+  EXPECT_EQ(outputs(g), (V{"b"}));
+  EXPECT_EQ(g.nodes[3].deploy.int8_residual_threshold, 0.f);
+  keep_int8_between_layers(g, {{"a", 5.f}});
+  EXPECT_EQ(outputs(g), (V{"a", "b"}));
+  EXPECT_FLOAT_EQ(g.nodes[3].deploy.int8_residual_threshold, 5.f);
+  // An f32 reader besides the residual one keeps it f32.
+  g = net(
+      conv("a", "data") + conv("b", "a") + conv("c", "b") + "layer { name: 'r' type: 'ReLU' bottom: 'a' top: 'r' }\n",
+      {{"a", 1}, {"b", 2}, {"c", 3}});
+  add_residual(g, 3, "a");
+  keep_int8_between_layers(g, {{"a", 5.f}});
+  EXPECT_EQ(outputs(g), (V{"b"}));
+  EXPECT_EQ(g.nodes[3].deploy.int8_residual_threshold, 0.f);
 }
 
 }  // namespace

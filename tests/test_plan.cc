@@ -174,6 +174,52 @@ layer { name: "cat" type: "Concat" bottom: "a" bottom: "b" top: "y" }
   EXPECT_EQ(t.alias.data_alias[value(tg, "a")], -1);
 }
 
+// A kernel that adds its output onto a residual (OpFacts::output_adds_onto_input) writes into
+// the residual's buffer when no later node reads the residual, at inference, with buffers
+// reused; otherwise the output has its own buffer.
+TEST(Plan, OutputsAddedOntoAResidualTakeItsBufferWhenNothingLaterReadsIt) {
+  const std::string head = R"(
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 4 } } }
+layer { name: "a" type: "InnerProduct" bottom: "x" top: "a" }
+layer { name: "b" type: "InnerProduct" bottom: "a" top: "b" }
+)";
+  const std::string adds = R"(layer { name: "c" type: "Convolution" bottom: "b" bottom: "a" top: "c" }
+)";
+  auto facts_of = [](const Graph& g) {
+    std::vector<OpFacts> facts(g.nodes.size(), weighted_facts());
+    facts[0] = input_facts();
+    facts[3].output_adds_onto_input = 1;
+    if (g.nodes.back().name == "loss") {
+      facts.back() = loss_facts();
+      facts.back().can_propagate_to = {true, false};
+    }
+    return facts;
+  };
+  auto alias_of_c = [&](const std::string& text, Phase phase, bool reuse) {
+    Graph g = graph_of(text, {1, 4}, phase);
+    Plan p = make_plan(g, facts_of(g), phase == proto::TRAIN, false, params_per_node(g), plain(), reuse);
+    const int a = p.alias.data_alias[value(g, "c")];
+    return a < 0 ? std::string("own buffer") : g.values[a].name;
+  };
+  EXPECT_EQ(alias_of_c(head + adds, proto::TEST, true), "a");  // b read a before c runs
+  EXPECT_EQ(alias_of_c(head + adds, proto::TEST, false), "own buffer");
+  const std::string loss = R"(layer { name: "loss" type: "EuclideanLoss" bottom: "c" bottom: "x" top: "l" }
+)";
+  EXPECT_EQ(alias_of_c(head + adds + loss, proto::TRAIN, true), "own buffer");  // c runs backward
+  const std::string later = R"(layer { name: "d" type: "InnerProduct" bottom: "a" top: "d" }
+)";
+  EXPECT_EQ(alias_of_c(head + adds + later, proto::TEST, true), "own buffer");
+  // Never onto the caller's input.
+  const std::string onto_x = R"(layer { name: "c" type: "Convolution" bottom: "b" bottom: "x" top: "c" }
+)";
+  EXPECT_EQ(alias_of_c(head + onto_x, proto::TEST, true), "own buffer");
+  // Nor onto a value of another shape.
+  Graph g = graph_of(head + adds, {1, 4}, proto::TEST);
+  g.values[value(g, "c")].shape = {1, 8};
+  Plan p = make_plan(g, facts_of(g), false, false, params_per_node(g), plain(), true);
+  EXPECT_EQ(p.alias.data_alias[value(g, "c")], -1);
+}
+
 // A batch known only when the net runs (Filter): the values it reaches stay plain, whatever
 // their producers prefer, and are not placed inside a Concat's output (the runs' offsets
 // hold for one batch only); values before it keep their layout and placement.

@@ -37,7 +37,7 @@ struct CalibrationTable {
 
 // Runs the bundle's FP32 graph on `batches` batches of `dataset` (empty: the data its net
 // was tested on; "random": uniform [0, 1) inputs) and measures every input of a
-// Convolution / InnerProduct.
+// Convolution / InnerProduct (fused residuals included).
 // method: "minmax", "percentile" (99.99) or "entropy".
 CalibrationTable calibrate(const Bundle& b, const std::string& source, const std::string& dataset, int batches,
                            const std::string& method, int threads);

@@ -155,7 +155,7 @@ DeployResult deploy(const DeployOptions& o,
     r.reports.push_back(cal);
     if (o.precision == Precision::int8) {
       const Bundle fp32 = r.bundle;
-      r.int8 = quantize_int8(r.bundle, *r.calibration, r.shapes);
+      r.int8 = quantize_int8(r.bundle, *r.calibration);
       std::unique_ptr<InferenceSession> int8 = checked_session(r.bundle, name, "quantize-int8", o.threads);
       std::vector<std::string> sent_back;
       if (o.int8_where_faster && r.int8.quantized > 0) {

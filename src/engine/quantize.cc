@@ -15,13 +15,20 @@ namespace bks {
 
 namespace {
 
-constexpr int64_t kFewChannelsForInt8 = 4;
-
 bool is_int8_node(const Node& n) { return op_traits(n).weighted_linear && n.deploy.int8_input_threshold > 0.f; }
 
+// Whether node n is an int8 node reading value v as its fused residual only: it takes v
+// int8 at any threshold (its kernel rescales it into its output's units).
+bool reads_int8_residual(const Node& n, int v) {
+  return is_int8_node(n) && n.deploy.fusion.residual_sum && n.inputs.size() == 2 && n.inputs[1] == v &&
+         n.inputs[0] != v;
+}
+
 // The threshold every reader of value v quantizes it with, when all of them are int8 nodes
-// (or MAX poolings whose outputs qualify in turn) and agree; none otherwise.
-std::optional<float> int8_readers_threshold(const Graph& g, int v) {
+// (or MAX poolings whose outputs qualify in turn) and agree; none otherwise. Readers of v
+// as a fused residual agree with any threshold; when they are the only readers, v's
+// calibrated range is used (none when it was not measured).
+std::optional<float> int8_readers_threshold(const Graph& g, int v, const std::map<std::string, float>& calibrated) {
   const Value& val = g.values[v];
   // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
   if (val.consumers.empty() || val.producer < 0) return std::nullopt;
@@ -30,30 +37,50 @@ std::optional<float> int8_readers_threshold(const Graph& g, int v) {
   std::optional<float> t;
   for (int c : val.consumers) {
     const Node& n = g.nodes[c];
+    if (reads_int8_residual(n, v)) continue;
     std::optional<float> mine;
     if (is_int8_node(n) && n.inputs[0] == v && std::count(n.inputs.begin(), n.inputs.end(), v) == 1) {
       mine = n.deploy.int8_input_threshold;
     } else if (op_traits(n).max_pooling && n.outputs.size() == 1) {
-      mine = int8_readers_threshold(g, n.outputs[0]);
+      mine = int8_readers_threshold(g, n.outputs[0], calibrated);
     }
     if (!mine || (t && *t != *mine)) return std::nullopt;
     t = mine;
   }
+  if (!t) {
+    auto it = calibrated.find(val.name);
+    if (it != calibrated.end() && it->second > 0.f) t = it->second;
+  }
   return t;
+}
+
+// The threshold value v is written int8 with (through MAX poolings, which keep it), or 0 when
+// it is f32.
+float int8_written_threshold(const Graph& g, int v) {
+  const int p = g.values[v].producer;
+  if (p < 0) return 0.f;
+  const Node& n = g.nodes[p];
+  if (op_traits(n).max_pooling && !n.inputs.empty()) return int8_written_threshold(g, n.inputs[0]);
+  return is_int8_node(n) ? n.deploy.int8_output_threshold : 0.f;
 }
 
 }  // namespace
 
-int keep_int8_between_layers(Graph& g) {
+int keep_int8_between_layers(Graph& g, const std::map<std::string, float>& calibrated) {
   int count = 0;
   for (Node& n : g.nodes) {
     n.deploy.int8_output_threshold = 0.f;
-    // A fused residual sum adds f32 values; such a node writes f32.
-    if (!is_int8_node(n) || n.outputs.size() != 1 || n.deploy.fusion.residual_sum) continue;
-    if (auto t = int8_readers_threshold(g, n.outputs[0])) {
+    if (!is_int8_node(n) || n.outputs.size() != 1) continue;
+    if (auto t = int8_readers_threshold(g, n.outputs[0], calibrated)) {
       n.deploy.int8_output_threshold = *t;
       ++count;
     }
+  }
+  // A fused residual written int8 arrives int8: its reader needs the writer's threshold.
+  for (Node& n : g.nodes) {
+    n.deploy.int8_residual_threshold = 0.f;
+    if (is_int8_node(n) && n.deploy.fusion.residual_sum && n.inputs.size() == 2)
+      n.deploy.int8_residual_threshold = int8_written_threshold(g, n.inputs[1]);
   }
   return count;
 }
@@ -69,28 +96,25 @@ std::vector<std::string> keep_int8_where_faster(Graph& g, const std::vector<doub
     --plan.quantized;
     sent_back.push_back(fmt::format("{}: fp32 {:.4f} ms, faster than int8 {:.4f} ms", n.name, fp32_ms[k], int8_ms[k]));
   }
-  plan.int8_outputs = keep_int8_between_layers(g);
+  plan.int8_outputs = keep_int8_between_layers(g, plan.calibrated);
   return sent_back;
 }
 
-Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t, const std::map<std::string, Shape>& shapes) {
+Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t) {
   Int8Plan plan;
+  for (const auto& [blob, th] : t.threshold) plan.calibrated[blob] = static_cast<float>(th);
   Graph& g = b.graph;
   for (Node& n : g.nodes) {
     const OpTraits tr = op_traits(n);
     if (!tr.weighted_linear || n.inputs.empty()) continue;
     const std::string& in = g.values[n.inputs[0]].name;
-    // First layers (a grey or RGB image): oneDNN 2.6's int8 kernels there are slower than
-    // its f32 one (LeNet conv1, batch 256: 1.1-1.8 ms vs 0.77 ms on AVX-512 VNNI).
-    auto s = shapes.find(in);
-    if (tr.convolution && s != shapes.end() && s->second.size() == 4 && s->second[1] < kFewChannelsForInt8) continue;
     auto it = t.threshold.find(in);
     if (it == t.threshold.end() || it->second <= 0) continue;
     n.deploy.int8_input_threshold = static_cast<float>(it->second);
     n.deploy.precision = Precision::int8;
     ++plan.quantized;
   }
-  plan.int8_outputs = keep_int8_between_layers(g);
+  plan.int8_outputs = keep_int8_between_layers(g, plan.calibrated);
   b.info["precision"] = precision_name(Precision::int8);
   return plan;
 }

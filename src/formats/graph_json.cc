@@ -27,6 +27,7 @@ json deploy_to_json(const NodeDeploy& d) {
   if (!d.kernel.empty()) j["kernel"] = d.kernel;
   if (d.int8_input_threshold > 0.f) j["int8_input_threshold"] = d.int8_input_threshold;
   if (d.int8_output_threshold > 0.f) j["int8_output_threshold"] = d.int8_output_threshold;
+  if (d.int8_residual_threshold > 0.f) j["int8_residual_threshold"] = d.int8_residual_threshold;
   return j;
 }
 
@@ -186,6 +187,7 @@ NodeDeploy deploy_from_json(const Reader& r, const json& j, const std::string& w
   }
   d.int8_input_threshold = r.number(j, "int8_input_threshold", what);
   d.int8_output_threshold = r.number(j, "int8_output_threshold", what);
+  d.int8_residual_threshold = r.number(j, "int8_residual_threshold", what);
   return d;
 }
 

@@ -73,9 +73,12 @@ struct NodeDeploy {
   // ... and of the output when the node writes int8 for int8 readers (u8, 255 / threshold
   // after a fused ReLU; s8, 127 / threshold otherwise; 0: writes f32).
   float int8_output_threshold = 0.f;
+  // ... and of a fused residual (input 1) that arrives int8 (its writer's output threshold;
+  // 0: it arrives f32).
+  float int8_residual_threshold = 0.f;
   bool empty() const {
     return precision == Precision::fp32 && !fusion.any() && kernel.empty() && int8_input_threshold == 0.f &&
-           int8_output_threshold == 0.f;
+           int8_output_threshold == 0.f && int8_residual_threshold == 0.f;
   }
 };
 

@@ -15,11 +15,15 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 Int8Thresholds int8_thresholds(const OpContext& c) {
-  Int8Thresholds t{c.node.deploy.int8_input_threshold, c.node.deploy.int8_output_threshold};
+  Int8Thresholds t{c.node.deploy.int8_input_threshold, c.node.deploy.int8_output_threshold,
+                   c.node.deploy.int8_residual_threshold};
   if (t.in < 0.f) c.fail("int8_input_threshold must be positive");
   if (t.in > 0.f && c.phase == proto::TRAIN) c.fail("int8_input_threshold is for inference graphs, not TRAIN");
   if (t.out < 0.f) c.fail("int8_output_threshold must be positive");
   if (t.out > 0.f && !(t.in > 0.f)) c.fail("int8_output_threshold needs int8_input_threshold");
+  if (t.residual < 0.f) c.fail("int8_residual_threshold must be positive");
+  if (t.residual > 0.f && (!(t.in > 0.f) || !c.node.deploy.fusion.residual_sum))
+    c.fail("int8_residual_threshold needs int8_input_threshold and a fused residual sum");
   const bool int8 = c.node.deploy.precision == Precision::int8;
   if (int8 && !(t.in > 0.f)) c.fail("int8 precision needs a calibrated int8_input_threshold");
   if (!int8 && t.in > 0.f)
@@ -44,13 +48,35 @@ dnnl::convolution_forward::primitive_desc int8_pd(const dnnl::engine& eng, const
   return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(attr), eng);
 }
 
-// Per-output-channel output scales, then the fused residual sum (read in `dst`'s layout)
-// and ReLU, applied to the scaled result.
-dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>& oscale, const memory::desc& residual) {
+// How a fused residual reaches the int8 kernel: already in the destination buffer, stored
+// as `type` (a sum post-op, scaled from its own int8 or f32 units into the destination's),
+// or read through a binary add as f32 in the destination's units and `layout`.
+struct ResidualInput {
+  bool in_dst = false;
+  float scale = 1.f;
+  dt type = dt::undef;
+  memory::desc layout;
+};
+
+// f32 with md's dimensions and layout.
+memory::desc as_f32(const memory::desc& md) {
+  memory::desc f = md;
+  f.data.data_type = dnnl_f32;
+  return f;
+}
+
+// Per-output-channel output scales, then the fused residual sum and ReLU, applied to the
+// scaled result.
+dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>& oscale, const ResidualInput& r) {
   dnnl::primitive_attr attr;
   attr.set_output_scales(1 << 1, oscale);
   dnnl::post_ops po;
-  if (sp.fusion && sp.fusion->residual_sum) po.append_binary(dnnl::algorithm::binary_add, residual);
+  if (sp.fusion && sp.fusion->residual_sum) {
+    if (r.in_dst)
+      po.append_sum(r.scale, r.type);
+    else
+      po.append_binary(dnnl::algorithm::binary_add, r.layout);
+  }
   if (sp.fusion) append_fused_relu(po, *sp.fusion);
   attr.set_post_ops(po);
   return attr;
@@ -59,13 +85,20 @@ dnnl::primitive_attr int8_attr(const Int8ConvSpec& sp, const std::vector<float>&
 }  // namespace
 
 Int8Conv::Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_user,
-                   const memory::desc& dst_user, const memory::desc& residual_md)
-    : eng_(eng), spec_(spec), src_user_(src_user), dst_user_(dst_user), residual_md_(residual_md) {
+                   const memory::desc& dst_user, const memory::desc& residual_md, bool residual_in_dst)
+    : eng_(eng),
+      spec_(spec),
+      src_user_(src_user),
+      dst_user_(dst_user),
+      residual_md_(residual_md),
+      residual_in_dst_(residual_in_dst) {
   if (spec.fusion) fusion_ = *spec.fusion;
   spec_.fusion = &fusion_;
   src_scale_ = int8_levels(src_user.data_type()) / std::max(spec.in_threshold, 1e-12f);
+  if (fusion_.residual_sum && is_int8(residual_md) && !(spec.residual_threshold > 0.f))
+    throw InputError("an int8 fused residual needs a positive int8_residual_threshold");
+  residual_scale_ = is_int8(residual_md) ? int8_levels(residual_md.data_type()) / spec.residual_threshold : 1.f;
   if (is_int8(dst_user)) {
-    if (fusion_.residual_sum) throw InputError("an int8 convolution output cannot take a fused residual sum");
     if (!(spec.out_threshold > 0.f))
       throw InputError("an int8 convolution output needs a positive int8_output_threshold");
     dst_scale_ = int8_levels(dst_user.data_type()) / spec.out_threshold;
@@ -83,7 +116,7 @@ memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec
   const std::vector<float> ones(static_cast<size_t>(out_channels(spec)), 1.f);
   for (const memory::desc& src : {is_int8(src_md) ? src_md : src_any, src_any}) {
     try {
-      auto pd = int8_pd(eng, sp, src, dst_any, int8_attr(sp, ones, {}));
+      auto pd = int8_pd(eng, sp, src, dst_any, int8_attr(sp, ones, ResidualInput{}));
       if (!is_reference_impl(pd.impl_info_str())) return pd.dst_desc();
     } catch (const dnnl::error&) {
     }
@@ -110,24 +143,38 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   memory::desc src_k = int8_in ? src_user_ : memory::desc(spec_.src, dt::s8, tag::any);
   dnnl::convolution_forward::primitive_desc pd;
   bool found = false;
+  // A residual in the destination buffer is summed there when the kernel writes that buffer
+  // (its values rescaled from the residual's units into the destination's).
+  const memory::desc residual_user =
+      residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw);
+  auto residual_input = [&](const memory::desc& kernel_dst) {
+    ResidualInput r;
+    r.in_dst = fusion_.residual_sum && residual_in_dst_ && kernel_dst == dst_user_;
+    r.scale = dst_scale_ / residual_scale_;
+    r.type = residual_user.data_type() == kernel_dst.data_type() ? dt::undef : residual_user.data_type();
+    r.layout = as_f32(kernel_dst);
+    return r;
+  };
+  ResidualInput residual = residual_input(dst_user_);
   try {
-    pd = int8_pd(eng_, spec_, src_k, dst_user_, int8_attr(spec_, oscale, dst_user_));
+    pd = int8_pd(eng_, spec_, src_k, dst_user_, int8_attr(spec_, oscale, residual));
     found = !is_reference_impl(pd.impl_info_str());
   } catch (const dnnl::error&) {
   }
   if (!found) {
     memory::desc src_any(spec_.src, int8_in ? src_user_.data_type() : dt::s8, tag::any);
     memory::desc dst_any(spec_.dst, dst_user_.data_type(), tag::any);
-    auto probe =
-        int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, memory::desc(spec_.dst, dt::f32, tag::nhwc)));
-    pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, probe.dst_desc()));
+    ResidualInput binary = residual_input(dst_any);
+    binary.layout = memory::desc(spec_.dst, dt::f32, tag::nhwc);
+    auto probe = int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, binary));
+    residual = residual_input(probe.dst_desc());
+    pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, residual));
   }
+  sum_ = residual.in_dst;
   conv_ = DnnlPrimitive(dnnl::convolution_forward(pd), pd);
   src_.init(eng_, src_user_, pd.src_desc(), int8_in ? 1.f : src_scale_);
   dst_.init(eng_, dst_user_, pd.dst_desc());
-  if (fusion_.residual_sum)
-    res_.init(eng_, residual_md_.data.ndims ? residual_md_ : memory::desc(spec_.dst, dt::f32, tag::nchw),
-              pd.dst_desc());
+  if (fusion_.residual_sum && !sum_) res_.init(eng_, residual_user, residual.layout, residual.scale);
   // Weights, once.
   memory wei_f32({spec_.wei, dt::f32, grouped(spec_) ? tag::goihw : tag::oihw}, eng_, const_cast<float*>(wei));
   wei_q_ = memory(pd.weights_desc(), eng_);
@@ -145,10 +192,12 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   auto type = [](const memory::desc& m) {
     return m.data_type() == dt::u8 ? "u8" : m.data_type() == dt::s8 ? "s8" : "f32";
   };
-  name_ =
-      fmt::format("{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
-                  type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
-                  fusion_.relu ? ", fused +relu" : "");
+  name_ = fmt::format(
+      "{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
+      type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
+      fusion_.residual_sum ? fmt::format(", fused +{}{}", sum_ ? "sum" : "add", fusion_.relu ? " +relu" : "")
+      : fusion_.relu       ? ", fused +relu"
+                           : "");
   built_ = true;
 }
 
@@ -158,7 +207,7 @@ void Int8Conv::run(dnnl::stream& s, const void* src, const float* wei, const flo
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, src_.read(s, src)}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, dst_.write(dst)}};
   if (spec_.bias) args[DNNL_ARG_BIAS] = bias_q_;
-  if (fusion_.residual_sum) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_.read(s, residual);
+  if (fusion_.residual_sum && !sum_) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_.read(s, residual);
   conv_.execute(s, args);
   dst_.commit(s);
   s.wait();

@@ -25,7 +25,7 @@ struct OpContext;
 // deploy.int8_output_threshold; 0 when absent), checked: positive, inference only, an output one
 // only with an input one.
 struct Int8Thresholds {
-  float in = 0.f, out = 0.f;
+  float in = 0.f, out = 0.f, residual = 0.f;
 };
 Int8Thresholds int8_thresholds(const OpContext& c);
 
@@ -34,15 +34,17 @@ struct Int8ConvSpec {
   bool bias = false;
   float in_threshold = 0.f;              // |x| the input's largest level stands for
   float out_threshold = 0.f;             // the same for an int8 output (unused when it is f32)
+  float residual_threshold = 0.f;        // and for an int8 fused residual (unused when it is f32)
   const FusedPostOps* fusion = nullptr;  // may be null
 };
 
 class Int8Conv {
  public:
   // src_user / dst_user: the callers' layouts and types (f32, s8 or u8). residual_md: the
-  // layout of a fused residual input (f32 outputs only).
+  // layout of a fused residual input (f32 outputs only); residual_in_dst: it is the
+  // destination buffer's content when run() is called (summed there).
   Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_user,
-           const memory::desc& dst_user, const memory::desc& residual_md);
+           const memory::desc& dst_user, const memory::desc& residual_md, bool residual_in_dst = false);
   // The destination layout the kernel writes fastest, of type `dst_type`, reading `src_md`
   // (empty: f32 to be quantized here).
   static memory::desc preferred_dst(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_md,
@@ -57,6 +59,8 @@ class Int8Conv {
   Int8ConvSpec spec_;
   FusedPostOps fusion_;
   memory::desc src_user_, dst_user_, residual_md_;
+  bool residual_in_dst_ = false, sum_ = false;
+  float residual_scale_ = 1.f;  // the residual's levels per unit (1: f32)
   float src_scale_, dst_scale_ = 1.f;
   bool built_ = false;
   DnnlPrimitive conv_;

@@ -151,12 +151,15 @@ dnnl::convolution_forward::primitive_desc forward_pd(dnnl::engine& eng, const Co
   return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(attr), eng);
 }
 
-// oneDNN post-ops for a fused residual sum (read in the destination's layout) and ReLU.
-dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst) {
+// oneDNN post-ops for a fused residual sum and ReLU. The residual is either already in the
+// destination's buffer (`in_dst`: a `sum` post-op, which keeps oneDNN 2.6 on its brgemm
+// kernels) or read by a binary add in the destination's layout.
+dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst, bool in_dst) {
   dnnl::primitive_attr attr;
   if (!f) return attr;
   dnnl::post_ops po;
-  if (f->residual_sum) po.append_binary(dnnl::algorithm::binary_add, dst);
+  if (f->residual_sum && in_dst) po.append_sum(1.f);
+  if (f->residual_sum && !in_dst) po.append_binary(dnnl::algorithm::binary_add, dst);
   append_fused_relu(po, *f);
   attr.set_post_ops(po);
   return attr;
@@ -177,13 +180,13 @@ double best_of_three_ms(F&& run) {
 
 // Milliseconds one forward call takes with this kernel, converting from and to the
 // caller's layouts as the real call would (best of 3 after a warm-up, on zeroed scratch
-// buffers).
+// buffers). `residual`: the kernel reads one through a binary post-op.
 double time_forward(dnnl::engine& eng, const dnnl::convolution_forward::primitive_desc& pd,
                     const memory::desc& src_user, const memory::desc& dst_user, bool bias, bool residual) {
   dnnl::stream s(eng);
   memory us(src_user, eng), ud(dst_user, eng), ks(pd.src_desc(), eng), kd(pd.dst_desc(), eng),
       w(pd.weights_desc(), eng);
-  for (memory* m : {&us, &ks, &w}) std::memset(m->get_data_handle(), 0, m->get_desc().get_size());
+  for (memory* m : {&us, &ks, &kd, &w}) std::memset(m->get_data_handle(), 0, m->get_desc().get_size());
   DnnlPrimitive conv(dnnl::convolution_forward(pd), pd);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ks}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, kd}};
   if (bias) {
@@ -218,10 +221,9 @@ double time_own_winograd(const WinogradShape& ws, const FusedPostOps& post) {
   return best_of_three_ms([&] { k.forward(src.data(), dst.data(), post.residual_sum ? res.data() : nullptr); });
 }
 
-Int8ConvSpec int8_spec(const ConvGeometry& g, bool bias, float in_threshold, float out_threshold,
-                       const FusedPostOps* fusion) {
+Int8ConvSpec int8_spec(const ConvGeometry& g, bool bias, const Int8Thresholds& t, const FusedPostOps* fusion) {
   ConvDescs d = conv_descs(g);
-  return {d.src, d.dst, d.wei, d.strides, d.dil, d.pl, d.pr, bias, in_threshold, out_threshold, fusion};
+  return {d.src, d.dst, d.wei, d.strides, d.dil, d.pl, d.pr, bias, t.in, t.out, t.residual, fusion};
 }
 
 // Below this many input channels (first layers), oneDNN 2.6's kernels for its own
@@ -256,12 +258,12 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
 memory::desc ConvKernels::preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
                                              const memory::desc& src_md, const FusedPostOps* fusion,
                                              memory::data_type dst_type) {
-  return Int8Conv::preferred_dst(eng, int8_spec(g, bias, 1.f, 1.f, fusion), src_md, dst_type);
+  return Int8Conv::preferred_dst(eng, int8_spec(g, bias, {1.f, 1.f, 1.f}, fusion), src_md, dst_type);
 }
 
 void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
                           const memory::desc& src_md, const memory::desc& dst_md, bool need_bwd_data,
-                          const FusedPostOps* fusion, const memory::desc& residual_md) {
+                          const FusedPostOps* fusion, const memory::desc& residual_md, bool residual_in_dst) {
   bias_ = bias;
   ConvDescs d = conv_descs(g);
   const auto &src = d.src, &dst = d.dst, &wei = d.wei, &strides = d.strides, &dil = d.dil, &pl = d.pl, &pr = d.pr;
@@ -278,9 +280,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   // choose and convert at the edges (never a reference kernel when a fast one exists).
   memory::desc src_k = src_md.data.ndims || g.c == 1 ? src_user : src_any, dst_k = dst_md.data.ndims ? dst_md : dst_any;
   int8_.reset();
-  if (int8_threshold_ > 0.f && !training) {
-    int8_ = std::make_unique<Int8Conv>(eng, int8_spec(g, bias, int8_threshold_, int8_out_threshold_, fusion), src_user,
-                                       dst_user, residual_md);
+  if (int8_thresholds_.in > 0.f && !training) {
+    int8_ = std::make_unique<Int8Conv>(eng, int8_spec(g, bias, int8_thresholds_, fusion), src_user, dst_user,
+                                       residual_md, residual_in_dst);
     return;
   }
   if (bf16_ && !training) {
@@ -297,14 +299,21 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     dst_k = dst_any;
     fpd = forward_pd(eng, g, bias, training, src_k, dst_k);
   }
+  // A residual already in the destination's buffer is summed there when the kernel writes
+  // that buffer directly; when it writes its own layout (converted after), a binary add
+  // reads the residual from the caller's buffer before it is overwritten.
+  residual_ = fusion && fusion->residual_sum;
+  sum_ = false;
+  auto sums_in_dst = [&](const memory::desc& kernel_dst) {
+    return residual_ && residual_in_dst && kernel_dst == dst_user;
+  };
+  const memory::desc residual_user = residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw);
   if (fusion) {
-    // Post-ops see the layouts just chosen; the residual is read in the destination's.
-    fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc()),
+    // Post-ops see the layouts just chosen.
+    sum_ = sums_in_dst(fpd.dst_desc());
+    fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc(), sum_),
                      dnnl::algorithm::convolution_direct, bf16_ && !training);
-    residual_ = fusion->residual_sum;
-    if (residual_)
-      f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw),
-                       fpd.dst_desc());
+    if (residual_ && !sum_) f_residual_.init(eng, residual_user, fpd.dst_desc());
   }
   algorithm_ = "direct";
   if (constant_weights_ && !training && (choice_.empty() || choice_ == "winograd") && !bf16_) {
@@ -313,8 +322,9 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
     // already chose.
     try {
       auto probe = forward_pd(eng, g, bias, false, src_any, dst_any, {}, dnnl::algorithm::convolution_winograd);
+      const bool wino_sum = sums_in_dst(probe.dst_desc());
       auto wpd = forward_pd(eng, g, bias, false, probe.src_desc(), probe.dst_desc(),
-                            fusion ? fusion_attr(fusion, probe.dst_desc()) : dnnl::primitive_attr(),
+                            fusion ? fusion_attr(fusion, probe.dst_desc(), wino_sum) : dnnl::primitive_attr(),
                             dnnl::algorithm::convolution_winograd);
       {  // its weights layout must be reachable from Caffe's (throws when not)
         memory from(wei_user, eng), to(wpd.weights_desc(), eng);
@@ -322,8 +332,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
       }
       double direct = 1, wino = 0;
       if (choice_.empty()) {
-        direct = time_forward(eng, fpd, src_user, dst_user, bias, residual_);
-        wino = time_forward(eng, wpd, src_user, dst_user, bias, residual_);
+        direct = time_forward(eng, fpd, src_user, dst_user, bias, residual_ && !sum_);
+        wino = time_forward(eng, wpd, src_user, dst_user, bias, residual_ && !wino_sum);
         tuning_ = fmt::format(" (autotuned: {} {:.3f} ms vs {} {:.3f} ms)", wino < direct ? "winograd" : "direct",
                               std::min(wino, direct), wino < direct ? "direct" : "winograd", std::max(wino, direct));
       } else {
@@ -332,9 +342,8 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
       if (wino < direct) {
         algorithm_ = "winograd";
         fpd = wpd;
-        if (residual_)
-          f_residual_.init(eng, residual_md.data.ndims ? residual_md : memory::desc(dst, dt::f32, tag::nchw),
-                           fpd.dst_desc());
+        sum_ = wino_sum;
+        if (residual_ && !sum_) f_residual_.init(eng, residual_user, fpd.dst_desc());
       }
     } catch (const dnnl::error&) {
       // No Winograd kernel for this shape or ISA (oneDNN 2.6 has one for AVX-512 only): direct
@@ -410,7 +419,7 @@ bool ConvKernels::try_own_winograd(dnnl::engine& eng, const ConvGeometry& g,
     return false;
   const FusedPostOps post = fusion ? *fusion : FusedPostOps{};
   if (choice_.empty()) {
-    const double theirs = time_forward(eng, fpd, src_user, dst_user, bias_, residual);
+    const double theirs = time_forward(eng, fpd, src_user, dst_user, bias_, residual && !sum_);
     const double ours = time_own_winograd(ws, post);
     const std::string theirs_name = algorithm_ == "winograd" ? "winograd" : "direct";
     tuning_ = fmt::format(" (autotuned: {} {:.3f} ms vs {} {:.3f} ms)", ours < theirs ? "winograd_f4" : theirs_name,
@@ -439,7 +448,7 @@ void ConvKernels::forward(dnnl::stream& s, const void* src, const float* wei, co
       {DNNL_ARG_WEIGHTS, constant_weights_ ? f_wei_.read_constant(s, wei) : f_wei_.read(s, wei)},
       {DNNL_ARG_DST, f_dst_.write(dst)}};
   if (bias_) args[DNNL_ARG_BIAS] = f_bias_.read(s, bias);
-  if (residual_) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = f_residual_.read(s, residual);
+  if (residual_ && !sum_) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = f_residual_.read(s, residual);
   fwd_.execute(s, args);
   f_dst_.commit(s);
   s.wait();

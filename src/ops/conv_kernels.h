@@ -40,9 +40,11 @@ class ConvKernels {
   // need_bwd_data false skips building the backward-data kernel (first layers).
   // `fusion` (inference only): post-ops on the forward output; with residual_sum, the
   // residual (layout residual_md, plain when empty) is added before the ReLU.
+  // residual_in_dst: the residual is the destination buffer's content when forward() runs
+  // (the planner put the output in its buffer); forward() still gets its pointer.
   void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training, const memory::desc& src_md = {},
                const memory::desc& dst_md = {}, bool need_bwd_data = true, const FusedPostOps* fusion = nullptr,
-               const memory::desc& residual_md = {});
+               const memory::desc& residual_md = {}, bool residual_in_dst = false);
   // The destination layout oneDNN's kernel writes fastest for this geometry.
   static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
   // The same for the int8 kernel reading src_md (empty: f32), writing `dst_type`.
@@ -64,12 +66,9 @@ class ConvKernels {
   void set_algorithm_choice(const std::string& a) { choice_ = a; }
   // Inference in bfloat16 (data converted from and to the callers' f32 at the edges).
   void set_bf16(bool b) { bf16_ = b; }
-  // INT8 inference with this calibrated input threshold (0: off), and the output's when the
-  // destination layout is int8; see conv_int8.h.
-  void set_int8_thresholds(float in, float out) {
-    int8_threshold_ = in;
-    int8_out_threshold_ = out;
-  }
+  // INT8 inference with these calibrated thresholds: the input's (0: off), the output's when
+  // the destination layout is int8, a fused residual's when it arrives int8; see conv_int8.h.
+  void set_int8_thresholds(const Int8Thresholds& t) { int8_thresholds_ = t; }
   // The algorithm the forward kernel runs ("direct", "winograd" or "winograd_f4").
   const std::string& algorithm() const { return algorithm_; }
 
@@ -85,11 +84,12 @@ class ConvKernels {
   DnnlPrimitive fwd_, bwd_data_, bwd_wei_;
   DnnlOperand f_src_, f_wei_, f_dst_, f_bias_, f_residual_;
   bool residual_ = false;
+  bool sum_ = false;  // the residual is summed in the destination buffer (a oneDNN sum post-op)
   bool constant_weights_ = false;
   std::string tuning_;  // what autotuning measured, for name()
   std::string choice_, algorithm_ = "direct";
   bool bf16_ = false;
-  float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
+  Int8Thresholds int8_thresholds_;
   std::unique_ptr<Int8Conv> int8_;
   std::unique_ptr<WinogradConv> wino_;
   DnnlOperand d_ddst_, d_wei_, d_dsrc_;

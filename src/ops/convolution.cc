@@ -107,9 +107,7 @@ class ConvolutionKernel final : public Kernel {
         bias_term_(init.node.attrs.as<ConvAttrs>().bias_term),
         fusion_(init.node.deploy.fusion),
         choice_(init.node.deploy.kernel) {
-    Int8Thresholds t = int8_thresholds(context());
-    int8_threshold_ = t.in;
-    int8_out_threshold_ = t.out;
+    int8_ = int8_thresholds(context());
     fused_ = fusion_.any();
   }
 
@@ -120,10 +118,9 @@ class ConvolutionKernel final : public Kernel {
   LayoutRule layout_rule() const override { return LayoutRule::any_in_any_out; }
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
-    if (int8_threshold_ > 0.f)
-      return ConvKernels::preferred_int8_dst(
-          eng, g_, bias_term_, in.empty() ? memory::desc() : in[0], &fusion_,
-          int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_out_threshold_));
+    if (int8_.in > 0.f)
+      return ConvKernels::preferred_int8_dst(eng, g_, bias_term_, in.empty() ? memory::desc() : in[0], &fusion_,
+                                             int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_.out));
     return ConvKernels::preferred_dst(eng, g_, bias_term_, phase_ == proto::TRAIN);
   }
 
@@ -133,10 +130,13 @@ class ConvolutionKernel final : public Kernel {
     k_.set_constant_weights(constant_params_ && phase_ != proto::TRAIN);
     k_.set_algorithm_choice(choice_);
     k_.set_bf16(bf16_ && phase_ != proto::TRAIN);
-    k_.set_int8_thresholds(int8_threshold_, int8_out_threshold_);
+    k_.set_int8_thresholds(int8_);
     k_.prepare(be.engine(), g_, bias_term_, phase_ == proto::TRAIN, layout(in_layout_, 0), layout(out_layout_, 0),
-               needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1));
+               needs_input_grad(0), fused_ ? &fusion_ : nullptr, layout(in_layout_, 1), output_in_input_buffer_);
   }
+
+  // At inference a fused residual (input 1) may already be in the output's buffer.
+  int output_adds_onto_input() const override { return fusion_.residual_sum && phase_ != proto::TRAIN ? 1 : -1; }
 
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
@@ -172,7 +172,7 @@ class ConvolutionKernel final : public Kernel {
   FusedPostOps fusion_;
   bool fused_ = false;
   std::string choice_;
-  float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
+  Int8Thresholds int8_;
 };
 
 }  // namespace

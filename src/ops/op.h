@@ -75,6 +75,12 @@ class Kernel {
     out_layout_ = std::move(out);
   }
   void set_needs_input_grad(std::vector<bool> needs) { needs_in_grad_ = std::move(needs); }
+  // Inference kernels that can add their result onto what output 0's buffer holds: the
+  // input whose values they would otherwise read and add (OpFacts::output_adds_onto_input),
+  // or -1. The runtime says before prepare() whether the plan put output 0 in that input's
+  // buffer (then the input's values are already there when forward() runs).
+  virtual int output_adds_onto_input() const { return -1; }
+  void set_output_in_input_buffer(bool b) { output_in_input_buffer_ = b; }
 
   virtual void forward(OpCall& c) = 0;
   virtual void backward(OpCall& c);
@@ -120,6 +126,7 @@ class Kernel {
   std::string where_;
   std::vector<dnnl::memory::desc> in_layout_, out_layout_;
   std::vector<bool> needs_in_grad_;
+  bool output_in_input_buffer_ = false;  // see set_output_in_input_buffer()
   Phase phase_;
   uint64_t seed_;
   Backend& backend_;

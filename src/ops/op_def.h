@@ -50,6 +50,10 @@ struct OpFacts {
   // and the kernel's output_batch() the one each forward writes.
   bool batch_from_data = false;
   // Filled by the net:
+  // The kernel can add its output onto the values already in the output's buffer, so the
+  // output may share input i's buffer when nothing reads that input after the node (a
+  // residual sum fused into a convolution at inference); -1: no such input.
+  int output_adds_onto_input = -1;
   bool learnable = false;                           // has a parameter that takes gradient steps
   LayoutRule layout_rule = LayoutRule::plain_only;  // the chosen kernel's
 };

@@ -76,6 +76,7 @@ std::vector<OpFacts> Net::op_facts() const {
     OpFacts& f = facts[n];
     f = defs_[n]->facts(context(n), input_shapes(graph_, n));
     f.layout_rule = kernels_[n]->layout_rule();
+    f.output_adds_onto_input = kernels_[n]->output_adds_onto_input();
     f.learnable = false;
     for (size_t i = 0; i < node_params_[n].size(); ++i)
       f.learnable = f.learnable || (store_.at(node_params_[n][i]).learnable && node.params[i].lr_mult != 0.f);
@@ -100,6 +101,11 @@ void Net::apply_plan() {
     for (int v : graph_.nodes[n].inputs) in.push_back(plan_.layout[v]);
     for (int v : graph_.nodes[n].outputs) out.push_back(plan_.layout[v]);
     kernels_[n]->set_layouts(in, out);
+    const int i = kernels_[n]->output_adds_onto_input();
+    const Node& node = graph_.nodes[n];
+    kernels_[n]->set_output_in_input_buffer(i >= 0 && i < static_cast<int>(node.inputs.size()) &&
+                                            !node.outputs.empty() &&
+                                            plan_.alias.data_alias[node.outputs[0]] == node.inputs[i]);
   }
   data_.assign(nv, Tensor());
   grad_.assign(nv, Tensor());
@@ -360,6 +366,18 @@ std::pair<int64_t, int64_t> Net::data_extent() const {
   return {0, 0};
 }
 
+std::string Net::buffer_note(int n) const {
+  const Node& node = graph_.nodes[n];
+  const int a = node.outputs.empty() ? -1 : plan_.alias.data_alias[node.outputs[0]];
+  if (a < 0) return "";
+  const std::string& name = graph_.values[a].name;
+  if (graph_.values[a].producer > n) return fmt::format(" written into {}", name);
+  const int i = kernels_[n]->output_adds_onto_input();
+  if (i >= 0 && i < static_cast<int>(node.inputs.size()) && node.inputs[i] == a)
+    return fmt::format(" added onto {}", name);
+  return " in-place";
+}
+
 std::string Net::describe() const {
   std::string s;
   for (int n = 0; n < num_nodes(); ++n) {
@@ -369,11 +387,7 @@ std::string Net::describe() const {
       outs.push_back(fmt::format("{} {}", graph_.values[v].name, shape_str(graph_.values[v].shape)));
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
-                     kernels_[n]->reported_name(),
-                     !first_out || plan_.alias.data_alias[node.outputs[0]] < 0 ? ""
-                     : graph_.values[plan_.alias.data_alias[node.outputs[0]]].producer > n
-                         ? fmt::format(" written into {}", graph_.values[plan_.alias.data_alias[node.outputs[0]]].name)
-                         : std::string(" in-place"),
+                     kernels_[n]->reported_name(), buffer_note(n),
                      !first_out || !is_blocked(node.outputs[0])   ? ""
                      : value_dtype(node.outputs[0]) == DType::f32 ? " blocked-layout"
                      : value_dtype(node.outputs[0]) == DType::u8  ? " u8 output"

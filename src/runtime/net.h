@@ -90,6 +90,9 @@ class Net {
   bool is_blocked(int v) const { return plan_.is_blocked(v); }
   // One line per node: shapes, kernel, in-place decisions.
   std::string describe() const;
+  // How node n's output shares a buffer, for describe(): " in-place", " written into X"
+  // (a Concat's run), " added onto X" (OpFacts::output_adds_onto_input), or "".
+  std::string buffer_note(int n) const;
 
   // Caffe's debug_info (runtime/net_debug_info.cc): when on, forward logs the mean |x| of
   // each node's tops and parameters after it runs, backward that of each gradient it wrote

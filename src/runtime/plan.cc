@@ -79,6 +79,45 @@ bool can_write_in_place(const Graph& g, const std::vector<OpFacts>& facts, const
   return true;
 }
 
+// The same layout, or int8 layouts that differ in signedness only: the same bytes (a kernel
+// adding onto them reads them as their own type).
+bool same_bytes(const dnnl::memory::desc& a, const dnnl::memory::desc& b) {
+  if (a == b) return true;
+  auto int8 = [](const dnnl::memory::desc& m) {
+    return m.data_type() == dnnl::memory::data_type::s8 || m.data_type() == dnnl::memory::data_type::u8;
+  };
+  if (!int8(a) || !int8(b)) return false;
+  dnnl::memory::desc c = a;
+  c.data.data_type = b.data.data_type;
+  return c == b;
+}
+
+// Whether node n's output may take over input x's buffer, its kernel adding onto the
+// values there (OpFacts::output_adds_onto_input): inference only, the same layout and size,
+// and every value sharing x's buffer made by an op of this graph and read by no node after
+// n (nor by n through another input, nor after the pass).
+bool can_add_onto_input(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
+                        const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data,
+                        const AliasPlan& a, int n, int x) {
+  const Node& node = g.nodes[n];
+  const int y = node.outputs[0];
+  if (gp.runs_backward[n] || a.data_alias[y] >= 0 || !same_bytes(layout[x], layout[y]) ||
+      g.values[x].shape != g.values[y].shape || batch_from_data[x] || batch_from_data[y] ||
+      std::count(node.inputs.begin(), node.inputs.end(), x) != 1)
+    return false;
+  const int root = alias_root(a.data_alias, x);
+  for (int u = 0; u < num_values(g); ++u) {
+    if (alias_root(a.data_alias, u) != root) continue;
+    const Value& val = g.values[u];
+    if (val.producer < 0 || facts[val.producer].external_input || val.consumers.empty() || gp.loss_weight[u] != 0.f ||
+        a.data_alias_offset[u] != 0)
+      return false;
+    for (int c : val.consumers)
+      if (c > n || (c == n && u != x)) return false;
+  }
+  return true;
+}
+
 // A Concat written in place: producers write straight into their runs of the output
 // (inference only, plain or whole channel blocks, each input read by the Concat alone and
 // made by an op of this graph), and the Concat moves only the other inputs. True when the
@@ -264,7 +303,8 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
 }
 
 AliasPlan plan_aliases(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                       const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data) {
+                       const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data,
+                       bool reuse_buffers) {
   const int nv = num_values(g);
   AliasPlan a;
   a.data_alias.assign(nv, -1);
@@ -277,11 +317,16 @@ AliasPlan plan_aliases(const Graph& g, const std::vector<OpFacts>& facts, const 
     if (place_concat_inputs(g, facts, gp, layout, batch_from_data, a, n)) continue;
     int x = node.inputs[0], y = node.outputs[0];
     bool alias = false;
+    const int onto = facts[n].output_adds_onto_input;
     if (facts[n].output_is_view && node.inputs.size() == 1 && !blocked(x)) {
       alias = true;
     } else if (g.values[x].name == g.values[y].name && layout[x] == layout[y] &&
                can_write_in_place(g, facts, gp, a.data_alias, n, x)) {
       alias = true;
+    } else if (reuse_buffers && onto >= 0 && onto < static_cast<int>(node.inputs.size()) &&
+               can_add_onto_input(g, facts, gp, layout, batch_from_data, a, n, node.inputs[onto])) {
+      a.data_alias[y] = node.inputs[onto];
+      continue;
     }
     if (!alias) continue;
     a.data_alias[y] = x;
@@ -374,7 +419,7 @@ Plan make_plan(const Graph& g, const std::vector<OpFacts>& facts, bool training,
   p.outputs = g.outputs();
   p.batch_from_data = plan_batch_from_data(g, facts);
   p.layout = plan_layouts(g, facts, p.grad, p.batch_from_data, preferred, false);
-  p.alias = plan_aliases(g, facts, p.grad, p.layout, p.batch_from_data);
+  p.alias = plan_aliases(g, facts, p.grad, p.layout, p.batch_from_data, reuse_buffers);
   p.memory = plan_memory(g, facts, p, reuse_buffers);
   check_plan(g, facts, p);
   return p;
@@ -434,10 +479,14 @@ void check_plan(const Graph& g, const std::vector<OpFacts>& facts, const Plan& p
     if (a < 0) continue;
     int n = g.values[v].producer, reader = g.values[v].consumers.empty() ? -1 : g.values[v].consumers[0];
     bool view = n >= 0 && facts[n].output_is_view, in_place = n >= 0 && facts[n].allows_inplace;
+    const int onto = n >= 0 ? facts[n].output_adds_onto_input : -1;
+    const bool adds_onto = onto >= 0 && onto < static_cast<int>(g.nodes[n].inputs.size()) &&
+                           g.nodes[n].inputs[onto] == a && v == g.nodes[n].outputs[0];
+    in_place = in_place || adds_onto;
     bool concat_run = reader >= 0 && !facts[reader].input_runs_in_output.empty() && g.nodes[reader].outputs[0] == a;
     if (!view && !in_place && !concat_run)
       broken(fmt::format("'{}' shares the buffer of '{}' but no op allows it", g.values[v].name, g.values[a].name));
-    if (!concat_run && !(p.layout[v] == p.layout[a]))
+    if (!concat_run && !(adds_onto ? same_bytes(p.layout[v], p.layout[a]) : p.layout[v] == p.layout[a]))
       broken(fmt::format("'{}' shares the buffer of '{}' in another layout", g.values[v].name, g.values[a].name));
   }
   // Memory: buffers live at the same time never overlap, and all lie inside the arena.

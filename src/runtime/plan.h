@@ -90,9 +90,12 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
                                              const std::vector<bool>& batch_from_data, const PreferredLayout& preferred,
                                              bool plain_only);
 
-// In-place layers, views and Concats written in place.
+// In-place layers, views, Concats written in place, and (with reuse_buffers, as it
+// overwrites a value the graph does not name in place) outputs added onto an input's buffer
+// (OpFacts::output_adds_onto_input).
 AliasPlan plan_aliases(const Graph& g, const std::vector<OpFacts>& facts, const GradientPlan& gp,
-                       const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data);
+                       const std::vector<dnnl::memory::desc>& layout, const std::vector<bool>& batch_from_data,
+                       bool reuse_buffers = true);
 
 // Liveness -> arena offsets. With reuse_buffers false every buffer is dedicated (so values
 // can be inspected after a pass).
