@@ -997,6 +997,39 @@ TEST(DeployInt8, ResidualStreamStaysInt8AndMatchesFp32) {
   EXPECT_LE(logits_difference(o, m, "c"), 1e-4);
 }
 
+// A batch run in parts (micro batches) computes what the whole batch does: the session's
+// inputs and outputs hold every item, each forward computes m of them. The bundle's
+// recorded part size is used unless the session is told otherwise; a part size that does
+// not divide the batch runs it whole; a corrupt entry is a clear error. Deploy records a
+// part size only when it divides the batch.
+TEST(DeploySession, BatchInPartsComputesTheWholeBatch) {
+  DeployOptions o = write_model("micro", input_layer("data", {4, 8, 10, 10}) + kResidualBlocks);
+  DeployResult r = deploy(o);
+  ASSERT_EQ(r.batch, 4);
+  EXPECT_NE(r.micro_batch_table.find("chosen"), std::string::npos) << r.micro_batch_table;
+  if (auto it = r.bundle.info.find("micro_batch"); it != r.bundle.info.end()) {
+    EXPECT_EQ(4 % std::stoi(it->second), 0) << it->second;
+  }
+  Bundle b = r.bundle;
+  b.info.erase("micro_batch");
+  InferenceSession whole(b, "whole", 2), parts(b, "parts", 2, 0, 2);
+  EXPECT_EQ(whole.micro_batch(), 4);
+  EXPECT_EQ(parts.micro_batch(), 2);
+  EXPECT_EQ(parts.batch(), 4);
+  EXPECT_EQ(parts.value(parts.inputs()[0]).shape(), (Shape{4, 8, 10, 10}));
+  EXPECT_EQ(parts.net().value(parts.inputs()[0]).shape(), (Shape{2, 8, 10, 10}));
+  OutputGap g = output_gap(whole, parts, -1.f, 1.f, 5);
+  EXPECT_LE(g.worst / g.scale, 1e-5);
+  b.info["micro_batch"] = "2";
+  EXPECT_EQ(InferenceSession(b, "recorded", 2).micro_batch(), 2);
+  EXPECT_EQ(InferenceSession(b, "told whole", 2, 0, 0).micro_batch(), 4);
+  EXPECT_EQ(InferenceSession(b, "odd batch", 2, 3).micro_batch(), 3);
+  for (const char* bad : {"two", "0", "-2", "99999999999"}) {
+    b.info["micro_batch"] = bad;
+    EXPECT_THROW(InferenceSession(b, "corrupt", 2), InputError) << bad;
+  }
+}
+
 // Grouped and depthwise convolutions (MobileNet's) quantize too: their weights are scaled per
 // output channel across the groups.
 TEST(DeployInt8, GroupedAndDepthwiseConvolutionsMatchFp32) {

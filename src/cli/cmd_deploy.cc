@@ -115,10 +115,13 @@ Runner add_deploy(CLI::App& app) {
         for (const auto& line : rep.changes) fmt::print("    back to FP32: {}\n", line);
     fmt::print("{}", r.batch_table);
     fmt::print("autotuning: {} layer(s) run a non-default kernel\n", r.tuned);
+    fmt::print("{}", r.micro_batch_table);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);
     save_bundle(o->out, r.bundle);
-    fmt::print("wrote {}: {} precision, batch {}, {} ops, activation arena {:.2f} MB\n", o->out,
-               precision_name(d.precision), r.batch, r.ops, r.arena_bytes / 1e6);
+    auto micro = r.bundle.info.find("micro_batch");
+    fmt::print("wrote {}: {} precision, batch {}{}, {} ops, activation arena {:.2f} MB\n", o->out,
+               precision_name(d.precision), r.batch,
+               micro == r.bundle.info.end() ? "" : " (in parts of " + micro->second + ")", r.ops, r.arena_bytes / 1e6);
     return 0;
   };
 }

@@ -1,8 +1,15 @@
 #include "engine/batch_tuning.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
 
@@ -43,6 +50,89 @@ BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, 
     }
   }
   c.table += fmt::format("  chosen: batch {}\n", c.batch);
+  return c;
+}
+
+namespace {
+
+// Largest |a - b| over the largest |a|, across the session's outputs.
+double relative_gap(InferenceSession& a, InferenceSession& b) {
+  double worst = 0, scale = 1e-12;
+  for (size_t k = 0; k < a.outputs().size(); ++k) {
+    const Tensor &x = a.value(a.outputs()[k]), &y = b.value(b.outputs()[k]);
+    if (x.shape() != y.shape() || x.dtype() != DType::f32 || y.dtype() != DType::f32) return INFINITY;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      scale = std::max(scale, std::fabs(static_cast<double>(x.f32()[i])));
+      worst = std::max(worst, std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]));
+    }
+  }
+  return worst / scale;
+}
+
+// Lowest milliseconds of `runs` runs.
+double best_run_ms(InferenceSession& s, int runs) {
+  double best = INFINITY;
+  for (int i = 0; i < runs; ++i) {
+    const double t0 = now_us();
+    s.run();
+    best = std::min(best, (now_us() - t0) / 1e3);
+  }
+  return best;
+}
+
+}  // namespace
+
+MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, int threads) {
+  MicroBatchChoice c;
+  struct Candidate {
+    int64_t micro;
+    std::unique_ptr<InferenceSession> session;
+    double ms = INFINITY;
+  };
+  std::vector<Candidate> cands;
+  cands.push_back({0, std::make_unique<InferenceSession>(b, name, threads, 0, 0)});
+  InferenceSession& whole = *cands[0].session;
+  const int64_t n = whole.batch();
+  fill_inputs_uniform(whole, 7);
+  whole.run();
+  // Quantized kernels may round differently at another batch; FP32 ones only sum in
+  // another order.
+  const double tolerance = bundle_precision(b) == Precision::fp32 ? 1e-3 : 5e-2;
+  for (int64_t m = 1; m < n && m <= 64; m *= 2) {
+    if (n % m) continue;
+    std::unique_ptr<InferenceSession> s;
+    try {
+      s = std::make_unique<InferenceSession>(b, name, threads, 0, m);
+    } catch (const InputError&) {
+      continue;  // shapes fixed for the whole batch (a Reshape to constants naming it)
+    }
+    if (s->micro_batch() != m) continue;  // the graph does not slice by items
+    fill_inputs_uniform(*s, 7);
+    s->run();
+    if (relative_gap(whole, *s) > tolerance) continue;
+    cands.push_back({m, std::move(s)});
+  }
+  if (cands.size() == 1) return c;
+  std::vector<int64_t> sizes;
+  for (size_t k = 1; k < cands.size(); ++k) sizes.push_back(cands[k].micro);
+  log::info("autotune: timing batch {} whole and in parts of {} item(s)", n, fmt::join(sizes, ", "));
+  for (int round = 0; round < 3; ++round) {
+    for (Candidate& k : cands)
+      if (k.session) k.ms = std::min(k.ms, best_run_ms(*k.session, 2));
+    // Parts far behind after the first round are not timed again.
+    double best = INFINITY;
+    for (const Candidate& k : cands) best = std::min(best, k.ms);
+    for (Candidate& k : cands)
+      if (k.micro && k.ms > 1.25 * best) k.session.reset();
+  }
+  const Candidate* pick = &cands[0];
+  c.table = fmt::format("batch {}: ms per batch by items per forward\n", n);
+  for (const Candidate& k : cands) {
+    c.table += fmt::format("  {:>5}  {:.2f} ms\n", k.micro ? k.micro : n, k.ms);
+    if (k.ms < pick->ms) pick = &k;
+  }
+  if (pick->micro && pick->ms < 0.97 * cands[0].ms) c.micro = pick->micro;
+  c.table += fmt::format("  chosen: {}\n", c.micro ? fmt::format("parts of {}", c.micro) : std::string("whole"));
   return c;
 }
 

@@ -205,11 +205,23 @@ void autotune(DeployResult& r, const std::string& name, int threads) {
       tune.changes.push_back(fmt::format("{}: {}", net.graph().nodes[n].name, choice));
     }
   }
-  r.reports.push_back(tune);
   r.kernels = net.describe();
   r.arena_bytes = net.planned_bytes();
   r.batch = s.batch();
   r.ops = net.num_nodes();
+  // Whether the batch runs faster in parts (with the kernels just chosen).
+  r.bundle.info.erase("micro_batch");
+  if (r.batch > 1) {
+    MicroBatchChoice c = choose_micro_batch(r.bundle, name, threads);
+    r.micro_batch_table = c.table;
+    if (c.micro > 0) {
+      r.bundle.info["micro_batch"] = std::to_string(c.micro);
+      tune.changes.push_back(fmt::format("batch {} runs in parts of {}", r.batch, c.micro));
+      InferenceSession parts(r.bundle, name, threads);
+      r.arena_bytes = parts.net().planned_bytes();
+    }
+  }
+  r.reports.push_back(tune);
 }
 
 }  // namespace bks

@@ -62,6 +62,7 @@ struct DeployResult {
   std::optional<CalibrationTable> calibration;
   Int8Plan int8;
   std::string batch_table;  // --batch auto: items/s by batch size
+  std::string micro_batch_table;  // autotuning: the batch whole and in parts, timed
   int tuned = 0;            // layers whose autotuned kernel is not the default one
   // The bundle's net as built at the end: kernels and layouts, arena, batch.
   std::string kernels;
@@ -81,7 +82,8 @@ DeployModel load_deploy_model(const DeployOptions& o);
 // together (int8 without a calibration source, both --calib and --calib-from, bf16 on a
 // CPU without it).
 // Builds r.bundle's net: records each layer's autotuned kernel and fills r's kernels,
-// arena_bytes, batch and ops.
+// arena_bytes, batch and ops; then, for a batch above 1, times it whole and in parts and
+// records the faster (info "micro_batch", see InferenceSession).
 void autotune(DeployResult& r, const std::string& name, int threads);
 DeployResult deploy(const DeployOptions& o,
                     const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});

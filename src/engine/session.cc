@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -8,21 +9,112 @@
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
 #include "ops/op_def.h"
+#include "ops/shape_inference.h"
 #include "profile/profiler.h"
 
 namespace bks {
 
-InferenceSession::InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch) {
+int64_t bundle_micro_batch(const Bundle& b, const std::string& source) {
+  auto it = b.info.find("micro_batch");
+  if (it == b.info.end()) return 0;
+  int64_t m = 0;
+  const std::string& s = it->second;
+  const bool digits =
+      !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) m = std::stoll(s);
+  if (m <= 0) input_error("{}: corrupt bundle: micro_batch '{}' is not a positive integer", source, s);
+  return m;
+}
+
+namespace {
+
+// The batch of the graph's first external input (0 when it has none).
+int64_t input_batch(Graph g) {
+  infer_shapes(g, proto::TEST);
+  for (const Node& n : g.nodes)
+    if (op_traits(n).external_input && !n.outputs.empty() && !g.values[n.outputs[0]].shape.empty())
+      return g.values[n.outputs[0]].shape[0];
+  return 0;
+}
+
+// Whether every input and output of `net` has `m` items first (so parts of a batch are
+// slices of it) and no value's batch comes from the data.
+bool runs_in_parts(const Net& net, int64_t m) {
+  const Graph& g = net.graph();
+  std::vector<int> edges = net.inputs();
+  edges.insert(edges.end(), net.outputs().begin(), net.outputs().end());
+  for (int v : edges)
+    if (g.values[v].shape.empty() || g.values[v].shape[0] != m || net.is_blocked(v)) return false;
+  const std::vector<bool>& from_data = net.plan().batch_from_data;
+  return std::none_of(from_data.begin(), from_data.end(), [](bool d) { return d; });
+}
+
+}  // namespace
+
+InferenceSession::InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch,
+                                   int64_t micro_batch) {
   Graph graph = b.graph;
   if (batch > 0) set_input_batch(graph, batch);
+  int64_t m = micro_batch < 0 ? bundle_micro_batch(b, source) : micro_batch;
+  const int64_t whole = m > 0 ? input_batch(graph) : 0;
+  if (m > 0 && m < whole && whole % m == 0) {
+    set_input_batch(graph, m);
+  } else {
+    m = 0;
+  }
   bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
   net_ = bundle_net_->net.get();
   inputs_ = net_->inputs();
   if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
+  if (m > 0 && !runs_in_parts(*net_, m)) {
+    // Not batch-sliceable after all: build it whole.
+    m = 0;
+    graph = b.graph;
+    if (batch > 0) set_input_batch(graph, batch);
+    bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
+    net_ = bundle_net_->net.get();
+    inputs_ = net_->inputs();
+  }
   batch_ = net_->graph().values[inputs_[0]].shape.at(0);
+  if (m > 0) {
+    micro_ = m;
+    batch_ = whole;
+    std::vector<int> edges = inputs_;
+    edges.insert(edges.end(), net_->outputs().begin(), net_->outputs().end());
+    for (int v : edges) {
+      const Tensor& part = net_->value(v);
+      Shape s = part.shape();
+      s[0] = whole;
+      whole_.emplace(v, Tensor(s, part.dtype()));
+    }
+  }
 }
 
 InferenceSession::~InferenceSession() = default;
+
+Tensor& InferenceSession::value(int v) {
+  auto it = whole_.find(v);
+  return it != whole_.end() ? it->second : net_->value(v);
+}
+
+void InferenceSession::run() {
+  if (!micro_) {
+    net_->forward();
+    return;
+  }
+  for (int64_t first = 0; first < batch_; first += micro_) {
+    for (int v : inputs_) {
+      Tensor& part = net_->value(v);
+      std::memcpy(part.raw(), static_cast<const char*>(whole_.at(v).raw()) + first / micro_ * part.bytes(),
+                  part.bytes());
+    }
+    net_->forward();
+    for (int v : net_->outputs()) {
+      const Tensor& part = net_->value(v);
+      std::memcpy(static_cast<char*>(whole_.at(v).raw()) + first / micro_ * part.bytes(), part.raw(), part.bytes());
+    }
+  }
+}
 
 void fill_inputs_uniform(InferenceSession& s, uint64_t seed) {
   Rng rng(seed);

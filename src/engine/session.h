@@ -2,6 +2,7 @@
 // the bundle's blobs. One session serves one thread at a time.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,25 +36,40 @@ struct BundleNet {
 std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, Graph graph, const std::string& source, int threads,
                                             NetOptions options);
 
+// The bundle's micro batch (info "micro_batch", written by deploy's autotuning): how many
+// items each forward computes when a batch runs in parts; 0 when it runs whole. InputError
+// naming `source` when the entry is not a positive integer.
+int64_t bundle_micro_batch(const Bundle& b, const std::string& source);
+
 class InferenceSession {
  public:
   // batch > 0 overrides the bundle's batch size. `source` names the bundle in errors.
-  InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch = 0);
+  // micro_batch: items per forward (0: the whole batch at once; -1: the bundle's choice).
+  // A batch of N runs as N / m forwards of m items when m divides N, so each layer's output
+  // is still in cache when the next layer reads it; inputs and outputs hold all N items.
+  InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch = 0,
+                   int64_t micro_batch = -1);
   ~InferenceSession();
 
   const std::vector<int>& inputs() const { return inputs_; }
   const std::vector<int>& outputs() const { return net_->outputs(); }
   const std::string& value_name(int v) const { return net_->graph().values[v].name; }
-  Tensor& value(int v) { return net_->value(v); }
-  void run() { net_->forward(); }
+  // Inputs and outputs hold the whole batch; other values the last part computed.
+  Tensor& value(int v);
+  void run();
+  // The net computing one part (the whole batch when it runs whole).
   Net& net() { return *net_; }
   int64_t batch() const { return batch_; }
+  // Items per forward: batch() when the batch runs whole.
+  int64_t micro_batch() const { return micro_ ? micro_ : batch_; }
 
  private:
   std::unique_ptr<BundleNet> bundle_net_;
   Net* net_ = nullptr;
   std::vector<int> inputs_;
   int64_t batch_ = 0;
+  int64_t micro_ = 0;            // items per forward when the batch runs in parts (0: whole)
+  std::map<int, Tensor> whole_;  // the inputs and outputs at the whole batch, when in parts
 };
 
 // Fills every input of the session with uniform [0, 1) values (seed `seed`): for timing, where
