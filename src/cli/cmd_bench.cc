@@ -65,11 +65,16 @@ std::vector<int64_t> parse_batches(const std::string& text) {
   return out;
 }
 
-// Per-layer mean forward time over `iterations` runs; convolutions and inner products also
-// get their achieved GFLOP/s (2 x output elements x weights per output channel).
+// Per-layer mean forward time over `iterations` runs (of the whole batch, in parts when the
+// session runs it so); convolutions and inner products also get their achieved GFLOP/s
+// (2 x output elements x weights per output channel).
 nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
   Net& net = s.net();
   const std::vector<double> times = time_nodes(s, iterations);
+  const double parts = static_cast<double>(s.batch()) / static_cast<double>(s.micro_batch());
+  if (print && parts > 1)
+    fmt::print("  (each layer's time for the whole batch, run in {} parts of {})\n", s.batch() / s.micro_batch(),
+               s.micro_batch());
   nlohmann::json rows = nlohmann::json::array();
   if (print) fmt::print("  {:<20} {:<14} {:>10} {:>10}   {}\n", "layer", "type", "ms", "GFLOP/s", "kernel");
   for (int k = 0; k < net.num_nodes(); ++k) {
@@ -83,7 +88,7 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
       // Multiply-adds per output value: the weights of one output channel (either storage
       // order of an inner product's weights gives the same count).
       double per_output = static_cast<double>(w.numel()) / static_cast<double>(out.at(1));
-      gflops = 2.0 * out_numel * per_output / (ms * 1e6);
+      gflops = 2.0 * parts * out_numel * per_output / (ms * 1e6);
     }
     rows.push_back({{"layer", node.name},
                     {"type", node.type},
