@@ -138,13 +138,14 @@ DnnlPrimitive make_reorder(const memory& src, const memory& dst, dnnl::primitive
   return DnnlPrimitive(dnnl::reorder(pd), pd);
 }
 
-void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale) {
+void DnnlOperand::init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale,
+                       bool always_copy) {
   user_ = memory(user, eng, nullptr);
   reorder_ = {};
   back_ = {};
   converts_ = false;
   converted_ = nullptr;
-  if (user == kernel && scale == 1.f) {
+  if (user == kernel && scale == 1.f && !always_copy) {
     kernel_ = user_;
     return;
   }

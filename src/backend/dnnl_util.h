@@ -98,7 +98,10 @@ class DnnlOperand {
  public:
   // scale != 1: the kernel's values are the user's times `scale` (int8 quantization, where
   // the kernel's type is s8/u8 and the user's f32; rounded and saturated by oneDNN).
-  void init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale = 1.f);
+  // always_copy: the kernel reads its own copy even in the user's layout (the user's buffer
+  // is overwritten while the kernel still reads).
+  void init(const dnnl::engine& eng, const memory::desc& user, const memory::desc& kernel, float scale = 1.f,
+            bool always_copy = false);
   bool reorders() const { return converts_; }
   // Input: memory holding the data in the kernel's layout (reordered from `user` if needed).
   memory& read(dnnl::stream& s, const void* user);

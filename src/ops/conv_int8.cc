@@ -156,10 +156,20 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     return r;
   };
   ResidualInput residual = residual_input(dst_user_);
-  try {
-    pd = int8_pd(eng_, spec_, src_k, dst_user_, int8_attr(spec_, oscale, residual));
-    found = !is_reference_impl(pd.impl_info_str());
-  } catch (const dnnl::error&) {
+  auto fast_pd = [&](const memory::desc& src, const memory::desc& dst, const ResidualInput& r) {
+    try {
+      pd = int8_pd(eng_, spec_, src, dst, int8_attr(spec_, oscale, r));
+      return !is_reference_impl(pd.impl_info_str());
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  found = fast_pd(src_k, dst_user_, residual);
+  if (!found && residual.in_dst) {
+    // No fast kernel with the sum: a binary add of the residual, copied out of the
+    // destination buffer first (below).
+    residual.in_dst = false;
+    found = fast_pd(src_k, dst_user_, residual);
   }
   if (!found) {
     memory::desc src_any(spec_.src, int8_in ? src_user_.data_type() : dt::s8, tag::any);
@@ -168,13 +178,17 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     binary.layout = memory::desc(spec_.dst, dt::f32, tag::nhwc);
     auto probe = int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, binary));
     residual = residual_input(probe.dst_desc());
-    pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, residual));
+    if (!fast_pd(probe.src_desc(), probe.dst_desc(), residual) && residual.in_dst) {
+      residual.in_dst = false;
+      pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, residual));
+    }
   }
   sum_ = residual.in_dst;
   conv_ = DnnlPrimitive(dnnl::convolution_forward(pd), pd);
   src_.init(eng_, src_user_, pd.src_desc(), int8_in ? 1.f : src_scale_);
   dst_.init(eng_, dst_user_, pd.dst_desc());
-  if (fusion_.residual_sum && !sum_) res_.init(eng_, residual_user, residual.layout, residual.scale);
+  if (fusion_.residual_sum && !sum_)
+    res_.init(eng_, residual_user, residual.layout, residual.scale, /*always_copy=*/residual_in_dst_);
   // Weights, once.
   memory wei_f32({spec_.wei, dt::f32, grouped(spec_) ? tag::goihw : tag::oihw}, eng_, const_cast<float*>(wei));
   wei_q_ = memory(pd.weights_desc(), eng_);

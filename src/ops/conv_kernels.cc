@@ -311,9 +311,19 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   if (fusion) {
     // Post-ops see the layouts just chosen.
     sum_ = sums_in_dst(fpd.dst_desc());
-    fpd = forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(), fusion_attr(fusion, fpd.dst_desc(), sum_),
-                     dnnl::algorithm::convolution_direct, bf16_ && !training);
-    if (residual_ && !sum_) f_residual_.init(eng, residual_user, fpd.dst_desc());
+    auto fused_pd = [&] {
+      return forward_pd(eng, g, bias, training, fpd.src_desc(), fpd.dst_desc(),
+                        fusion_attr(fusion, fpd.dst_desc(), sum_), dnnl::algorithm::convolution_direct,
+                        bf16_ && !training);
+    };
+    try {
+      fpd = fused_pd();
+    } catch (const dnnl::error&) {
+      if (!sum_) throw;
+      sum_ = false;  // no kernel with the sum: a binary add of a copy of the residual (below)
+      fpd = fused_pd();
+    }
+    if (residual_ && !sum_) f_residual_.init(eng, residual_user, fpd.dst_desc(), 1.f, residual_in_dst);
   }
   algorithm_ = "direct";
   if (constant_weights_ && !training && (choice_.empty() || choice_ == "winograd") && !bf16_) {
@@ -343,7 +353,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
         algorithm_ = "winograd";
         fpd = wpd;
         sum_ = wino_sum;
-        if (residual_ && !sum_) f_residual_.init(eng, residual_user, fpd.dst_desc());
+        if (residual_ && !sum_) f_residual_.init(eng, residual_user, fpd.dst_desc(), 1.f, residual_in_dst);
       }
     } catch (const dnnl::error&) {
       // No Winograd kernel for this shape or ISA (oneDNN 2.6 has one for AVX-512 only): direct
