@@ -123,7 +123,7 @@ MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, in
     double best = INFINITY;
     for (const Candidate& k : cands) best = std::min(best, k.ms);
     for (Candidate& k : cands)
-      if (k.micro && k.ms > 1.25 * best) k.session.reset();
+      if (k.micro && k.ms > 1.15 * best) k.session.reset();
   }
   const Candidate* pick = &cands[0];
   c.table = fmt::format("batch {}: ms per batch by items per forward\n", n);
