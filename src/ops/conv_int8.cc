@@ -178,7 +178,8 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     binary.layout = memory::desc(spec_.dst, dt::f32, tag::nhwc);
     auto probe = int8_pd(eng_, spec_, src_any, dst_any, int8_attr(spec_, oscale, binary));
     residual = residual_input(probe.dst_desc());
-    if (!fast_pd(probe.src_desc(), probe.dst_desc(), residual) && residual.in_dst) {
+    if (!fast_pd(probe.src_desc(), probe.dst_desc(), residual)) {
+      // Whatever oneDNN gives for oneDNN's own layouts (or its error), with a binary add.
       residual.in_dst = false;
       pd = int8_pd(eng_, spec_, probe.src_desc(), probe.dst_desc(), int8_attr(spec_, oscale, residual));
     }
