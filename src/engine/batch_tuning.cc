@@ -131,7 +131,10 @@ MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, in
     c.table += fmt::format("  {:>5}  {:.2f} ms\n", k.micro ? k.micro : n, k.ms);
     if (k.ms < pick->ms) pick = &k;
   }
-  if (pick->micro && pick->ms < 0.97 * cands[0].ms) c.micro = pick->micro;
+  if (pick->micro && pick->ms < 0.97 * cands[0].ms) {
+    c.micro = pick->micro;
+    c.arena_bytes = pick->session->net().planned_bytes();
+  }
   c.table += fmt::format("  chosen: {}\n", c.micro ? fmt::format("parts of {}", c.micro) : std::string("whole"));
   return c;
 }

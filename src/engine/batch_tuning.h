@@ -22,6 +22,7 @@ BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, 
 
 struct MicroBatchChoice {
   int64_t micro = 0;  // items per forward; 0: the whole batch at once
+  size_t arena_bytes = 0;  // the activation arena of a net computing `micro` items (when chosen)
   std::string table;  // milliseconds per batch for each part size tried
 };
 

@@ -9,7 +9,6 @@
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
 #include "ops/op_def.h"
-#include "ops/shape_inference.h"
 #include "profile/profiler.h"
 
 namespace bks {
@@ -28,12 +27,21 @@ int64_t bundle_micro_batch(const Bundle& b, const std::string& source) {
 
 namespace {
 
+// The shapes external input node k gives its outputs, from its definition alone.
+std::vector<Shape> declared_shapes(const Graph& g, int k) {
+  const Node& n = g.nodes[k];
+  std::vector<Shape> takes(n.outputs.size());
+  op_def(g, k).infer(OpContext{n, g.describe(k), proto::TEST}, {}, takes);
+  return takes;
+}
+
 // The batch of the graph's first external input (0 when it has none).
-int64_t input_batch(Graph g) {
-  infer_shapes(g, proto::TEST);
-  for (const Node& n : g.nodes)
-    if (op_traits(n).external_input && !n.outputs.empty() && !g.values[n.outputs[0]].shape.empty())
-      return g.values[n.outputs[0]].shape[0];
+int64_t input_batch(const Graph& g) {
+  for (int k = 0; k < static_cast<int>(g.nodes.size()); ++k)
+    if (op_traits(g.nodes[k]).external_input) {
+      std::vector<Shape> shapes = declared_shapes(g, k);
+      if (!shapes.empty() && !shapes[0].empty()) return shapes[0][0];
+    }
   return 0;
 }
 
@@ -53,27 +61,22 @@ bool runs_in_parts(const Net& net, int64_t m) {
 
 InferenceSession::InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch,
                                    int64_t micro_batch) {
-  Graph graph = b.graph;
-  if (batch > 0) set_input_batch(graph, batch);
-  int64_t m = micro_batch < 0 ? bundle_micro_batch(b, source) : micro_batch;
-  const int64_t whole = m > 0 ? input_batch(graph) : 0;
-  if (m > 0 && m < whole && whole % m == 0) {
-    set_input_batch(graph, m);
-  } else {
-    m = 0;
-  }
-  bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
-  net_ = bundle_net_->net.get();
-  inputs_ = net_->inputs();
-  if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
-  if (m > 0 && !runs_in_parts(*net_, m)) {
-    // Not batch-sliceable after all: build it whole.
-    m = 0;
-    graph = b.graph;
-    if (batch > 0) set_input_batch(graph, batch);
+  // The net at `items` per forward (0: the bundle's batch).
+  auto build = [&](int64_t items) {
+    Graph graph = b.graph;
+    if (items > 0) set_input_batch(graph, items);
     bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
     net_ = bundle_net_->net.get();
     inputs_ = net_->inputs();
+  };
+  int64_t m = micro_batch < 0 ? bundle_micro_batch(b, source) : micro_batch;
+  const int64_t whole = m > 0 ? (batch > 0 ? batch : input_batch(b.graph)) : 0;
+  if (!(m > 0 && m < whole && whole % m == 0)) m = 0;
+  build(m > 0 ? m : batch);
+  if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
+  if (m > 0 && !runs_in_parts(*net_, m)) {
+    m = 0;  // not batch-sliceable after all: whole
+    build(batch);
   }
   batch_ = net_->graph().values[inputs_[0]].shape.at(0);
   if (m > 0) {
@@ -161,8 +164,7 @@ std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, Graph graph, const 
   for (int k = 0; k < static_cast<int>(b.graph.nodes.size()); ++k) {
     const Node& n = b.graph.nodes[k];
     if (!op_traits(n).external_input) continue;
-    std::vector<Shape> takes(n.outputs.size());
-    op_def(b.graph, k).infer(OpContext{n, b.graph.describe(k), proto::TEST}, {}, takes);
+    const std::vector<Shape> takes = declared_shapes(b.graph, k);
     for (size_t j = 0; j < takes.size(); ++j) {
       const std::string& name = b.graph.values[n.outputs[j]].name;
       int u = r->net->graph().find_value(name);

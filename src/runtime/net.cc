@@ -101,11 +101,7 @@ void Net::apply_plan() {
     for (int v : graph_.nodes[n].inputs) in.push_back(plan_.layout[v]);
     for (int v : graph_.nodes[n].outputs) out.push_back(plan_.layout[v]);
     kernels_[n]->set_layouts(in, out);
-    const int i = kernels_[n]->output_adds_onto_input();
-    const Node& node = graph_.nodes[n];
-    kernels_[n]->set_output_in_input_buffer(i >= 0 && i < static_cast<int>(node.inputs.size()) &&
-                                            !node.outputs.empty() &&
-                                            plan_.alias.data_alias[node.outputs[0]] == node.inputs[i]);
+    kernels_[n]->set_output_in_input_buffer(output_added_onto_input(n));
   }
   data_.assign(nv, Tensor());
   grad_.assign(nv, Tensor());
@@ -366,16 +362,20 @@ std::pair<int64_t, int64_t> Net::data_extent() const {
   return {0, 0};
 }
 
+bool Net::output_added_onto_input(int n) const {
+  const Node& node = graph_.nodes[n];
+  const int i = kernels_[n]->output_adds_onto_input();
+  return i >= 0 && i < static_cast<int>(node.inputs.size()) && !node.outputs.empty() &&
+         plan_.alias.data_alias[node.outputs[0]] == node.inputs[i];
+}
+
 std::string Net::buffer_note(int n) const {
   const Node& node = graph_.nodes[n];
   const int a = node.outputs.empty() ? -1 : plan_.alias.data_alias[node.outputs[0]];
   if (a < 0) return "";
   const std::string& name = graph_.values[a].name;
   if (graph_.values[a].producer > n) return fmt::format(" written into {}", name);
-  const int i = kernels_[n]->output_adds_onto_input();
-  if (i >= 0 && i < static_cast<int>(node.inputs.size()) && node.inputs[i] == a)
-    return fmt::format(" added onto {}", name);
-  return " in-place";
+  return output_added_onto_input(n) ? fmt::format(" added onto {}", name) : std::string(" in-place");
 }
 
 std::string Net::describe() const {

@@ -93,6 +93,9 @@ class Net {
   // How node n's output shares a buffer, for describe(): " in-place", " written into X"
   // (a Concat's run), " added onto X" (OpFacts::output_adds_onto_input), or "".
   std::string buffer_note(int n) const;
+  // Whether the plan put node n's output in the buffer of the input its kernel adds onto
+  // (Kernel::output_adds_onto_input).
+  bool output_added_onto_input(int n) const;
 
   // Caffe's debug_info (runtime/net_debug_info.cc): when on, forward logs the mean |x| of
   // each node's tops and parameters after it runs, backward that of each gradient it wrote
