@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/communicator.h"
 
 int main(int argc, char** argv) {
   std::string command_line;
@@ -53,22 +54,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (verbose) bks::log::set_level(bks::log::Level::debug);
+  // In a data-parallel run every rank runs this: the messages of ranks other than 0 (and
+  // every rank's errors) say which rank wrote them.
+  if (bks::dist::launched_by_mpi() && bks::dist::world().rank() > 0) bks::log::set_prefix(bks::dist::message_prefix());
+  auto fail = [](int code, const char* what) {
+    std::fprintf(stderr, "%serror: %s\n", bks::dist::message_prefix().c_str(), what);
+    return bks::dist::finish(code, true);
+  };
   try {
     for (auto& [cmd, run] : verbs)
-      if (cmd->parsed()) return run();
+      if (cmd->parsed()) return bks::dist::finish(run(), false);
+  } catch (const bks::dist::QuietExit& e) {
+    return bks::dist::finish(e.code, true);
   } catch (const bks::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return fail(2, e.what());
   } catch (const bks::RuntimeError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return fail(1, e.what());
   } catch (const std::bad_alloc&) {
     // Readers check declared sizes against their input first; this is a real shortage.
-    std::fprintf(stderr, "error: out of memory (the network or its data need more than this machine has)\n");
-    return 1;
+    return fail(1, "out of memory (the network or its data need more than this machine has)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return fail(1, e.what());
   }
   return 2;
 }

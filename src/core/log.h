@@ -15,6 +15,8 @@ void set_file(const std::string& path);
 void write(Level l, const std::string& msg);
 // Only to the log file (for lines already shown on stdout).
 void to_file(const std::string& msg);
+// Put before every message on stderr (a data-parallel rank's "rank R on HOST: ").
+void set_prefix(const std::string& prefix);
 
 template <class... A>
 void info(fmt::format_string<A...> f, A&&... a) {

@@ -4,11 +4,12 @@
 
 namespace bks {
 
-Evaluation evaluate(Net& net, int batches, int64_t first_step) {
+Evaluation evaluate(Net& net, int batches, int64_t first_step, int part, int parts) {
   const auto& outs = net.outputs();
   Evaluation e;
   e.output_means.assign(outs.size(), 0.0);
-  for (int i = 0; i < batches; ++i) {
+  for (int i = part; i < batches; i += parts) {
+    ++e.batches;
     e.loss += net.forward(first_step + i);
     for (size_t k = 0; k < outs.size(); ++k) {
       const Tensor& v = net.value(outs[k]);
@@ -17,8 +18,9 @@ Evaluation evaluate(Net& net, int batches, int64_t first_step) {
       e.output_means[k] += s / static_cast<double>(std::max<int64_t>(v.numel(), 1));
     }
   }
-  for (auto& m : e.output_means) m /= batches;
-  e.loss /= batches;
+  const int n = std::max(e.batches, 1);
+  for (auto& m : e.output_means) m /= n;
+  e.loss /= n;
   return e;
 }
 

@@ -311,6 +311,14 @@ void Net::skipped_backward(int n) {
     for (int idx : plan_.grad.grad_ready_after[n]) grad_ready_(idx);
 }
 
+std::vector<int> Net::grad_ready_order() const {
+  std::vector<int> order;
+  for (int n = num_nodes() - 1; n >= 0; --n)
+    if (plan_.grad.runs_backward[n])
+      for (int idx : plan_.grad.grad_ready_after[n]) order.push_back(idx);
+  return order;
+}
+
 Tensor& Net::value(const std::string& name) {
   int v = graph_.find_value(name);
   if (v < 0) input_error("{}: no blob named '{}'", graph_.source, name);

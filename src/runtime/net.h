@@ -75,6 +75,9 @@ class Net {
   // Called with a store index once that parameter's gradient for this backward pass is
   // complete (all its layers are done): the hook for overlapping allreduce with backward.
   void set_grad_ready_hook(std::function<void(int)> hook) { grad_ready_ = std::move(hook); }
+  // Store indices in the order backward calls that hook (the same for every net built from
+  // the same graph: data-parallel ranks lay out their gradient buckets by it).
+  std::vector<int> grad_ready_order() const;
   void set_profiler(Profiler* p) { profiler_ = p; }
   // Batch size and dataset size of the net's first data layer; without one, the batch of
   // its first Input blob and dataset size 0.

@@ -18,8 +18,11 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-Progress::Progress(bool enabled, int64_t max_iter, int64_t display_every)
-    : enabled_(enabled), tty_(isatty(STDOUT_FILENO)), max_iter_(max_iter), display_every_(display_every) {}
+Progress::Progress(bool enabled, int64_t max_iter, int64_t display_every, bool may_redraw)
+    : enabled_(enabled),
+      tty_(may_redraw && isatty(STDOUT_FILENO)),
+      max_iter_(max_iter),
+      display_every_(display_every) {}
 
 void Progress::update(int64_t iter, float loss, float lr, double ips, double eta) {
   if (!enabled_) return;

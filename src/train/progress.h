@@ -8,7 +8,9 @@ namespace bks {
 
 class Progress {
  public:
-  Progress(bool enabled, int64_t max_iter, int64_t display_every);
+  // `may_redraw` false: periodic lines even on a terminal (under mpirun stdout is always a
+  // pseudo-terminal, whatever mpirun's own output goes to).
+  Progress(bool enabled, int64_t max_iter, int64_t display_every, bool may_redraw = true);
   // Called every iteration; draws when due.
   void update(int64_t iter, float loss, float lr, double images_per_s, double eta_s);
   // A line that must stay (test results, messages).

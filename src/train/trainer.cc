@@ -12,6 +12,8 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "core/sysinfo.h"
+#include "dist/communicator.h"
+#include "dist/gradient_buckets.h"
 #include "formats/caffe_net.h"
 #include "formats/caffe_upgrade.h"
 #include "formats/prototxt.h"
@@ -139,23 +141,44 @@ std::string json_number_key(const std::string& name) {
   return name;
 }
 
+// FNV-1a: the same text gives the same value on every host and in every run.
+uint64_t fnv1a(const std::string& text, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 class TrainerImpl {
  public:
-  explicit TrainerImpl(const TrainOptions& opt) : opt_(opt) {}
+  explicit TrainerImpl(const TrainOptions& opt) : opt_(opt), comm_(dist::world()), lead_(comm_.rank() == 0) {}
   TrainResult run();
 
  private:
   void setup();
+  // setup() on every rank, then the ranks agree that all of them succeeded with the same
+  // net and solver; the weights are rank 0's from then on.
+  void setup_everywhere();
+  uint64_t configuration_hash() const;
+  void broadcast_params(bool learnable);
+  void prepare_gradient_buckets();
+  // Whether to stop before the next step (an interrupt on any rank stops them all).
+  bool stop_requested();
   void restore();
   void test_all();
   void snapshot();
   nlohmann::json hardware_json() const;
   double epoch() const {
-    return dataset_size_ > 0 ? static_cast<double>(iter_) * batch_ * sp_.iter_size() / dataset_size_ : 0.0;
+    return dataset_size_ > 0 ? static_cast<double>(iter_) * batch_ * sp_.iter_size() * comm_.size() / dataset_size_
+                             : 0.0;
   }
   double since_start() const { return (now_us() - start_us_) / 1e6; }
 
   TrainOptions opt_;
+  dist::Communicator& comm_;
+  const bool lead_;             // rank 0: the rank that writes the run directory and prints
+  uint64_t fallback_seed_ = 0;  // rank 0's random seed, for solvers without random_seed
+  std::unique_ptr<dist::GradientBuckets> buckets_;
+  std::vector<int> bucket_slot_;  // per store index: its gradient's slot in buckets_, or -1
+  bool last_micro_step_ = true;   // the backward pass that completes this step's gradients
   proto::SolverParameter sp_;
   std::unique_ptr<CpuBackend> backend_;
   ParamStore store_;
@@ -165,7 +188,7 @@ class TrainerImpl {
   std::unique_ptr<Solver> solver_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Progress> progress_;
-  std::string run_dir_, last_snapshot_;
+  std::string run_dir_, last_snapshot_, configuration_;
   uint64_t seed_ = 0;
   int64_t iter_ = 0, batch_ = 0, dataset_size_ = 0;
   bool debug_info_ = false;  // Caffe's debug_info (the solver's or the net's)
@@ -203,7 +226,7 @@ void TrainerImpl::setup() {
   } else if (state.metadata.count("seed")) {
     seed_ = static_cast<uint64_t>(metadata_integer(state, "seed", opt_.snapshot));
   } else {
-    seed_ = std::random_device{}();
+    seed_ = fallback_seed_;
   }
   run_dir_ = opt_.out_dir;
   if (run_dir_.empty() && !opt_.snapshot.empty())
@@ -214,22 +237,28 @@ void TrainerImpl::setup() {
   }
   // A fresh run never writes into another run's directory (its metrics would mix);
   // resuming continues the directory it came from.
-  if (opt_.snapshot.empty() && fs::exists(fs::path(run_dir_) / "metrics.jsonl"))
-    input_error("{}: already holds a run (metrics.jsonl); choose another --out, or resume it with --snapshot",
-                run_dir_);
-  make_run_dir(run_dir_);
-  // What a writer killed mid-write left behind (the files it was replacing are intact).
-  for (const fs::path& d : {fs::path(run_dir_), fs::path(run_dir_) / "snapshots"})
-    if (int n = remove_stale_temporaries(d.string()))
-      log::debug("{}: removed {} stale temporary file(s)", d.string(), n);
-  log::set_file((fs::path(run_dir_) / "log.txt").string());
-  log::info("Run directory: {}", run_dir_);
+  // Only rank 0 writes the run directory; the other ranks read what it names.
+  if (lead_) {
+    if (opt_.snapshot.empty() && fs::exists(fs::path(run_dir_) / "metrics.jsonl"))
+      input_error("{}: already holds a run (metrics.jsonl); choose another --out, or resume it with --snapshot",
+                  run_dir_);
+    make_run_dir(run_dir_);
+    // What a writer killed mid-write left behind (the files it was replacing are intact).
+    for (const fs::path& d : {fs::path(run_dir_), fs::path(run_dir_) / "snapshots"})
+      if (int n = remove_stale_temporaries(d.string()))
+        log::debug("{}: removed {} stale temporary file(s)", d.string(), n);
+    log::set_file((fs::path(run_dir_) / "log.txt").string());
+    log::info("Run directory: {}", run_dir_);
+  }
   if (sp_.has_snapshot_prefix())
     log::debug("snapshot_prefix '{}' is not used: snapshots go to {}/snapshots", sp_.snapshot_prefix(), run_dir_);
   if (sp_.solver_mode() == proto::SolverParameter::GPU && sp_.has_solver_mode())
     log::warn("{}: solver_mode GPU: this build trains on the CPU", opt_.solver);
 
-  backend_ = std::make_unique<CpuBackend>(opt_.threads);
+  // Ranks sharing a host share its cores.
+  int threads = opt_.threads;
+  if (threads == 0 && comm_.local_size() > 1) threads = std::max(1, query_sysinfo().logical_cpus / comm_.local_size());
+  backend_ = std::make_unique<CpuBackend>(threads);
   proto::NetState train_state = sp_.train_state();
   train_state.set_phase(proto::TRAIN);
   // The TRAIN and TEST nets never run at the same time: one arena holds the activations and
@@ -266,9 +295,16 @@ void TrainerImpl::setup() {
     iter_ = metadata_integer(state, "iter", opt_.snapshot);
     log::info("Resumed from {} at iteration {}", opt_.snapshot, iter_);
     const std::string metrics = (fs::path(run_dir_) / "metrics.jsonl").string();
-    if (int n = drop_superseded_metrics(metrics, iter_))
-      log::info("{}: dropped {} record(s) after iteration {}; this run writes them again", metrics, n, iter_);
+    if (lead_)
+      if (int n = drop_superseded_metrics(metrics, iter_))
+        log::info("{}: dropped {} record(s) after iteration {}; this run writes them again", metrics, n, iter_);
   }
+  // What every rank must have the same of: the nets, the solver and the parameters' shapes.
+  configuration_ = ns.train.param.DebugString();
+  for (const NetLoad& t : ns.test) configuration_ += t.param.DebugString();
+  configuration_ += sp_.DebugString();
+  for (const Param& p : store_.all()) configuration_ += p.key + shape_str(p.data.shape()) + "\n";
+  if (!lead_) return;
 
   // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
   auto copy_text = [&](const std::string& src, const std::string& name) {
@@ -288,6 +324,10 @@ void TrainerImpl::setup() {
                         {"seed", seed_},
                         {"threads", backend_->threads()},
                         {"batch_size", batch_},
+                        {"world_size", comm_.size()},
+                        {"hosts", comm_.hosts()},
+                        {"ranks_per_host", comm_.local_size()},
+                        {"global_batch_size", batch_ * comm_.size()},
                         {"iter_size", sp_.iter_size()},
                         {"dataset_size", dataset_size_},
                         {"solver_type", solver_->type()},
@@ -298,11 +338,23 @@ void TrainerImpl::setup() {
 }
 
 void TrainerImpl::test_all() {
+  // Statistics layers keep (BatchNorm's) are rank 0's: the ranks test one set of weights.
+  broadcast_params(false);
   for (size_t t = 0; t < test_nets_.size(); ++t) {
     Net& net = *test_nets_[t];
     const auto& outs = net.outputs();
     int64_t pass = sp_.test_interval() > 0 ? iter_ / sp_.test_interval() : 0;
-    Evaluation ev = evaluate(net, test_iters_[t], pass * test_iters_[t]);
+    // Each rank runs its share of the pass's batches; the sums over ranks give the means a
+    // single process would report.
+    Evaluation ev = evaluate(net, test_iters_[t], pass * test_iters_[t], comm_.rank(), comm_.size());
+    if (comm_.size() > 1) {
+      std::vector<double> sums{ev.loss * ev.batches, static_cast<double>(ev.batches)};
+      for (double m : ev.output_means) sums.push_back(m * ev.batches);
+      comm_.allreduce_sum(sums.data(), sums.size());
+      ev.loss = sums[0] / sums[1];
+      for (size_t k = 0; k < ev.output_means.size(); ++k) ev.output_means[k] = sums[k + 2] / sums[1];
+    }
+    if (!lead_) continue;
     nlohmann::json rec = {{"time", since_start()},           {"iter", iter_},  {"epoch", epoch()}, {"phase", "test"},
                           {"lr", learning_rate(sp_, iter_)}, {"loss", ev.loss}};
     if (test_nets_.size() > 1) rec["test_net"] = t;
@@ -321,6 +373,7 @@ void TrainerImpl::test_all() {
 }
 
 void TrainerImpl::snapshot() {
+  if (!lead_) return;
   fs::path dir = fs::path(run_dir_) / "snapshots";
   std::string wname = fmt::format("iter_{}.safetensors", iter_);
   std::string sname = fmt::format("iter_{}.solverstate", iter_);
@@ -338,12 +391,97 @@ void TrainerImpl::snapshot() {
     log::debug("Removed {} older snapshot(s), keeping the newest {}", n, opt_.keep_snapshots);
 }
 
+uint64_t TrainerImpl::configuration_hash() const {
+  return fnv1a(configuration_) & ~(uint64_t{1} << 63);  // the top bit marks a failed rank
+}
+
+void TrainerImpl::setup_everywhere() {
+  // Rank 0's seed serves ranks whose solver gives none: their data orders must agree.
+  fallback_seed_ = std::random_device{}();
+  comm_.broadcast(&fallback_seed_, sizeof(fallback_seed_), 0);
+  if (comm_.size() == 1) return setup();
+  if (!lead_) log::set_level(log::Level::warn);  // quiet unless something is wrong
+  std::exception_ptr failed;
+  int code = 0;
+  try {
+    setup();
+  } catch (const InputError&) {
+    failed = std::current_exception(), code = 2;
+  } catch (...) {
+    failed = std::current_exception(), code = 1;
+  }
+  const uint64_t kFailed = uint64_t{1} << 63;
+  std::vector<uint64_t> all = comm_.allgather(failed ? kFailed | static_cast<uint64_t>(code) : configuration_hash());
+  int failures = 0, first_code = 0;
+  for (uint64_t v : all)
+    if (v & kFailed) first_code = first_code ? first_code : static_cast<int>(v & 0xff), ++failures;
+  if (failures) {
+    dist::mark_error_agreed();
+    // All failing means the same files failed everywhere: rank 0 says it once.
+    const bool report = failed && (failures < comm_.size() || lead_);
+    if (report) std::rethrow_exception(failed);
+    throw dist::QuietExit{failed ? code : first_code};
+  }
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty()) {
+    dist::mark_error_agreed();
+    if (!lead_) throw dist::QuietExit{2};
+    input_error(
+        "{}: rank(s) {} loaded a different net, solver or parameter shapes than rank 0; every rank must train the "
+        "same files",
+        opt_.solver, differ);
+  }
+  broadcast_params(true);
+  broadcast_params(false);
+  prepare_gradient_buckets();
+}
+
+void TrainerImpl::broadcast_params(bool learnable) {
+  if (comm_.size() == 1) return;
+  for (Param& p : store_.all())
+    if (p.learnable == learnable) comm_.broadcast(p.data.f32(), p.data.numel() * sizeof(float), 0);
+}
+
+void TrainerImpl::prepare_gradient_buckets() {
+  std::vector<dist::GradientSlot> slots;
+  bucket_slot_.assign(static_cast<size_t>(store_.size()), -1);
+  for (int idx : train_net_->grad_ready_order()) {
+    Param& p = store_.at(idx);
+    if (bucket_slot_[static_cast<size_t>(idx)] >= 0) continue;
+    bucket_slot_[static_cast<size_t>(idx)] = static_cast<int>(slots.size());
+    slots.push_back({p.key, p.grad.f32(), static_cast<size_t>(p.grad.numel())});
+  }
+  dist::BucketOptions bo;
+  bo.first_bucket_bytes = static_cast<size_t>(opt_.first_bucket_mb * 1e6);
+  bo.bucket_bytes = static_cast<size_t>(opt_.bucket_mb * 1e6);
+  bo.debug = opt_.dist_debug;
+  buckets_ = std::make_unique<dist::GradientBuckets>(comm_, std::move(slots), bo);
+  log::info(
+      "Data-parallel over {} ranks on {} host(s): batch {} per rank, {} in all; gradients averaged in {} "
+      "bucket(s)",
+      comm_.size(), comm_.hosts(), batch_, batch_ * comm_.size(), buckets_->buckets());
+  train_net_->set_grad_ready_hook([this](int idx) {
+    if (!last_micro_step_ || bucket_slot_[static_cast<size_t>(idx)] < 0) return;
+    Param& p = store_.at(idx);
+    if (!p.grad_written) p.grad.zero(), p.grad_written = true;
+    buckets_->ready(bucket_slot_[static_cast<size_t>(idx)]);
+  });
+}
+
+bool TrainerImpl::stop_requested() {
+  double stop = interrupt_requested() ? 1.0 : 0.0;
+  comm_.allreduce_sum(&stop, 1);
+  return stop > 0;
+}
+
 TrainResult TrainerImpl::run() {
   start_us_ = now_us();
-  setup();
+  setup_everywhere();
   const int64_t max_iter = sp_.max_iter();
   const int64_t display = sp_.display() > 0 ? sp_.display() : 100;
-  progress_ = std::make_unique<Progress>(opt_.progress, max_iter, display);
+  progress_ = std::make_unique<Progress>(opt_.progress && lead_, max_iter, display, !dist::launched_by_mpi());
   log::info("Training {} for {} iterations: {} solver, batch {} x iter_size {}, {} threads, seed {}",
             train_net_->graph().name, max_iter, solver_->type(), batch_, sp_.iter_size(), backend_->threads(), seed_);
 
@@ -352,7 +490,7 @@ TrainResult TrainerImpl::run() {
   double recent_sum = 0;
   double train_us = 0, window_us = 0;
   int64_t window_iters = 0, start_iter = iter_;
-  const int64_t images_per_iter = batch_ * sp_.iter_size();
+  const int64_t images_per_iter = batch_ * sp_.iter_size() * comm_.size();
   double ips = 0;
   const auto& params = train_net_->param_indices();
 
@@ -360,18 +498,29 @@ TrainResult TrainerImpl::run() {
     if (sp_.test_interval() > 0 && iter_ % sp_.test_interval() == 0 && (iter_ > 0 || sp_.test_initialization()) &&
         !test_nets_.empty())
       test_all();
-    if (interrupt_requested()) break;
+    if (stop_requested()) break;
 
     double t0 = now_us();
     train_net_->set_debug_info(debug_info_ && sp_.display() > 0 && iter_ % sp_.display() == 0);
     store_.clear_grads();
     float loss = 0;
     for (int k = 0; k < sp_.iter_size(); ++k) {
-      loss += train_net_->forward(iter_ * sp_.iter_size() + k);
+      // Rank r of N reads batch N * s + r of the data a single process reads as batch s:
+      // together the ranks read what one process with N times the batch would.
+      loss += train_net_->forward((iter_ * sp_.iter_size() + k) * comm_.size() + comm_.rank());
+      last_micro_step_ = k + 1 == sp_.iter_size();
       train_net_->backward();
     }
     loss /= static_cast<float>(sp_.iter_size());
+    if (buckets_) {
+      buckets_->finish();
+      double l = loss;
+      comm_.allreduce_sum(&l, 1);
+      loss = static_cast<float>(l / comm_.size());
+    }
     if (!std::isfinite(loss)) {
+      dist::mark_error_agreed();  // every rank has the same (averaged) loss: rank 0 says it
+      if (!lead_) throw dist::QuietExit{1};
       progress_->finish();
       runtime_error("training diverged: loss is {} at iteration {}; stopped without saving{}", loss, iter_,
                     last_snapshot_.empty() ? std::string() : "; the last good snapshot is " + last_snapshot_);
@@ -399,10 +548,16 @@ TrainResult TrainerImpl::run() {
       nlohmann::json rec = {{"time", since_start()}, {"iter", iter_}, {"epoch", epoch()},
                             {"phase", "train"},      {"lr", rate},    {"loss", smoothed},
                             {"images_per_s", ips}};
+      // Scalar outputs (a train net's accuracy), averaged over ranks.
+      std::vector<int> scalars;
+      std::vector<double> values;
       for (int v : train_net_->outputs())
         if (train_net_->loss_weight(v) == 0.f && train_net_->value(v).numel() == 1)
-          rec[json_number_key(train_net_->graph().values[v].name)] = train_net_->value(v).f32()[0];
-      metrics_->write(rec);
+          scalars.push_back(v), values.push_back(train_net_->value(v).f32()[0]);
+      comm_.allreduce_sum(values.data(), values.size());
+      for (size_t k = 0; k < scalars.size(); ++k)
+        rec[json_number_key(train_net_->graph().values[scalars[k]].name)] = values[k] / comm_.size();
+      if (lead_) metrics_->write(rec);
       window_us = 0;
       window_iters = 0;
     }
@@ -428,6 +583,8 @@ TrainResult TrainerImpl::run() {
   res.images_per_s = train_us > 0 ? res.trained_iterations * images_per_iter / res.train_s : 0;
   res.last_snapshot = last_snapshot_;
   res.last_test = last_test_;
+  res.world_size = comm_.size();
+  res.exposed_comm_s = buckets_ ? buckets_->exposed_wait_s() : 0.0;
   log::set_file("");
   return res;
 }

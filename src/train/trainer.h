@@ -18,6 +18,11 @@ struct TrainOptions {
   std::string command_line;
   bool progress = true;    // print progress and test results to stdout
   int keep_snapshots = 0;  // keep the newest N snapshots; 0 keeps all (Caffe's behaviour)
+  // Data-parallel runs (launched by mpirun/srun; docs/distributed.md): gradient buckets'
+  // sizes, and a check before each reduction that every rank reduces the same bucket.
+  double first_bucket_mb = 1;
+  double bucket_mb = 25;
+  bool dist_debug = false;
 };
 
 struct TrainResult {
@@ -30,6 +35,8 @@ struct TrainResult {
   bool interrupted = false;
   std::string last_snapshot;
   std::map<std::string, double> last_test;  // net output name -> value (test net 0)
+  int world_size = 1;                       // ranks that trained together
+  double exposed_comm_s = 0;                // time spent waiting for gradient reductions after backward
 };
 
 TrainResult train(const TrainOptions& opt);

@@ -1,0 +1,334 @@
+// Data-parallel training under Open MPI (mpirun --oversubscribe on the 2-core machines):
+// N ranks with batch B train the same weights as one process with batch N x B, the test
+// pass split over ranks reports what one process does, resume works with another number of
+// ranks, and a rank that dies or disagrees ends the job with a message naming it.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "core/file_io.h"
+#include "formats/safetensors.h"
+
+namespace bks {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kTrainImages = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+const std::string kTestImages = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+
+fs::path scratch(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("bks_dist_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// LeNet as the example has it, with the training batch given; with `test_batch`, a TEST
+// phase on the test set with accuracy.
+std::string lenet(int batch, int test_batch) {
+  std::string test = !test_batch ? std::string()
+                                 : R"(
+layer { name: "test_data" type: "Data" top: "data" top: "label" include { phase: TEST }
+  transform_param { scale: 0.00390625 }
+  data_param { source: ")" + kTestImages +
+                                       "\" batch_size: " + std::to_string(test_batch) + R"( } }
+)";
+  return "name: \"LeNet\"\n" + test + R"(
+layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  transform_param { scale: 0.00390625 }
+  data_param { source: ")" +
+         kTrainImages + "\" batch_size: " + std::to_string(batch) + R"( } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 5 weight_filler { type: "xavier" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+  convolution_param { num_output: 16 kernel_size: 5 weight_filler { type: "xavier" } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool2" top: "ip1"
+  inner_product_param { num_output: 100 weight_filler { type: "xavier" } } }
+layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+)" +
+         (test_batch
+              ? R"(layer { name: "accuracy" type: "Accuracy" bottom: "ip2" bottom: "label" top: "accuracy" include { phase: TEST } }
+)"
+              : "");
+}
+std::string lenet(int batch) { return lenet(batch, 0); }
+
+// Two inner products of the images that share one weight blob and one bias (Caffe's
+// ParamSpec names), summed: the shared blob's gradient has two contributions.
+std::string shared_weights_net(int batch) {
+  return R"(name: "Shared"
+layer { name: "mnist" type: "Data" top: "data" top: "label"
+  transform_param { scale: 0.00390625 }
+  data_param { source: ")" +
+         kTrainImages + "\" batch_size: " + std::to_string(batch) + R"( } }
+layer { name: "a" type: "InnerProduct" bottom: "data" top: "a" param { name: "w" } param { name: "b" }
+  inner_product_param { num_output: 32 weight_filler { type: "xavier" } } }
+layer { name: "flip" type: "Power" bottom: "data" top: "flip" power_param { scale: -1 shift: 1 } }
+layer { name: "b" type: "InnerProduct" bottom: "flip" top: "b" param { name: "w" } param { name: "b" }
+  inner_product_param { num_output: 32 weight_filler { type: "xavier" } } }
+layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" top: "sum" }
+layer { name: "relu" type: "ReLU" bottom: "sum" top: "sum" }
+layer { name: "out" type: "InnerProduct" bottom: "sum" top: "out"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "out" bottom: "label" top: "loss" }
+)";
+}
+
+// A solver for `net_text` in `dir`, with `solver_text` (type, rates, iterations).
+std::string write_solver(const fs::path& dir, const std::string& name, const std::string& net_text,
+                         const std::string& solver_text) {
+  write_file_atomic((dir / (name + "_net.prototxt")).string(), net_text);
+  std::string path = (dir / (name + "_solver.prototxt")).string();
+  write_file_atomic(path, "net: \"" + (dir / (name + "_net.prototxt")).string() + "\"\nrandom_seed: 5\n" + solver_text);
+  return path;
+}
+
+// mpirun with N ranks on this machine (root needs Open MPI's consent, 2 cores need
+// oversubscription); its exit code and output.
+test::CmdResult mpirun(int ranks, const std::string& args) {
+  std::string cmd = "mpirun --oversubscribe ";
+  if (geteuid() == 0) cmd += "--allow-run-as-root ";
+  cmd += "-np " + std::to_string(ranks) + " " + std::string(BKS_BINARY) + " " + args + " 2>&1";
+  test::CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+TensorFile weights_at(const fs::path& run, int iter) {
+  return load_safetensors((run / "snapshots" / ("iter_" + std::to_string(iter) + ".safetensors")).string());
+}
+
+// The largest over blobs of |a - b| / |b| (Euclidean norms of the blob's values).
+double weight_difference(const TensorFile& a, const TensorFile& b) {
+  EXPECT_EQ(a.tensors.size(), b.tensors.size());
+  double worst = 0;
+  for (const auto& [name, t] : a.tensors) {
+    const Tensor* u = b.find(name);
+    EXPECT_TRUE(u && u->numel() == t.numel()) << name;
+    if (!u || u->numel() != t.numel()) return INFINITY;
+    double norm = 1e-30, diff = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      norm += double(u->f32()[i]) * u->f32()[i];
+      diff += (double(t.f32()[i]) - u->f32()[i]) * (double(t.f32()[i]) - u->f32()[i]);
+    }
+    worst = std::max(worst, std::sqrt(diff / norm));
+  }
+  return worst;
+}
+
+// The weights after `iters` steps: 2 ranks with batch B, against 1 process with 2B (and,
+// with `iter_size_too`, 1 process with B and iter_size 2).
+void expect_two_ranks_equal_one(const std::string& name, std::string (*net)(int), const std::string& solver_text,
+                                int iters, bool iter_size_too) {
+  fs::path dir = scratch(name);
+  const std::string s = solver_text + "max_iter: " + std::to_string(iters) + "\n";
+  auto two = mpirun(
+      2, "train --threads 1 --solver " + write_solver(dir, "two", net(16), s) + " --out " + (dir / "two").string());
+  ASSERT_EQ(two.code, 0) << two.output;
+  auto one = test::run_cmd("train --threads 1 --solver " + write_solver(dir, "one", net(32), s) + " --out " +
+                           (dir / "one").string());
+  ASSERT_EQ(one.code, 0) << one.output;
+  nlohmann::json run = nlohmann::json::parse(read_file((dir / "two" / "run.json").string(), "run.json"));
+  EXPECT_EQ(run["world_size"], 2);
+  EXPECT_EQ(run["global_batch_size"], 32);
+  const TensorFile together = weights_at(dir / "two", iters);
+  EXPECT_LE(weight_difference(together, weights_at(dir / "one", iters)), 1e-5);
+  // One process with the per-rank batch trains other weights: the comparison can tell.
+  auto half = test::run_cmd("train --threads 1 --solver " + write_solver(dir, "half", net(16), s) + " --out " +
+                            (dir / "half").string());
+  ASSERT_EQ(half.code, 0) << half.output;
+  EXPECT_GT(weight_difference(together, weights_at(dir / "half", iters)), 1e-3);
+  if (iter_size_too) {
+    auto acc = test::run_cmd("train --threads 1 --solver " + write_solver(dir, "acc", net(16), s + "iter_size: 2\n") +
+                             " --out " + (dir / "acc").string());
+    ASSERT_EQ(acc.code, 0) << acc.output;
+    EXPECT_LE(weight_difference(together, weights_at(dir / "acc", iters)), 1e-5);
+  }
+}
+
+const char* kSgd = "base_lr: 0.01 momentum: 0.9 weight_decay: 0.0005 lr_policy: 'fixed'\n";
+
+TEST(Dist, TwoRanksTrainWhatOneRankDoesWithTwiceTheBatch) { expect_two_ranks_equal_one("sgd", lenet, kSgd, 50, true); }
+
+TEST(Dist, TwoRanksMatchOneWithAdam) {
+  expect_two_ranks_equal_one(
+      "adam", lenet, "type: 'Adam' base_lr: 0.002 momentum: 0.9 momentum2: 0.999 lr_policy: 'fixed'\n", 50, false);
+}
+
+TEST(Dist, TwoRanksMatchOneWithSharedWeights) {
+  expect_two_ranks_equal_one("shared", shared_weights_net, kSgd, 50, false);
+}
+
+std::vector<nlohmann::json> metrics(const fs::path& run) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+double last_of(const std::vector<nlohmann::json>& m, const std::string& phase, const std::string& key) {
+  for (auto it = m.rbegin(); it != m.rend(); ++it)
+    if ((*it)["phase"] == phase) return (*it)[key].get<double>();
+  ADD_FAILURE() << "no " << phase << " record";
+  return NAN;
+}
+
+TEST(Dist, TestPassSplitOverRanksReportsWhatOneProcessDoes) {
+  fs::path dir = scratch("test_pass");
+  // 100 test batches of 100 cover the test set once, so the pass after training reads the
+  // batches `bakusoku test` reads from the start.
+  const std::string net = lenet(16, 100);
+  auto two = mpirun(2, "train --threads 1 --solver " +
+                           write_solver(dir, "run", net,
+                                        std::string(kSgd) + "max_iter: 30 test_iter: 100 "
+                                                            "test_interval: 30 test_initialization: false\n") +
+                           " --out " + (dir / "run").string());
+  ASSERT_EQ(two.code, 0) << two.output;
+  auto m = metrics(dir / "run");
+  auto alone = test::run_cmd("test --threads 1 --iterations 100 --model " + (dir / "run_net.prototxt").string() +
+                             " --weights " + (dir / "run" / "snapshots" / "iter_30.safetensors").string());
+  ASSERT_EQ(alone.code, 0) << alone.output;
+  const double accuracy = last_of(m, "test", "accuracy");
+  EXPECT_GT(accuracy, 0.2);  // trained beyond chance (0.1)
+  // `bakusoku test` prints "accuracy = X" with 4 decimals... and the loss.
+  auto pos = alone.output.find("accuracy = ");
+  ASSERT_NE(pos, std::string::npos) << alone.output;
+  EXPECT_NEAR(std::stod(alone.output.substr(pos + 11)), accuracy, 1e-4) << alone.output;
+}
+
+TEST(Dist, ResumeWithTheSameOrAnotherNumberOfRanks) {
+  fs::path dir = scratch("resume");
+  const std::string solver =
+      write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 60 snapshot: 30 display: 10\n");
+  auto straight = mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "straight").string());
+  ASSERT_EQ(straight.code, 0) << straight.output;
+  // The first 30 iterations, then resumed from their snapshot with 2 ranks and with 1.
+  const std::string first = write_solver(dir, "first", lenet(16), std::string(kSgd) + "max_iter: 30 display: 10\n");
+  for (const char* name : {"again2", "again1"}) {
+    auto a = mpirun(2, "train --threads 1 --solver " + first + " --out " + (dir / name).string());
+    ASSERT_EQ(a.code, 0) << a.output;
+  }
+  const std::string state = "/snapshots/iter_30.solverstate";
+  auto two = mpirun(2, "train --threads 1 --solver " + solver + " --snapshot " + (dir / "again2").string() + state);
+  ASSERT_EQ(two.code, 0) << two.output;
+  auto one = test::run_cmd("train --threads 1 --solver " + solver + " --snapshot " + (dir / "again1").string() + state);
+  ASSERT_EQ(one.code, 0) << one.output;
+  // Same ranks: the same steps on the same batches, so the same weights.
+  EXPECT_LE(weight_difference(weights_at(dir / "again2", 60), weights_at(dir / "straight", 60)), 1e-6);
+  // One rank: half the batch from there on, so other weights, but the loss curve goes on
+  // from where it was (not from an untrained net's 2.3).
+  EXPECT_GT(weight_difference(weights_at(dir / "again1", 60), weights_at(dir / "straight", 60)), 1e-4);
+  auto ms = metrics(dir / "straight"), m1 = metrics(dir / "again1");
+  const double at30 = ms[2]["loss"].get<double>(), straight60 = last_of(ms, "train", "loss");
+  ASSERT_EQ(ms[2]["iter"], 30);
+  const double resumed60 = last_of(m1, "train", "loss");
+  EXPECT_LT(resumed60, 1.5 * at30);
+  EXPECT_LT(std::fabs(resumed60 - straight60), 0.5 * straight60);
+  nlohmann::json run = nlohmann::json::parse(read_file((dir / "again1" / "run.json").string(), "run.json"));
+  EXPECT_EQ(run["world_size"], 1);
+}
+
+TEST(Dist, ARankWithOtherFilesIsRefusedAtStartUp) {
+  fs::path dir = scratch("mismatch");
+  const std::string a = write_solver(dir, "a", lenet(16), std::string(kSgd) + "max_iter: 5\n");
+  std::string other = lenet(16);
+  other.replace(other.find("num_output: 100"), 15, "num_output: 101");
+  const std::string b = write_solver(dir, "b", other, std::string(kSgd) + "max_iter: 5\n");
+  std::string cmd = "mpirun --oversubscribe ";
+  if (geteuid() == 0) cmd += "--allow-run-as-root ";
+  const std::string out = " --out " + (dir / "run").string();
+  cmd += "-np 1 " + std::string(BKS_BINARY) + " train --threads 1 --solver " + a + out + " : -np 1 " +
+         std::string(BKS_BINARY) + " train --threads 1 --solver " + b + out + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) output.append(buf, n);
+  int st = pclose(p);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << output;
+  EXPECT_NE(output.find("rank(s) 1 loaded a different net, solver or parameter shapes than rank 0"), std::string::npos)
+      << output;
+  EXPECT_FALSE(fs::exists(dir / "run" / "snapshots" / "iter_5.safetensors"));
+}
+
+// The pid of the bakusoku process with Open MPI rank `rank` whose command line holds `tag`.
+pid_t find_rank(int rank, const std::string& tag) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(e.path() / "cmdline"), environ(e.path() / "environ");
+    std::string cmd((std::istreambuf_iterator<char>(cmdline)), {}), env((std::istreambuf_iterator<char>(environ)), {});
+    if (cmd.find(tag) == std::string::npos || cmd.rfind("mpirun", 0) == 0) continue;
+    if (env.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+TEST(Dist, AKilledRankEndsTheWholeJobNamingIt) {
+  fs::path dir = scratch("kill");
+  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
+  const std::string log = (dir / "mpirun.log").string();
+  pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    std::string cmd = "exec mpirun --oversubscribe ";
+    if (geteuid() == 0) cmd += "--allow-run-as-root ";
+    cmd += "-np 2 " + std::string(BKS_BINARY) + " train --threads 1 --solver " + solver + " --out " +
+           (dir / "run").string() + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until the ranks train (rank 0 writes a record per iteration), then kill rank 1.
+  pid_t victim = -1;
+  for (int i = 0; i < 600 && victim < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (fs::exists(dir / "run" / "metrics.jsonl") && fs::file_size(dir / "run" / "metrics.jsonl") > 0)
+      victim = find_rank(1, (dir / "run").string());
+  }
+  ASSERT_GT(victim, 0) << read_file(log, "log");
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  // Every rank must be gone within 30 s: the launcher exits once they are.
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < 300 && !ended; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ended = waitpid(launcher, &status, WNOHANG) == launcher;
+  }
+  if (!ended) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  ASSERT_TRUE(ended) << "the job was still running 30 s after rank 1 was killed";
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_LT(find_rank(0, (dir / "run").string()), 0) << "rank 0 outlived the job";
+  const std::string out = read_file(log, "log");
+  // Open MPI's launcher names the rank (its PID it sometimes prints as 0 in containers).
+  EXPECT_NE(out.find("process rank 1 with PID"), std::string::npos) << out;
+  EXPECT_NE(out.find("exited on signal 9"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace bks
