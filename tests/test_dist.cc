@@ -273,6 +273,55 @@ TEST(Dist, ARankWithOtherFilesIsRefusedAtStartUp) {
   EXPECT_FALSE(fs::exists(dir / "run" / "snapshots" / "iter_5.safetensors"));
 }
 
+TEST(Dist, RanksFlagRunsMpirunAndSaysHow) {
+  fs::path dir = scratch("ranks");
+  const std::string solver = write_solver(dir, "run", lenet(32), std::string(kSgd) + "max_iter: 20 display: 1\n");
+  auto r = test::run_cmd("train --ranks 2 --global-batch --lr-scale linear --warmup-iters 10 --solver " + solver +
+                         " --out " + (dir / "run").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Running: mpirun -np 2 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("over 2 ranks"), std::string::npos) << r.output;
+  nlohmann::json run = nlohmann::json::parse(read_file((dir / "run" / "run.json").string(), "run.json"));
+  EXPECT_EQ(run["world_size"], 2);
+  EXPECT_EQ(run["ranks_per_host"], 2);
+  EXPECT_EQ(run["threads"], 1);
+  EXPECT_EQ(run["batch_size"], 16);  // --global-batch: 32 over 2 ranks
+  EXPECT_EQ(run["global_batch_size"], 32);
+  EXPECT_EQ(run["lr_scale"], "linear");
+  // The rate of step k is base * (1 + (N - 1) * min(1, k / warmup)); record k + 1 shows it.
+  auto m = metrics(dir / "run");
+  ASSERT_GE(m.size(), 20u);
+  EXPECT_NEAR(m[0]["lr"].get<double>(), 0.01, 1e-9);
+  EXPECT_NEAR(m[5]["lr"].get<double>(), 0.015, 1e-9);
+  EXPECT_NEAR(m[19]["lr"].get<double>(), 0.02, 1e-9);
+}
+
+TEST(Dist, BadDistributedSettingsAreOneClearError) {
+  fs::path dir = scratch("bad");
+  const std::string solver = write_solver(dir, "run", lenet(15), std::string(kSgd) + "max_iter: 5\n");
+  auto odd = mpirun(2, "train --threads 1 --global-batch --solver " + solver + " --out " + (dir / "odd").string());
+  EXPECT_EQ(odd.code, 2) << odd.output;
+  EXPECT_NE(odd.output.find("layer 'mnist': --global-batch: data_param.batch_size 15 does not divide over 2 ranks"),
+            std::string::npos)
+      << odd.output;
+  EXPECT_FALSE(fs::exists(dir / "odd"));
+  auto no_mpirun = test::CmdResult();
+  {
+    std::string cmd = "PATH=/nonexistent " + std::string(BKS_BINARY) + " train --ranks 2 --solver " + solver + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_TRUE(p);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) no_mpirun.output.append(buf, n);
+    int st = pclose(p);
+    no_mpirun.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  EXPECT_EQ(no_mpirun.code, 2) << no_mpirun.output;
+  EXPECT_NE(no_mpirun.output.find("'mpirun' is not on PATH"), std::string::npos) << no_mpirun.output;
+  auto warm = test::run_cmd("train --warmup-iters 5 --solver " + solver);
+  EXPECT_EQ(warm.code, 2) << warm.output;
+  EXPECT_NE(warm.output.find("--warmup-iters needs --lr-scale linear"), std::string::npos) << warm.output;
+}
+
 // The pid of the bakusoku process with Open MPI rank `rank` whose command line holds `tag`.
 pid_t find_rank(int rank, const std::string& tag) {
   for (const auto& e : fs::directory_iterator("/proc")) {

@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/train_ranks.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/signals.h"
 #include "dist/communicator.h"
 #include "train/trainer.h"
@@ -28,7 +30,21 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--dist-debug", opt->dist_debug,
                 "Check before every allreduce that all ranks reduce the same gradient bucket");
-  return [opt] {
+  cmd->add_flag("--global-batch", opt->global_batch,
+                "batch_size is all ranks' batch together (each reads batch_size / N); by default it is per rank");
+  cmd->add_option("--lr-scale", opt->lr_scale, "none (default) or linear: the learning rate times the ranks")
+      ->check(CLI::IsMember({"none", "linear"}));
+  cmd->add_option("--warmup-iters", opt->warmup_iters, "With --lr-scale linear: iterations to ramp up over")
+      ->check(CLI::NonNegativeNumber);
+  auto ranks = std::make_shared<int>(0);
+  cmd->add_option("--ranks", *ranks, "Run N ranks on this machine through mpirun (prints the mpirun line it runs)")
+      ->check(CLI::PositiveNumber);
+  return [opt, ranks] {
+    if (*ranks > 0) {
+      if (dist::launched_by_mpi()) input_error("--ranks: already running under an MPI launcher; drop --ranks");
+      run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug));
+    }
+    if (opt->lr_scale == "none" && opt->warmup_iters > 0) input_error("--warmup-iters needs --lr-scale linear");
     if (opt->gpu >= 0) input_error("--gpu {}: this build of bakusoku has no CUDA backend", opt->gpu);
     install_interrupt_handler();
     TrainResult r = train(*opt);

@@ -21,6 +21,7 @@
 #include "formats/weights.h"
 #include "runtime/evaluate.h"
 #include "runtime/net.h"
+#include "train/global_batch.h"
 #include "train/lr_policy.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
@@ -162,6 +163,8 @@ class TrainerImpl {
   void prepare_gradient_buckets();
   // Whether to stop before the next step (an interrupt on any rank stops them all).
   bool stop_requested();
+  // The solver's learning rate at `iter`, with --lr-scale applied.
+  float scaled_learning_rate(int64_t iter) const;
   void restore();
   void test_all();
   void snapshot();
@@ -212,6 +215,7 @@ void TrainerImpl::setup() {
   check_solver(sp_, opt_.solver);
   note_solver_fields(sp_, opt_.solver);
   NetSources ns = load_nets(sp_, opt_.solver);
+  if (opt_.global_batch) divide_train_batch(ns.train.param, comm_.size(), ns.train.source);
 
   // Resume continues in the snapshot's run directory unless told otherwise.
   TensorFile state;
@@ -283,6 +287,9 @@ void TrainerImpl::setup() {
              train_net_->planned_bytes() / 1e6);
   solver_ = Solver::create(sp_, opt_.solver);
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
+  if (dataset_size_ > 0 && dataset_size_ < comm_.size())
+    input_error("{}: the training set has {} samples, fewer than the {} ranks: a rank would have none of its own",
+                ns.train.source, dataset_size_, comm_.size());
 
   for (const std::string& w : initial_weights(sp_, opt_, opt_.solver)) {
     int n = load_weights(w, store_);
@@ -328,6 +335,9 @@ void TrainerImpl::setup() {
                         {"hosts", comm_.hosts()},
                         {"ranks_per_host", comm_.local_size()},
                         {"global_batch_size", batch_ * comm_.size()},
+                        {"batch_rule", opt_.global_batch ? "global (--global-batch)" : "per rank"},
+                        {"lr_scale", opt_.lr_scale},
+                        {"warmup_iters", opt_.warmup_iters},
                         {"iter_size", sp_.iter_size()},
                         {"dataset_size", dataset_size_},
                         {"solver_type", solver_->type()},
@@ -355,8 +365,12 @@ void TrainerImpl::test_all() {
       for (size_t k = 0; k < ev.output_means.size(); ++k) ev.output_means[k] = sums[k + 2] / sums[1];
     }
     if (!lead_) continue;
-    nlohmann::json rec = {{"time", since_start()},           {"iter", iter_},  {"epoch", epoch()}, {"phase", "test"},
-                          {"lr", learning_rate(sp_, iter_)}, {"loss", ev.loss}};
+    nlohmann::json rec = {{"time", since_start()},
+                          {"iter", iter_},
+                          {"epoch", epoch()},
+                          {"phase", "test"},
+                          {"lr", scaled_learning_rate(iter_)},
+                          {"loss", ev.loss}};
     if (test_nets_.size() > 1) rec["test_net"] = t;
     std::string text = fmt::format("Test net #{} @ iter {}:", t, iter_);
     for (size_t k = 0; k < outs.size(); ++k) {
@@ -470,6 +484,14 @@ void TrainerImpl::prepare_gradient_buckets() {
   });
 }
 
+float TrainerImpl::scaled_learning_rate(int64_t iter) const {
+  const float rate = learning_rate(sp_, iter);
+  if (opt_.lr_scale != "linear") return rate;
+  const double ranks = comm_.size();
+  const double ramp = opt_.warmup_iters > 0 ? std::min(1.0, static_cast<double>(iter) / opt_.warmup_iters) : 1.0;
+  return static_cast<float>(rate * (1.0 + (ranks - 1.0) * ramp));
+}
+
 bool TrainerImpl::stop_requested() {
   double stop = interrupt_requested() ? 1.0 : 0.0;
   comm_.allreduce_sum(&stop, 1);
@@ -526,7 +548,7 @@ TrainResult TrainerImpl::run() {
                     last_snapshot_.empty() ? std::string() : "; the last good snapshot is " + last_snapshot_);
     }
     store_.zero_unwritten_grads();
-    float rate = learning_rate(sp_, iter_);
+    float rate = scaled_learning_rate(iter_);
     solver_->step(store_, params, rate, iter_);
     if (train_net_->debug_info()) train_net_->update_debug_info();
     double dt = now_us() - t0;

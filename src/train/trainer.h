@@ -23,6 +23,14 @@ struct TrainOptions {
   double first_bucket_mb = 1;
   double bucket_mb = 25;
   bool dist_debug = false;
+  // The prototxt's batch_size is all ranks' batch together (each reads batch_size / N)
+  // instead of each rank's (Caffe's rule).
+  bool global_batch = false;
+  // "linear": the learning rate times the number of ranks, reached by a linear warm-up
+  // over `warmup_iters` iterations from the unscaled rate (Goyal et al., 2017). "none": as
+  // the solver says.
+  std::string lr_scale = "none";
+  int64_t warmup_iters = 0;
 };
 
 struct TrainResult {

@@ -1,0 +1,104 @@
+#include "cli/train_ranks.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/sysinfo.h"
+
+namespace bks::cli {
+namespace {
+
+// The first executable `name` on PATH, or "".
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = std::min(dirs.find(':', start), dirs.size());
+    std::string candidate = end > start ? dirs.substr(start, end - start) : std::string(".");
+    candidate.append("/").append(name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+// A word the shell reads back as itself, for the printed line.
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") ==
+                        std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) {
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+
+}  // namespace
+
+std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool verbose) {
+  const SysInfo si = query_sysinfo();
+  const int cores = std::max(1, si.physical_cores > 0 ? si.physical_cores : si.logical_cpus);
+  const int threads = opt.threads > 0 ? opt.threads : std::max(1, cores / ranks);
+  std::vector<std::string> c = {"mpirun", "-np", std::to_string(ranks)};
+  if (geteuid() == 0) c.push_back("--allow-run-as-root");  // Open MPI refuses root without it
+  if (ranks * threads <= cores) {
+    // Each rank on `threads` cores of its own.
+    c.insert(c.end(), {"--map-by", fmt::format("slot:PE={}", threads), "--bind-to", "core"});
+  } else {
+    c.insert(c.end(), {"--oversubscribe", "--bind-to", "none"});
+  }
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  c.push_back(ec ? std::string("bakusoku") : self);
+  if (verbose) c.push_back("-v");
+  c.insert(c.end(), {"train", "--solver", opt.solver, "--threads", std::to_string(threads)});
+  auto add = [&](const char* flag, const std::string& v) {
+    if (!v.empty()) c.insert(c.end(), {flag, v});
+  };
+  add("--weights", opt.weights);
+  add("--snapshot", opt.snapshot);
+  add("--out", opt.out_dir);
+  if (opt.keep_snapshots > 0) add("--keep-snapshots", std::to_string(opt.keep_snapshots));
+  if (opt.bucket_mb != TrainOptions().bucket_mb) add("--bucket-mb", fmt::format("{}", opt.bucket_mb));
+  if (opt.first_bucket_mb != TrainOptions().first_bucket_mb)
+    add("--first-bucket-mb", fmt::format("{}", opt.first_bucket_mb));
+  if (opt.dist_debug) c.push_back("--dist-debug");
+  if (opt.global_batch) c.push_back("--global-batch");
+  if (opt.lr_scale != "none") add("--lr-scale", opt.lr_scale);
+  if (opt.warmup_iters > 0) add("--warmup-iters", std::to_string(opt.warmup_iters));
+  return c;
+}
+
+void run_under_mpirun(const std::vector<std::string>& command) {
+  const std::string mpirun = find_on_path(command.front());
+  if (mpirun.empty())
+    input_error("--ranks: '{}' is not on PATH; install Open MPI (scripts/install_deps.sh installs openmpi-bin)",
+                command.front());
+  std::string line;
+  for (const std::string& w : command) {
+    if (!line.empty()) line.push_back(' ');
+    line.append(shell_word(w));
+  }
+  std::printf("Running: %s\n", line.c_str());
+  std::fflush(stdout);
+  std::vector<char*> argv;
+  for (const std::string& w : command) argv.push_back(const_cast<char*>(w.c_str()));
+  argv.push_back(nullptr);
+  execv(mpirun.c_str(), argv.data());
+  runtime_error("--ranks: could not run {}: {}", mpirun, std::strerror(errno));
+}
+
+}  // namespace bks::cli
