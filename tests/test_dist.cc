@@ -90,6 +90,23 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "out" bottom: "label" top: 
 )";
 }
 
+// LeNet with a BatchNorm after each convolution (statistics of the batch while training),
+// whose biases it makes redundant (so the convolutions have none).
+std::string lenet_bn(int batch) {
+  std::string net = lenet(batch);
+  for (const char* conv : {"conv1", "conv2"}) {
+    const std::string pool = conv == std::string("conv1") ? "pool1" : "pool2";
+    const std::string from = "layer { name: \"" + pool + "\" type: \"Pooling\" bottom: \"" + conv + "\"";
+    net.replace(net.find(from), from.size(),
+                "layer { name: \"" + std::string(conv) + "_bn\" type: \"BatchNorm\" bottom: \"" + conv + "\" top: \"" +
+                    conv + "\" }\n" + from);
+  }
+  const std::string no_bias = "bias_term: false ";
+  for (size_t at = 0; (at = net.find("kernel_size: 5", at)) != std::string::npos; at += no_bias.size() + 1)
+    net.insert(at, no_bias);
+  return net;
+}
+
 // A solver for `net_text` in `dir`, with `solver_text` (type, rates, iterations).
 std::string write_solver(const fs::path& dir, const std::string& name, const std::string& net_text,
                          const std::string& solver_text) {
@@ -179,6 +196,45 @@ TEST(Dist, TwoRanksMatchOneWithAdam) {
 
 TEST(Dist, TwoRanksMatchOneWithSharedWeights) {
   expect_two_ranks_equal_one("shared", shared_weights_net, kSgd, 50, false);
+}
+
+// Per blob, `a` - `base`: what one step changed.
+TensorFile step_of(const TensorFile& a, const TensorFile& base) {
+  TensorFile d;
+  for (const auto& [name, t] : a.tensors) {
+    Tensor delta(t.shape());
+    const Tensor* b = base.find(name);
+    for (int64_t i = 0; i < t.numel(); ++i) delta.f32()[i] = t.f32()[i] - (b ? b->f32()[i] : 0.f);
+    d.tensors.emplace_back(name, std::move(delta));
+  }
+  return d;
+}
+
+TEST(Dist, SyncBatchNormOverTwoRanksEqualsOneRankWithTheWholeBatch) {
+  fs::path dir = scratch("sync_bn");
+  // One step from the same initial weights: the BatchNorm statistics it keeps are its
+  // forward pass's, and the change of every weight is its backward pass's gradient (a rate
+  // of 1, so that the change is not lost in the rounding of the weights it is added to).
+  const std::string s = "base_lr: 1 lr_policy: 'fixed' max_iter: 1\n";
+  auto synced = mpirun(2, "train --threads 1 --sync-bn --solver " + write_solver(dir, "sync", lenet_bn(16), s) +
+                              " --out " + (dir / "sync").string());
+  ASSERT_EQ(synced.code, 0) << synced.output;
+  auto apart = mpirun(2, "train --threads 1 --solver " + write_solver(dir, "apart", lenet_bn(16), s) + " --out " +
+                             (dir / "apart").string());
+  ASSERT_EQ(apart.code, 0) << apart.output;
+  auto whole = test::run_cmd("train --threads 1 --solver " + write_solver(dir, "whole", lenet_bn(32), s) + " --out " +
+                             (dir / "whole").string());
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  auto start = test::run_cmd("train --threads 1 --solver " +
+                             write_solver(dir, "start", lenet_bn(32), "base_lr: 1 lr_policy: 'fixed' max_iter: 0\n") +
+                             " --out " + (dir / "start").string());
+  ASSERT_EQ(start.code, 0) << start.output;
+  const TensorFile w0 = weights_at(dir / "start", 0);
+  const TensorFile reference = step_of(weights_at(dir / "whole", 1), w0);
+  ASSERT_TRUE(reference.find("conv1_bn.0"));
+  EXPECT_LE(weight_difference(step_of(weights_at(dir / "sync", 1), w0), reference), 1e-5);
+  // Each rank normalising its own half batch (Caffe's default) computes something else.
+  EXPECT_GT(weight_difference(step_of(weights_at(dir / "apart", 1), w0), reference), 1e-3);
 }
 
 std::vector<nlohmann::json> metrics(const fs::path& run) {

@@ -32,6 +32,7 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
                 "Check before every allreduce that all ranks reduce the same gradient bucket");
   cmd->add_flag("--global-batch", opt->global_batch,
                 "batch_size is all ranks' batch together (each reads batch_size / N); by default it is per rank");
+  cmd->add_flag("--sync-bn", opt->sync_bn, "BatchNorm statistics over all ranks' batches (SyncBatchNorm)");
   cmd->add_option("--lr-scale", opt->lr_scale, "none (default) or linear: the learning rate times the ranks")
       ->check(CLI::IsMember({"none", "linear"}));
   cmd->add_option("--warmup-iters", opt->warmup_iters, "With --lr-scale linear: iterations to ramp up over")

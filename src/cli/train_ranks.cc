@@ -77,6 +77,7 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
     add("--first-bucket-mb", fmt::format("{}", opt.first_bucket_mb));
   if (opt.dist_debug) c.push_back("--dist-debug");
   if (opt.global_batch) c.push_back("--global-batch");
+  if (opt.sync_bn) c.push_back("--sync-bn");
   if (opt.lr_scale != "none") add("--lr-scale", opt.lr_scale);
   if (opt.warmup_iters > 0) add("--warmup-iters", std::to_string(opt.warmup_iters));
   return c;

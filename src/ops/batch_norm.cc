@@ -98,6 +98,7 @@ class BatchNormKernel final : public Kernel {
     global_ = uses_global_stats(a, phase_);
     eps_ = a.eps;
     maf_ = a.moving_average_fraction;
+    if (i.batch_stats_sum && !global_) sum_over_ranks_ = *i.batch_stats_sum;
   }
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
@@ -123,20 +124,35 @@ class BatchNormKernel final : public Kernel {
         inv_std_[k] = 1.f / std::sqrt(run_var[k] * f + eps_);
       }
     } else {
-      double m = static_cast<double>(n_ * sp_);
+      // Per channel: the sum, then the squared deviations from the mean (two passes, as
+      // stable as Caffe's). With SyncBatchNorm both sums, and the count, are over all ranks.
+      std::vector<double> sums(static_cast<size_t>(c_) + 1), mus(static_cast<size_t>(c_));
+      sums[static_cast<size_t>(c_)] = static_cast<double>(n_ * sp_);
 #pragma omp parallel for
       for (int64_t k = 0; k < c_; ++k) {
-        double s = 0, sq = 0;
+        double s = 0;
         for (int64_t b = 0; b < n_; ++b) {
           const float* p = x + (b * c_ + k) * sp_;
           for (int64_t i = 0; i < sp_; ++i) s += p[i];
         }
-        double mu = s / m;
+        sums[static_cast<size_t>(k)] = s;
+      }
+      if (sum_over_ranks_) sum_over_ranks_(sums.data(), sums.size());
+      const double m = sums[static_cast<size_t>(c_)];
+      for (int64_t k = 0; k < c_; ++k) mus[static_cast<size_t>(k)] = sums[static_cast<size_t>(k)] / m;
+#pragma omp parallel for
+      for (int64_t k = 0; k < c_; ++k) {
+        double sq = 0, mu = mus[static_cast<size_t>(k)];
         for (int64_t b = 0; b < n_; ++b) {
           const float* p = x + (b * c_ + k) * sp_;
           for (int64_t i = 0; i < sp_; ++i) sq += (p[i] - mu) * (p[i] - mu);
         }
-        double var = sq / m;
+        sums[static_cast<size_t>(k)] = sq;
+      }
+      if (sum_over_ranks_) sum_over_ranks_(sums.data(), static_cast<size_t>(c_));
+      for (int64_t k = 0; k < c_; ++k) {
+        double mu = mus[static_cast<size_t>(k)];
+        double var = sums[static_cast<size_t>(k)] / m;
         mean_[k] = static_cast<float>(mu);
         inv_std_[k] = static_cast<float>(1.0 / std::sqrt(var + eps_));
         if (phase_ == proto::TRAIN) {
@@ -173,7 +189,9 @@ class BatchNormKernel final : public Kernel {
       return;
     }
     const float* xh = xhat_.f32();
-    double m = static_cast<double>(n_ * sp_);
+    // Per channel: sum(dy) and sum(dy * xhat), then the count (over all ranks with SyncBN).
+    std::vector<double> sums(2 * static_cast<size_t>(c_) + 1);
+    sums.back() = static_cast<double>(n_ * sp_);
 #pragma omp parallel for
     for (int64_t k = 0; k < c_; ++k) {
       double sdy = 0, sdyx = 0;
@@ -184,7 +202,15 @@ class BatchNormKernel final : public Kernel {
           sdyx += dy[o + i] * xh[o + i];
         }
       }
-      float mdy = static_cast<float>(sdy / m), mdyx = static_cast<float>(sdyx / m), is = inv_std_[k];
+      sums[2 * static_cast<size_t>(k)] = sdy;
+      sums[2 * static_cast<size_t>(k) + 1] = sdyx;
+    }
+    if (sum_over_ranks_) sum_over_ranks_(sums.data(), sums.size());
+    const double m = sums.back();
+#pragma omp parallel for
+    for (int64_t k = 0; k < c_; ++k) {
+      float mdy = static_cast<float>(sums[2 * static_cast<size_t>(k)] / m);
+      float mdyx = static_cast<float>(sums[2 * static_cast<size_t>(k) + 1] / m), is = inv_std_[k];
       for (int64_t b = 0; b < n_; ++b) {
         int64_t o = (b * c_ + k) * sp_;
         for (int64_t i = 0; i < sp_; ++i) dx[o + i] = (dy[o + i] - mdy - xh[o + i] * mdyx) * is;
@@ -198,6 +224,7 @@ class BatchNormKernel final : public Kernel {
   int64_t n_ = 0, c_ = 0, sp_ = 0;
   Tensor xhat_;
   std::vector<float> mean_, inv_std_;
+  CrossRankSum sum_over_ranks_;  // SyncBatchNorm (--sync-bn); empty: this batch's statistics
 };
 
 }  // namespace

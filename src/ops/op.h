@@ -24,6 +24,10 @@
 
 namespace bks {
 
+// Sums `n` doubles in place over the ranks of a data-parallel run (every rank calls it with
+// the same n at the same point); what SyncBatchNorm reduces its statistics with.
+using CrossRankSum = std::function<void(double* values, size_t n)>;
+
 struct OpInit {
   const Node& node;
   std::string where;  // error prefix naming file, line, layer
@@ -33,6 +37,9 @@ struct OpInit {
   // The parameters never change after the first forward (inference sessions): ops may keep
   // them in their kernels' layouts, converted once.
   bool constant_params = false;
+  // Set in a data-parallel run that asked for synchronised batch statistics (--sync-bn):
+  // normalisation layers compute theirs over all ranks' batches. Null: this batch only.
+  const CrossRankSum* batch_stats_sum = nullptr;
   // The arithmetic the node computes in (deploy sets it; kernels are registered for the
   // precisions they compute).
   Precision precision() const { return node.deploy.precision; }

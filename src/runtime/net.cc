@@ -49,7 +49,13 @@ void Net::create_ops(uint64_t seed) {
   auto& reg = KernelRegistry::get();
   for (int n = 0; n < static_cast<int>(graph_.nodes.size()); ++n) {
     defs_.push_back(&checked_def(graph_, n, phase_));
-    OpInit init{graph_.nodes[n], graph_.describe(n), phase_, seed, backend_, options_.constant_params};
+    OpInit init{graph_.nodes[n],
+                graph_.describe(n),
+                phase_,
+                seed,
+                backend_,
+                options_.constant_params,
+                options_.batch_stats_sum ? &options_.batch_stats_sum : nullptr};
     kernels_.push_back(reg.create(init));
   }
 }

@@ -38,6 +38,8 @@ struct NetOptions {
   // Parameters are fixed once the first forward runs (inference): kernels may convert
   // weights to their own layouts once instead of on every call.
   bool constant_params = false;
+  // Data-parallel training with --sync-bn: batch statistics summed over ranks (OpInit).
+  CrossRankSum batch_stats_sum;
 };
 
 class Net {

@@ -270,9 +270,12 @@ void TrainerImpl::setup() {
   NetOptions net_opt;
   net_opt.arena = std::make_shared<Arena>();
   net_opt.force_backward = ns.train.param.force_backward();
+  if (opt_.sync_bn && comm_.size() > 1)
+    net_opt.batch_stats_sum = [this](double* v, size_t n) { comm_.allreduce_sum(v, n); };
   train_net_ =
       std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
   net_opt.force_backward = false;
+  net_opt.batch_stats_sum = nullptr;  // test passes split batches over ranks: no shared statistics
   // Caffe's solver prints the train net's statistics on display iterations, the test nets'
   // on every pass; bakusoku also takes the net's own debug_info, which Caffe's solver overrides.
   debug_info_ = sp_.debug_info() || ns.train.param.debug_info();
@@ -337,6 +340,7 @@ void TrainerImpl::setup() {
                         {"global_batch_size", batch_ * comm_.size()},
                         {"batch_rule", opt_.global_batch ? "global (--global-batch)" : "per rank"},
                         {"lr_scale", opt_.lr_scale},
+                        {"sync_bn", opt_.sync_bn},
                         {"warmup_iters", opt_.warmup_iters},
                         {"iter_size", sp_.iter_size()},
                         {"dataset_size", dataset_size_},
@@ -463,7 +467,8 @@ void TrainerImpl::prepare_gradient_buckets() {
   bucket_slot_.assign(static_cast<size_t>(store_.size()), -1);
   for (int idx : train_net_->grad_ready_order()) {
     Param& p = store_.at(idx);
-    if (bucket_slot_[static_cast<size_t>(idx)] >= 0) continue;
+    // Statistics a layer keeps itself (BatchNorm's) have no gradient to average.
+    if (bucket_slot_[static_cast<size_t>(idx)] >= 0 || !p.learnable || !p.grad.defined()) continue;
     bucket_slot_[static_cast<size_t>(idx)] = static_cast<int>(slots.size());
     slots.push_back({p.key, p.grad.f32(), static_cast<size_t>(p.grad.numel())});
   }
@@ -607,6 +612,9 @@ TrainResult TrainerImpl::run() {
   res.last_test = last_test_;
   res.world_size = comm_.size();
   res.exposed_comm_s = buckets_ ? buckets_->exposed_wait_s() : 0.0;
+  if (buckets_ && res.train_s > 0)
+    log::info("Gradient reductions: {:.2f} s waited for after backward, {:.1f}% of the {:.1f} s of training",
+              res.exposed_comm_s, 100 * res.exposed_comm_s / res.train_s, res.train_s);
   log::set_file("");
   return res;
 }

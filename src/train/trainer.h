@@ -26,6 +26,9 @@ struct TrainOptions {
   // The prototxt's batch_size is all ranks' batch together (each reads batch_size / N)
   // instead of each rank's (Caffe's rule).
   bool global_batch = false;
+  // SyncBatchNorm: BatchNorm layers in training compute their statistics over all ranks'
+  // batches (off by default, as in Caffe: each rank normalises its own batch).
+  bool sync_bn = false;
   // "linear": the learning rate times the number of ranks, reached by a linear warm-up
   // over `warmup_iters` iterations from the unscaled rate (Goyal et al., 2017). "none": as
   // the solver says.
