@@ -70,11 +70,15 @@ void GradientBuckets::check_same_bucket(int b) {
   uint64_t mine = (static_cast<uint64_t>(b) << 40) ^ buckets_[static_cast<size_t>(b)].buffer.size();
   std::vector<uint64_t> all = comm_.allgather(mine);
   for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0])
+    if (all[r] != all[0]) {
+      // Every rank sees the same values and stops here; rank 0 says why.
+      mark_error_agreed();
+      if (comm_.rank() != 0) throw QuietExit{1};
       runtime_error(
           "--dist-debug: ranks disagree on the next gradient bucket: rank 0 reduces bucket {} ({} values), rank {} "
           "bucket {} ({} values); their nets or their backward passes differ",
           all[0] >> 40, all[0] & ((uint64_t{1} << 40) - 1), r, all[r] >> 40, all[r] & ((uint64_t{1} << 40) - 1));
+    }
 }
 
 void GradientBuckets::finish() {

@@ -314,6 +314,9 @@ void TrainerImpl::setup() {
   for (const NetLoad& t : ns.test) configuration_ += t.param.DebugString();
   configuration_ += sp_.DebugString();
   for (const Param& p : store_.all()) configuration_ += p.key + shape_str(p.data.shape()) + "\n";
+  // Ranks must also lay out the same gradient buckets and scale the same way.
+  configuration_ += fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {}\n", opt_.first_bucket_mb,
+                                opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale, opt_.warmup_iters);
   if (!lead_) return;
 
   // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
