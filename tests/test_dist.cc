@@ -392,6 +392,60 @@ pid_t find_rank(int rank, const std::string& tag) {
   return -1;
 }
 
+// Kilobytes of a /proc/PID/status line ("RssAnon", "RssShmem"), or -1.
+long status_kb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+  return -1;
+}
+
+// Starts mpirun with `ranks` ranks of `bakusoku train` in the background, output to `log`.
+pid_t start_mpirun(int ranks, const std::string& args, const std::string& log) {
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    std::string cmd = "exec mpirun --oversubscribe ";
+    if (geteuid() == 0) cmd += "--allow-run-as-root ";
+    cmd += "-np " + std::to_string(ranks) + " " + std::string(BKS_BINARY) + " " + args + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return launcher;
+}
+
+TEST(Dist, RanksOnOneHostShareOneCopyOfTheDataset) {
+  fs::path dir = scratch("shared_data");
+  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
+  const std::string log = (dir / "mpirun.log").string();
+  pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
+  ASSERT_GT(launcher, 0);
+  // While the ranks train: neither holds a private copy of the 47 MB training set (its
+  // anonymous memory stays below that), both read it from the shared mapping.
+  pid_t r0 = -1, r1 = -1;
+  long anon = 0, shared0 = 0, shared1 = 0;
+  for (int i = 0; i < 600 && (shared0 <= 0 || shared1 <= 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(dir / "run" / "metrics.jsonl") || fs::file_size(dir / "run" / "metrics.jsonl") == 0) continue;
+    r0 = find_rank(0, (dir / "run").string());
+    r1 = find_rank(1, (dir / "run").string());
+    if (r0 < 0 || r1 < 0) continue;
+    anon = std::max({anon, status_kb(r0, "RssAnon"), status_kb(r1, "RssAnon")});
+    shared0 = status_kb(r0, "RssShmem");
+    shared1 = status_kb(r1, "RssShmem");
+  }
+  kill(launcher, SIGTERM);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  ASSERT_GT(r1, 0) << read_file(log, "log");
+  const long dataset_kb = 60000L * 784 / 1024;
+  EXPECT_LT(anon, dataset_kb) << "a rank holds a private copy of the dataset";
+  EXPECT_GT(shared0, 0);
+  EXPECT_GT(shared1, 0);
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    EXPECT_EQ(e.path().filename().string().find("bakusoku-"), std::string::npos)
+        << e.path() << " outlived the start-up of the ranks that share it";
+}
+
 TEST(Dist, AKilledRankEndsTheWholeJobNamingIt) {
   fs::path dir = scratch("kill");
   const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");

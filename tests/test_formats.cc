@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/shared_dataset.h"
 #include "data/transform.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
@@ -593,6 +594,75 @@ TEST(Transform, MeanFileScaleCropMirror) {
     corners.insert(out[0]);  // img[y0 * 4 + x0] for offsets y0, x0 in 0..2
   }
   EXPECT_EQ(corners, (std::set<float>{0, 1, 2, 4, 5, 6, 8, 9, 10}));
+}
+
+}  // namespace
+}  // namespace bks
+
+namespace bks {
+namespace {
+
+// A two-field dataset: 5 images of 2x3 bytes and 5 float labels.
+std::shared_ptr<const Dataset> small_dataset() {
+  auto ds = std::make_shared<Dataset>();
+  ds->source = "small";
+  ds->format = "test";
+  ds->size = 5;
+  DatasetField data{"data", {2, 3}, DType::u8, {}};
+  for (int i = 0; i < 30; ++i) data.bytes.push_back(static_cast<uint8_t>(i * 7));
+  DatasetField label{"label", {}, DType::f32, std::vector<uint8_t>(5 * sizeof(float))};
+  for (int i = 0; i < 5; ++i) reinterpret_cast<float*>(label.bytes.data())[i] = i + 0.5f;
+  ds->fields = {data, label};
+  return ds;
+}
+
+TEST(SharedDataset, SecondOpenMapsTheFirstOnesCopyAndCorruptCopiesAreNotTrusted) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "bks_shared_dataset").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  share_datasets_between_processes("test", dir);
+  int loads = 0;
+  auto load = [&] {
+    ++loads;
+    return small_dataset();
+  };
+  auto first = open_shared_dataset("key", load);
+  auto second = open_shared_dataset("key", load);
+  EXPECT_EQ(loads, 1) << "the second open read the source again";
+  for (const auto& ds : {first, second}) {
+    ASSERT_EQ(ds->size, 5);
+    ASSERT_EQ(ds->fields.size(), 2u);
+    EXPECT_TRUE(ds->fields[0].mapped) << "not read from the shared file";
+    EXPECT_EQ(ds->fields[0].sample_shape, (Shape{2, 3}));
+    EXPECT_EQ(ds->fields[0].u8(4)[5], static_cast<uint8_t>(29 * 7));
+    EXPECT_EQ(ds->fields[1].f32(3)[0], 3.5f);
+  }
+  // Every byte of the file changed in turn (or the file cut short): a copy that is not
+  // exactly what was written is read again from the source, never trusted.
+  std::string file;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() != ".lock") file = e.path().string();
+  ASSERT_FALSE(file.empty());
+  const std::string good = read_file(file, "shared copy");
+  int trusted_bad = 0;
+  for (size_t at = 0; at < 200 && at < good.size(); ++at) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x5a);
+    write_file_atomic(file, bad);
+    loads = 0;
+    auto ds = open_shared_dataset("key", load);
+    if (loads == 0 && (ds->size != 5 || ds->fields.size() != 2 || ds->fields[0].sample_shape != Shape{2, 3} ||
+                       ds->fields[0].byte_size() != 30 || ds->fields[1].byte_size() != 20))
+      ++trusted_bad, ADD_FAILURE() << "byte " << at << " of " << good.size();
+  }
+  EXPECT_EQ(trusted_bad, 0);
+  write_file_atomic(file, good.substr(0, good.size() / 2));
+  loads = 0;
+  auto cut = open_shared_dataset("key", load);
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(cut->fields[1].f32(4)[0], 4.5f);
+  EXPECT_GE(remove_shared_dataset_files(), 1);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

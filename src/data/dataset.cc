@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/shared_dataset.h"
 #include "profile/profiler.h"
 
 namespace bks {
@@ -59,7 +60,7 @@ bool decode_sample(std::string_view bytes, const ImageDecodeOptions& o, const Sh
 const uint8_t* DatasetField::sample_u8(int64_t i, std::vector<uint8_t>& scratch, const std::string& source) const {
   if (!encoded) return u8(i);
   const auto k = static_cast<size_t>(i);
-  std::string_view img(reinterpret_cast<const char*>(bytes.data()) + encoded->offsets[k],
+  std::string_view img(reinterpret_cast<const char*>(data()) + encoded->offsets[k],
                        encoded->offsets[k + 1] - encoded->offsets[k]);
   scratch.resize(static_cast<size_t>(sample_numel()));
   std::string why;
@@ -76,7 +77,8 @@ std::shared_ptr<const Dataset> cached(const std::string& key,
                                       const std::function<std::shared_ptr<const Dataset>()>& load) {
   std::lock_guard lk(g_cache_mu);
   if (auto hit = g_cache[key].lock()) return hit;
-  auto ds = load();
+  // Data-parallel ranks on one host read it once, into memory they share.
+  auto ds = datasets_shared_between_processes() ? open_shared_dataset(key, load) : load();
   g_cache[key] = ds;
   return ds;
 }

@@ -45,10 +45,18 @@ struct DatasetField {
   DType dtype = DType::u8;  // u8 or f32
   std::vector<uint8_t> bytes;
   std::shared_ptr<const EncodedImages> encoded = nullptr;  // null: `bytes` holds the samples themselves
+  // Set instead of `bytes` when the samples live in a read-only mapping that the ranks on
+  // one host share (data/shared_dataset.h); `mapping` keeps it mapped.
+  std::shared_ptr<const void> mapping = nullptr;
+  const uint8_t* mapped = nullptr;
+  size_t mapped_size = 0;
   int64_t sample_numel() const { return shape_numel(sample_shape); }
+  // The field's bytes, wherever they live.
+  const uint8_t* data() const { return mapped ? mapped : bytes.data(); }
+  size_t byte_size() const { return mapped ? mapped_size : bytes.size(); }
   // The cached samples (not for an encoded field: see sample_u8).
-  const uint8_t* u8(int64_t i) const { return bytes.data() + i * sample_numel(); }
-  const float* f32(int64_t i) const { return reinterpret_cast<const float*>(bytes.data()) + i * sample_numel(); }
+  const uint8_t* u8(int64_t i) const { return data() + i * sample_numel(); }
+  const float* f32(int64_t i) const { return reinterpret_cast<const float*>(data()) + i * sample_numel(); }
   // The uint8 pixels of sample i: the cached ones, or decoded into `scratch` (sample_numel
   // bytes) from an encoded field. InputError naming `source` and the sample when an image
   // fails to decode or decodes to another shape.

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "core/sysinfo.h"
+#include "data/shared_dataset.h"
 #include "dist/communicator.h"
 #include "dist/gradient_buckets.h"
 #include "formats/caffe_net.h"
@@ -418,9 +421,13 @@ uint64_t TrainerImpl::configuration_hash() const {
 
 void TrainerImpl::setup_everywhere() {
   // Rank 0's seed serves ranks whose solver gives none: their data orders must agree.
-  fallback_seed_ = std::random_device{}();
-  comm_.broadcast(&fallback_seed_, sizeof(fallback_seed_), 0);
+  uint64_t job[2] = {std::random_device{}(),
+                     (uint64_t{std::random_device{}()} << 32) ^ static_cast<uint64_t>(getpid())};
+  comm_.broadcast(job, sizeof(job), 0);
+  fallback_seed_ = job[0];
   if (comm_.size() == 1) return setup();
+  // Ranks on one host read each dataset once, into memory they share (data/shared_dataset.h).
+  if (comm_.local_size() > 1) share_datasets_between_processes(fmt::format("{:016x}", job[1]));
   if (!lead_) log::set_level(log::Level::warn);  // quiet unless something is wrong
   std::exception_ptr failed;
   int code = 0;
@@ -433,6 +440,8 @@ void TrainerImpl::setup_everywhere() {
   }
   const uint64_t kFailed = uint64_t{1} << 63;
   std::vector<uint64_t> all = comm_.allgather(failed ? kFailed | static_cast<uint64_t>(code) : configuration_hash());
+  // Every rank has opened its datasets by now: their shared files can go (the mappings stay).
+  remove_shared_dataset_files();
   int failures = 0, first_code = 0;
   for (uint64_t v : all)
     if (v & kFailed) first_code = first_code ? first_code : static_cast<int>(v & 0xff), ++failures;
