@@ -14,7 +14,7 @@ packages=(
   libcpp-httplib-dev libsqlite3-dev libstb-dev libjpeg62-turbo-dev libjs-chart.js
   liblmdb-dev libleveldb-dev
   libonnx-dev python3-onnx python3-torch python3-torchvision
-  openmpi-bin libopenmpi-dev openssh-client
+  openmpi-bin libopenmpi-dev openssh-client iproute2
   chromium
   dataset-fashion-mnist
 )

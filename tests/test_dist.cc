@@ -392,6 +392,80 @@ pid_t find_rank(int rank, const std::string& tag) {
   return -1;
 }
 
+// Two network namespaces joined by a veth pair: two "hosts" on this machine, 10.77.R.1 and
+// 10.77.R.2. Removed again when it goes out of scope.
+class TwoHosts {
+ public:
+  TwoHosts() : tag_(std::to_string(getpid() % 100000)), net_(std::to_string(getpid() % 200 + 20)) {
+    a_ = "bks_a" + tag_;
+    b_ = "bks_b" + tag_;
+    const std::string va = "bksa" + tag_, vb = "bksb" + tag_;
+    ok_ = sh("ip netns add " + a_) && sh("ip netns add " + b_) &&
+          sh("ip link add " + va + " type veth peer name " + vb) && sh("ip link set " + va + " netns " + a_) &&
+          sh("ip link set " + vb + " netns " + b_) && sh("ip -n " + a_ + " addr add " + ip(1) + "/24 dev " + va) &&
+          sh("ip -n " + b_ + " addr add " + ip(2) + "/24 dev " + vb) && sh("ip -n " + a_ + " link set " + va + " up") &&
+          sh("ip -n " + b_ + " link set " + vb + " up") && sh("ip -n " + a_ + " link set lo up") &&
+          sh("ip -n " + b_ + " link set lo up");
+  }
+  ~TwoHosts() {
+    sh("ip netns del " + a_);
+    sh("ip netns del " + b_);
+  }
+  bool ok() const { return ok_; }
+  std::string ip(int host) const { return "10.77." + net_ + "." + std::to_string(host); }
+  const std::string& ns(int host) const { return host == 1 ? a_ : b_; }
+  std::string subnet() const { return "10.77." + net_ + ".0/24"; }
+  std::string why;
+
+ private:
+  bool sh(const std::string& cmd) {
+    const std::string full = cmd + " 2>&1";
+    FILE* p = popen(full.c_str(), "r");
+    if (!p) return false;
+    char buf[512];
+    std::string out;
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    const bool good = pclose(p) == 0;
+    if (!good && why.empty()) why = cmd + ": " + out;
+    return good;
+  }
+  std::string tag_, net_, a_, b_;
+  bool ok_ = false;
+};
+
+TEST(Dist, TwoHostsOverTcpTrainTheWeightsOneHostDoes) {
+  TwoHosts hosts;
+  if (geteuid() != 0 || !hosts.ok())
+    GTEST_SKIP() << "network namespaces are not available here (" << (geteuid() ? "not root" : hosts.why)
+                 << "): the two-host test did not run";
+  fs::path dir = scratch("two_hosts");
+  // Open MPI starts its daemon on the second host through this instead of ssh: it runs the
+  // command inside that host's namespace.
+  const std::string agent = (dir / "agent.sh").string();
+  write_file_atomic(agent, "#!/bin/sh\nhost=$1; shift\ncase \"$host\" in " + hosts.ip(2) + ") ns=" + hosts.ns(2) +
+                               " ;; *) ns=" + hosts.ns(1) + " ;; esac\nexec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n");
+  fs::permissions(agent, fs::perms::owner_all);
+  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 30\n");
+  // Only TCP between the ranks (no shared memory), over the veth pair.
+  const std::string cmd = "ip netns exec " + hosts.ns(1) + " mpirun --allow-run-as-root -np 2 -H " + hosts.ip(1) +
+                          ":1," + hosts.ip(2) + ":1 --mca plm_rsh_agent " + agent +
+                          " --mca btl tcp,self --mca btl_tcp_if_include " + hosts.subnet() +
+                          " --mca oob_tcp_if_include " + hosts.subnet() + " " + BKS_BINARY +
+                          " train --threads 1 --solver " + solver + " --out " + (dir / "apart").string() + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) output.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << output;
+  nlohmann::json run = nlohmann::json::parse(read_file((dir / "apart" / "run.json").string(), "run.json"));
+  EXPECT_EQ(run["hosts"], 2) << "Open MPI saw one host";
+  EXPECT_EQ(run["ranks_per_host"], 1);
+  auto together = mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "together").string());
+  ASSERT_EQ(together.code, 0) << together.output;
+  EXPECT_LE(weight_difference(weights_at(dir / "apart", 30), weights_at(dir / "together", 30)), 1e-6);
+}
+
 // Kilobytes of a /proc/PID/status line ("RssAnon", "RssShmem"), or -1.
 long status_kb(pid_t pid, const std::string& key) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
