@@ -82,6 +82,24 @@ TEST(GradientBuckets, SmallFirstBucketThenFullOnesInReadyOrder) {
   EXPECT_EQ(w.started, (std::vector<size_t>{400, 700, 50}));
 }
 
+TEST(GradientBuckets, TheLastBucketIsSmallLikeTheFirst) {
+  // Four gradients of 1200 bytes; first (and last) buckets 1000 bytes, the others 10000:
+  // the gradients backward completes last get a bucket of their own instead of joining a
+  // large one that could only start at the very end.
+  std::vector<std::vector<float>> g(4, std::vector<float>(300, 1.f));
+  std::vector<GradientSlot> slots;
+  for (size_t i = 0; i < g.size(); ++i) slots.push_back({std::to_string(i), g[i].data(), g[i].size()});
+  ScriptedWorld w;
+  GradientBuckets b(w, slots, BucketOptions{1000, 10000, false});
+  ASSERT_EQ(b.buckets(), 3);
+  EXPECT_EQ(b.bucket_elements(0), 300u);
+  EXPECT_EQ(b.bucket_elements(1), 600u);
+  EXPECT_EQ(b.bucket_elements(2), 300u);
+  for (int i = 0; i < 3; ++i) b.ready(i);
+  EXPECT_EQ(w.started, (std::vector<size_t>{300, 600})) << "the middle bucket waited for the last gradient";
+  b.finish();
+}
+
 TEST(GradientBuckets, DebugChecksEveryRankReducesTheSameBucket) {
   std::vector<float> a(10, 1.f), c(10, 1.f);
   ScriptedWorld w;

@@ -11,10 +11,16 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<GradientSlot> g
     : comm_(comm), grads_(std::move(grads)), opt_(opt) {
   bucket_of_.assign(grads_.size(), -1);
   slot_ready_.assign(grads_.size(), false);
+  // The last bucket is small too: it holds the gradients backward completes last (the
+  // first layers'), and its reduction is the one nothing can hide.
+  size_t tail = grads_.size(), tail_bytes = 0;
+  while (tail > 0 &&
+         (tail == grads_.size() || tail_bytes + grads_[tail - 1].n * sizeof(float) <= opt_.first_bucket_bytes))
+    tail_bytes += grads_[--tail].n * sizeof(float);
   size_t limit = opt_.first_bucket_bytes;
   size_t bytes = 0;
   for (size_t s = 0; s < grads_.size(); ++s) {
-    if (buckets_.empty() || bytes >= limit) {
+    if (buckets_.empty() || bytes >= limit || (s == tail && s > 0)) {
       if (!buckets_.empty()) limit = opt_.bucket_bytes;
       buckets_.emplace_back();
       bytes = 0;

@@ -15,8 +15,9 @@
 namespace bks::dist {
 
 struct BucketOptions {
-  // The first bucket is small so that communication starts early; the others hold about
-  // `bucket_bytes` (a gradient larger than that gets a bucket of its own).
+  // The first bucket is small so that communication starts early, and so is the last (the
+  // gradients backward completes last, whose reduction nothing hides); the others hold
+  // about `bucket_bytes` (a gradient larger than that gets a bucket of its own).
   size_t first_bucket_bytes = size_t{1} << 20;
   size_t bucket_bytes = size_t{25} << 20;
   // Before each reduction, check that every rank reduces the same bucket (a hang otherwise).
