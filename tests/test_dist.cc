@@ -446,9 +446,10 @@ TEST(Dist, TwoHostsOverTcpTrainTheWeightsOneHostDoes) {
                                " ;; *) ns=" + hosts.ns(1) + " ;; esac\nexec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n");
   fs::permissions(agent, fs::perms::owner_all);
   const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 30\n");
-  // Only TCP between the ranks (no shared memory), over the veth pair.
-  const std::string cmd = "ip netns exec " + hosts.ns(1) + " mpirun --allow-run-as-root -np 2 -H " + hosts.ip(1) +
-                          ":1," + hosts.ip(2) + ":1 --mca plm_rsh_agent " + agent +
+  // Only TCP between the ranks (no shared memory), over the veth pair; no binding (each
+  // "host" would bind its rank to its core 0, the same core).
+  const std::string cmd = "ip netns exec " + hosts.ns(1) + " mpirun --allow-run-as-root --bind-to none -np 2 -H " +
+                          hosts.ip(1) + ":1," + hosts.ip(2) + ":1 --mca plm_rsh_agent " + agent +
                           " --mca btl tcp,self --mca btl_tcp_if_include " + hosts.subnet() +
                           " --mca oob_tcp_if_include " + hosts.subnet() + " " + BKS_BINARY +
                           " train --threads 1 --solver " + solver + " --out " + (dir / "apart").string() + " 2>&1";

@@ -33,6 +33,9 @@ class ScriptedWorld final : public Communicator {
   void allreduce_sum(double* v, size_t n) override {
     for (size_t i = 0; i < n; ++i) v[i] *= 2;
   }
+  void allreduce_sum(float* v, size_t n) override {
+    for (size_t i = 0; i < n; ++i) v[i] *= 2;
+  }
   std::unique_ptr<Pending> iallreduce_sum(float* v, size_t n) override {
     started.push_back(n);
     for (size_t i = 0; i < n; ++i) v[i] *= 2;

@@ -19,6 +19,7 @@ Runner add_export(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_pack_dataset(CLI::App& app);
+Runner add_allreduce_bench(CLI::App& app);
 Runner add_convert_imageset(CLI::App& app);
 Runner add_compute_image_mean(CLI::App& app);
 // Caffe's upgrade_net_proto_text / _binary and upgrade_solver_proto_text (cmd_upgrade.cc).

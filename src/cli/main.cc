@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
   add("pack-dataset", bks::cli::add_pack_dataset);
+  add("allreduce-bench", bks::cli::add_allreduce_bench);
   add("convert_imageset", bks::cli::add_convert_imageset);
   add("compute_image_mean", bks::cli::add_compute_image_mean);
   add("upgrade_net_proto_text", bks::cli::add_upgrade_net_text);

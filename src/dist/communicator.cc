@@ -38,6 +38,7 @@ class SingleProcess final : public Communicator {
   }
   void broadcast(void*, size_t, int) override {}
   void allreduce_sum(double*, size_t) override {}
+  void allreduce_sum(float*, size_t) override {}
   std::unique_ptr<Pending> iallreduce_sum(float*, size_t) override { return std::make_unique<DonePending>(); }
   std::vector<uint64_t> allgather(uint64_t value) override { return {value}; }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }

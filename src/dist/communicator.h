@@ -37,6 +37,7 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // In-place sum over ranks, blocking.
   virtual void allreduce_sum(double* data, size_t n) = 0;
+  virtual void allreduce_sum(float* data, size_t n) = 0;
   // In-place sum over ranks, started now and completed by the Pending.
   virtual std::unique_ptr<Pending> iallreduce_sum(float* data, size_t n) = 0;
   // Every rank's value, in rank order.

@@ -80,6 +80,12 @@ class MpiWorld final : public Communicator {
                     MPI_COMM_WORLD);
   }
 
+  void allreduce_sum(float* data, size_t n) override {
+    for (size_t off = 0; off < n; off += kMaxCount)
+      MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kMaxCount, n - off)), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+  }
+
   std::unique_ptr<Pending> iallreduce_sum(float* data, size_t n) override {
     std::vector<MPI_Request> r;
     for (size_t off = 0; off < n; off += kMaxCount) {

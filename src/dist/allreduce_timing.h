@@ -1,0 +1,27 @@
+// Timing gradient averaging on this world, for bench/allreduce.py: per message size, one
+// blocking MPI_Allreduce, and the bucketed path training uses (GradientBuckets: copies in,
+// MPI_Iallreduce per bucket, mean written back).
+#pragma once
+
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/gradient_buckets.h"
+
+namespace bks::dist {
+
+struct AllreduceTiming {
+  size_t bytes = 0;
+  double allreduce_s = 0;  // median of one blocking MPI_Allreduce
+  double buckets_s = 0;    // median of one GradientBuckets step over the same bytes
+  // Bus bandwidth (bytes each rank sends and receives in a ring allreduce: 2 (N-1) / N of
+  // the message, per second), for each.
+  double allreduce_bus_gbs = 0, buckets_bus_gbs = 0;
+};
+
+// For each size (bytes), `rounds` timings of each path, alternated; every rank must call it
+// with the same arguments. The bucketed path sees the message as gradients of 1 MB.
+std::vector<AllreduceTiming> time_allreduce(Communicator& comm, const std::vector<size_t>& sizes, int rounds,
+                                            const BucketOptions& buckets);
+
+}  // namespace bks::dist
