@@ -103,6 +103,25 @@ TEST(GradientBuckets, TheLastBucketIsSmallLikeTheFirst) {
   b.finish();
 }
 
+TEST(GradientBuckets, GradientsThatLiveInTheirBucketsAreReducedInPlace) {
+  // Two gradients with no memory of their own: they are written where the buckets keep
+  // them (what training binds its gradient tensors to), reduced, and averaged there.
+  ScriptedWorld w;
+  GradientBuckets b(w, {{"a", nullptr, 3}, {"c", nullptr, 2}}, BucketOptions{8, 8, false});
+  ASSERT_EQ(b.buckets(), 2);
+  auto at = [&](int slot) {
+    return reinterpret_cast<float*>(static_cast<char*>(b.storage(slot)->data()) + b.byte_offset(slot));
+  };
+  for (int i = 0; i < 3; ++i) at(0)[i] = 1.f + i;
+  for (int i = 0; i < 2; ++i) at(1)[i] = 10.f + i;
+  b.ready(0);
+  b.ready(1);
+  b.finish();
+  EXPECT_EQ(w.started, (std::vector<size_t>{3, 2}));
+  EXPECT_EQ(at(0)[2], 3.f);  // (x + x) / 2
+  EXPECT_EQ(at(1)[1], 11.f);
+}
+
 TEST(GradientBuckets, DebugChecksEveryRankReducesTheSameBucket) {
   std::vector<float> a(10, 1.f), c(10, 1.f);
   ScriptedWorld w;

@@ -1,6 +1,6 @@
 // Timing gradient averaging on this world, for bench/allreduce.py: per message size, one
-// blocking MPI_Allreduce, and the bucketed path training uses (GradientBuckets: copies in,
-// MPI_Iallreduce per bucket, mean written back).
+// blocking MPI_Allreduce, and the bucketed path training uses (GradientBuckets: an
+// MPI_Iallreduce per bucket as it fills, then the mean).
 #pragma once
 
 #include <vector>
@@ -20,7 +20,8 @@ struct AllreduceTiming {
 };
 
 // For each size (bytes), `rounds` timings of each path, alternated; every rank must call it
-// with the same arguments. The bucketed path sees the message as gradients of 1 MB.
+// with the same arguments. The bucketed path sees the message as gradients of 1 MB that
+// live in their buckets, as training's do (the mean taken in place, nothing copied).
 std::vector<AllreduceTiming> time_allreduce(Communicator& comm, const std::vector<size_t>& sizes, int rounds,
                                             const BucketOptions& buckets);
 

@@ -1,5 +1,6 @@
 #include "dist/gradient_buckets.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -32,11 +33,23 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<GradientSlot> g
     bucket_of_[s] = static_cast<int>(buckets_.size()) - 1;
   }
   for (Bucket& b : buckets_) {
-    size_t n = 0;
-    for (int s : b.slots) n += grads_[static_cast<size_t>(s)].n;
-    b.buffer.assign(n, 0.f);
+    for (int s : b.slots) b.n += grads_[static_cast<size_t>(s)].n;
+    b.storage = std::make_shared<Storage>(b.n * sizeof(float), Device{});
+    b.buffer = static_cast<float*>(b.storage->data());
+    std::fill(b.buffer, b.buffer + b.n, 0.f);
     b.missing = static_cast<int>(b.slots.size());
   }
+}
+
+const std::shared_ptr<Storage>& GradientBuckets::storage(int slot) const {
+  return buckets_[static_cast<size_t>(bucket_of_[static_cast<size_t>(slot)])].storage;
+}
+
+size_t GradientBuckets::byte_offset(int slot) const {
+  const Bucket& b = buckets_[static_cast<size_t>(bucket_of_[static_cast<size_t>(slot)])];
+  size_t k = 0;
+  while (b.slots[k] != slot) ++k;
+  return b.offsets[k] * sizeof(float);
 }
 
 GradientBuckets::~GradientBuckets() {
@@ -53,7 +66,7 @@ void GradientBuckets::ready(int slot) {
   const GradientSlot& g = grads_[static_cast<size_t>(slot)];
   size_t k = 0;
   while (b.slots[k] != slot) ++k;
-  std::memcpy(b.buffer.data() + b.offsets[k], g.data, g.n * sizeof(float));
+  if (g.data) std::memcpy(b.buffer + b.offsets[k], g.data, g.n * sizeof(float));
   --b.missing;
   start_ready_buckets();
   // Non-blocking collectives advance only inside MPI calls: each gradient that becomes
@@ -66,14 +79,14 @@ void GradientBuckets::start_ready_buckets() {
   while (next_to_start_ < buckets() && buckets_[static_cast<size_t>(next_to_start_)].missing == 0) {
     if (opt_.debug) check_same_bucket(next_to_start_);
     Bucket& b = buckets_[static_cast<size_t>(next_to_start_)];
-    b.pending = comm_.iallreduce_sum(b.buffer.data(), b.buffer.size());
+    b.pending = comm_.iallreduce_sum(b.buffer, b.n);
     ++next_to_start_;
   }
 }
 
 void GradientBuckets::check_same_bucket(int b) {
   // Bucket index and size in one word: equal on every rank, or the reductions would not match.
-  uint64_t mine = (static_cast<uint64_t>(b) << 40) ^ buckets_[static_cast<size_t>(b)].buffer.size();
+  uint64_t mine = (static_cast<uint64_t>(b) << 40) ^ buckets_[static_cast<size_t>(b)].n;
   std::vector<uint64_t> all = comm_.allgather(mine);
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0]) {
@@ -97,8 +110,9 @@ void GradientBuckets::finish() {
   for (Bucket& b : buckets_) {
     for (size_t k = 0; k < b.slots.size(); ++k) {
       const GradientSlot& g = grads_[static_cast<size_t>(b.slots[k])];
-      const float* src = b.buffer.data() + b.offsets[k];
-      for (size_t i = 0; i < g.n; ++i) g.data[i] = src[i] * mean;
+      float* src = b.buffer + b.offsets[k];
+      float* dst = g.data ? g.data : src;  // in place when the gradient lives in the bucket
+      for (size_t i = 0; i < g.n; ++i) dst[i] = src[i] * mean;
     }
     b.pending.reset();
     b.missing = static_cast<int>(b.slots.size());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "dist/communicator.h"
 
 namespace bks::dist {
@@ -26,6 +27,8 @@ struct BucketOptions {
 
 struct GradientSlot {
   std::string name;  // for messages
+  // Where the gradient is; null: it lives in its bucket (see storage()), so nothing is
+  // copied in or out, only the mean taken in place.
   float* data;
   size_t n;
 };
@@ -44,15 +47,21 @@ class GradientBuckets {
   void finish();
 
   int buckets() const { return static_cast<int>(buckets_.size()); }
-  size_t bucket_elements(int b) const { return buckets_[static_cast<size_t>(b)].buffer.size(); }
+  size_t bucket_elements(int b) const { return buckets_[static_cast<size_t>(b)].n; }
+  // Where slot `slot` lives in its bucket: the bucket's memory and the byte offset in it
+  // (a gradient tensor bound there is reduced without copies).
+  const std::shared_ptr<Storage>& storage(int slot) const;
+  size_t byte_offset(int slot) const;
   // Seconds finish() spent waiting for reductions: the communication backward did not hide.
   double exposed_wait_s() const { return exposed_wait_s_; }
 
  private:
   struct Bucket {
     std::vector<int> slots;
-    std::vector<size_t> offsets;  // of each slot's data in buffer
-    std::vector<float> buffer;
+    std::vector<size_t> offsets;  // of each slot's data in the buffer, in floats
+    std::shared_ptr<Storage> storage;
+    float* buffer = nullptr;
+    size_t n = 0;
     int missing = 0;
     std::unique_ptr<Pending> pending;
   };

@@ -482,13 +482,19 @@ void TrainerImpl::prepare_gradient_buckets() {
     // Statistics a layer keeps itself (BatchNorm's) have no gradient to average.
     if (bucket_slot_[static_cast<size_t>(idx)] >= 0 || !p.learnable || !p.grad.defined()) continue;
     bucket_slot_[static_cast<size_t>(idx)] = static_cast<int>(slots.size());
-    slots.push_back({p.key, p.grad.f32(), static_cast<size_t>(p.grad.numel())});
+    slots.push_back({p.key, nullptr, static_cast<size_t>(p.grad.numel())});
   }
   dist::BucketOptions bo;
   bo.first_bucket_bytes = static_cast<size_t>(opt_.first_bucket_mb * 1e6);
   bo.bucket_bytes = static_cast<size_t>(opt_.bucket_mb * 1e6);
   bo.debug = opt_.dist_debug;
   buckets_ = std::make_unique<dist::GradientBuckets>(comm_, std::move(slots), bo);
+  // The gradients live in their buckets: backward writes them where they are reduced.
+  for (size_t idx = 0; idx < bucket_slot_.size(); ++idx)
+    if (int slot = bucket_slot_[idx]; slot >= 0) {
+      Param& p = store_.at(static_cast<int>(idx));
+      p.grad.bind(buckets_->storage(slot), buckets_->byte_offset(slot), p.grad.shape());
+    }
   log::info(
       "Data-parallel over {} ranks on {} host(s): batch {} per rank, {} in all; gradients averaged in {} "
       "bucket(s)",
