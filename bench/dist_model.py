@@ -15,7 +15,8 @@ Usage: /usr/bin/python3 bench/dist_model.py build/src/bakusoku [--batch 32] [--r
    Efficiency is the one-rank step time over the N-rank one (same batch per rank).
 Links: shared memory and TCP over veth as bench/allreduce.py measures them here (a and b
 fitted to its MPI_Allreduce times), and the published figure of an ABCI compute node's
-interconnect (2 x InfiniBand EDR, 2 x 100 Gb/s; latency assumed 2 us).
+interconnect (2 x InfiniBand EDR, 2 x 100 Gb/s; latency assumed 2 us), whole for one rank
+or shared by the node's 4 GPUs. The what-if table at the end uses the shared one.
 `--rank-images-per-s` rescales the measured compute to a faster rank (a GPU) keeping the
 layers' proportions: CPU steps are so long that any link hides behind them."""
 import json
@@ -105,16 +106,20 @@ def measure_step(binary, prototxt, iterations):
 
 
 def buckets(grads):
+    return buckets_of(grads, FIRST_BUCKET, BUCKET)
+
+
+def buckets_of(grads, first, later):
     """GradientBuckets' layout of [(layer, bytes)] in ready order: [(last layer, bytes)]."""
     tail, tail_bytes = len(grads), 0
-    while tail > 0 and (tail == len(grads) or tail_bytes + grads[tail - 1][1] <= FIRST_BUCKET):
+    while tail > 0 and (tail == len(grads) or tail_bytes + grads[tail - 1][1] <= first):
         tail -= 1
         tail_bytes += grads[tail][1]
-    out, limit, size = [], FIRST_BUCKET, 0
+    out, limit, size = [], first, 0
     for i, (layer, nbytes) in enumerate(grads):
         if not out or size >= limit or (i == tail and i > 0):
             if out:
-                limit = BUCKET
+                limit = later
             out.append([layer, 0])
             size = 0
         out[-1][0] = layer
@@ -123,7 +128,22 @@ def buckets(grads):
     return [tuple(b) for b in out]
 
 
-def step_time(forward, backward, layout, ranks, alpha, beta):
+def ring(ranks, nbytes, alpha, beta):
+    """A ring allreduce: 2 (N-1) steps, each a latency and 1/N of the message."""
+    return 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * nbytes / beta
+
+
+def torus(ranks, nbytes, alpha, beta):
+    """A 2D-torus allreduce (Mikami et al., 2018) over X x Y ranks: reduce-scatter along X,
+    allreduce along Y, all-gather along X; the same bytes as a ring, 2 (X-1) + 2 (Y-1) latencies."""
+    x = 1
+    while x * x < ranks:
+        x *= 2
+    y = ranks // x
+    return 2 * (x - 1 + y - 1) * alpha + 2 * (ranks - 1) / ranks * nbytes / beta
+
+
+def step_time(forward, backward, layout, ranks, alpha, beta, allreduce=ring):
     """Seconds of one step on `ranks` ranks, and the seconds of it spent only communicating."""
     done_at, t = {}, 0.0
     for layer, dur in backward:
@@ -133,7 +153,7 @@ def step_time(forward, backward, layout, ranks, alpha, beta):
     if ranks > 1:
         for last, nbytes in layout:
             start = max(done_at.get(last, backward_end), link_free)
-            link_free = start + 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * nbytes / beta
+            link_free = start + allreduce(ranks, nbytes, alpha, beta)
     end = max(backward_end, link_free)
     return forward + end, end - backward_end
 
@@ -172,7 +192,9 @@ def main():
     veth = allreduce.veth(binary, 5)
     if veth:
         links.append(("TCP over veth (measured)",) + fit_link(veth))
-    links.append(("2 x InfiniBand EDR (ABCI node; 2 us assumed)", 2e-6, 2 * 100e9 / 8))
+    links.append(("2 x InfiniBand EDR, one rank per node (2 us assumed)", 2e-6, 2 * 100e9 / 8))
+    # An ABCI node holds 4 GPUs: as ranks, they share its two links.
+    links.append(("2 x InfiniBand EDR shared by a node's 4 GPU ranks (2 us assumed)", 2e-6, 2 * 100e9 / 8 / 4))
     one, _ = step_time(forward, backward, layout, 1, 0, 1)
     for name, alpha, beta in links:
         print(f"{name}: latency {alpha * 1e6:.1f} us, bandwidth {beta / 1e9:.2f} GB/s\n")
@@ -182,6 +204,19 @@ def main():
             t, exposed = step_time(forward, backward, layout, ranks, alpha, beta)
             print(f"| {ranks} | {t:.4f} | {exposed:.4f} | {100 * one / t:.1f}% |")
         print()
+    # What would hold the efficiency at 1,024 ranks on the InfiniBand figures.
+    name, alpha, beta = links[-1]
+    fp16 = [(last, nbytes / 2) for last, nbytes in layout]
+    coarse = buckets_of(grads, 4 * FIRST_BUCKET, 4 * BUCKET)
+    print(f"At 1,024 ranks, {name}:\n")
+    print("| change | step s | scaling efficiency |")
+    print("|---|---|---|")
+    for label, lay, algo in [("as built: ring allreduce, 1 MB / 25 MB buckets, fp32 gradients", layout, ring),
+                             ("buckets 4x larger (4 MB / 100 MB)", coarse, ring),
+                             ("hierarchical (2D-torus) allreduce", layout, torus),
+                             ("2D-torus + fp16 gradients", fp16, torus)]:
+        t, _ = step_time(forward, backward, lay, 1024, alpha, beta, algo)
+        print(f"| {label} | {t:.4f} | {100 * one / t:.1f}% |")
 
 
 if __name__ == "__main__":

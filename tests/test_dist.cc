@@ -521,6 +521,46 @@ TEST(Dist, RanksOnOneHostShareOneCopyOfTheDataset) {
         << e.path() << " outlived the start-up of the ranks that share it";
 }
 
+TEST(Dist, AnInterruptOnOneRankStopsAllOfThemWithASnapshot) {
+  fs::path dir = scratch("interrupt");
+  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
+  const std::string log = (dir / "mpirun.log").string();
+  pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
+  ASSERT_GT(launcher, 0);
+  pid_t rank1 = -1;
+  for (int i = 0; i < 600 && rank1 < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (fs::exists(dir / "run" / "metrics.jsonl") && fs::file_size(dir / "run" / "metrics.jsonl") > 0)
+      rank1 = find_rank(1, (dir / "run").string());
+  }
+  ASSERT_GT(rank1, 0) << read_file(log, "log");
+  // Ctrl-C reaching rank 1 only (not rank 0, not mpirun): rank 0 must learn of it and
+  // write the snapshot, both must stop at the same iteration.
+  ASSERT_EQ(kill(rank1, SIGINT), 0);
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < 600 && !ended; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ended = waitpid(launcher, &status, WNOHANG) == launcher;
+  }
+  if (!ended) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  ASSERT_TRUE(ended) << "the ranks did not stop: " << read_file(log, "log");
+  const std::string out = read_file(log, "log");
+  EXPECT_NE(out.find("Interrupted at iteration"), std::string::npos) << out;
+  std::string snapshot;
+  for (const auto& e : fs::directory_iterator(dir / "run" / "snapshots"))
+    if (e.path().extension() == ".solverstate") snapshot = e.path().string();
+  ASSERT_FALSE(snapshot.empty()) << out;
+  // The snapshot resumes (with one rank here).
+  auto resumed = test::run_cmd("train --threads 1 --solver " +
+                               write_solver(dir, "more", lenet(16), std::string(kSgd) + "max_iter: 3\n") +
+                               " --snapshot " + snapshot + " --out " + (dir / "more").string());
+  EXPECT_NE(resumed.output.find("Resumed from"), std::string::npos) << resumed.output;
+}
+
 TEST(Dist, AKilledRankEndsTheWholeJobNamingIt) {
   fs::path dir = scratch("kill");
   const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");

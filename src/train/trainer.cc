@@ -164,8 +164,11 @@ class TrainerImpl {
   uint64_t configuration_hash() const;
   void broadcast_params(bool learnable);
   void prepare_gradient_buckets();
-  // Whether to stop before the next step (an interrupt on any rank stops them all).
-  bool stop_requested();
+  // Whether to stop before the next step: this process's interrupt alone, or with several
+  // ranks what they agreed on with the last step's loss (an interrupt on any rank stops
+  // them all, at the same iteration).
+  bool stop_requested() const;
+  bool ranks_stop_ = false;
   // The solver's learning rate at `iter`, with --lr-scale applied.
   float scaled_learning_rate(int64_t iter) const;
   void restore();
@@ -515,11 +518,7 @@ float TrainerImpl::scaled_learning_rate(int64_t iter) const {
   return static_cast<float>(rate * (1.0 + (ranks - 1.0) * ramp));
 }
 
-bool TrainerImpl::stop_requested() {
-  double stop = interrupt_requested() ? 1.0 : 0.0;
-  comm_.allreduce_sum(&stop, 1);
-  return stop > 0;
-}
+bool TrainerImpl::stop_requested() const { return buckets_ ? ranks_stop_ : interrupt_requested(); }
 
 TrainResult TrainerImpl::run() {
   start_us_ = now_us();
@@ -559,9 +558,11 @@ TrainResult TrainerImpl::run() {
     loss /= static_cast<float>(sp_.iter_size());
     if (buckets_) {
       buckets_->finish();
-      double l = loss;
-      comm_.allreduce_sum(&l, 1);
-      loss = static_cast<float>(l / comm_.size());
+      // One small reduction per step: the mean loss, and whether any rank was interrupted.
+      double agree[2] = {loss, interrupt_requested() ? 1.0 : 0.0};
+      comm_.allreduce_sum(agree, 2);
+      loss = static_cast<float>(agree[0] / comm_.size());
+      ranks_stop_ = agree[1] > 0;
     }
     if (!std::isfinite(loss)) {
       dist::mark_error_agreed();  // every rank has the same (averaged) loss: rank 0 says it
