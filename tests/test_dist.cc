@@ -488,6 +488,28 @@ pid_t start_mpirun(int ranks, const std::string& args, const std::string& log) {
   return launcher;
 }
 
+// Once rank 0 has written a metrics record (the ranks train), the pid of rank `rank` of
+// the run in `run_dir`; -1 after a minute without.
+pid_t training_rank(const fs::path& run_dir, int rank) {
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(run_dir / "metrics.jsonl") || fs::file_size(run_dir / "metrics.jsonl") == 0) continue;
+    if (pid_t pid = find_rank(rank, run_dir.string()); pid > 0) return pid;
+  }
+  return -1;
+}
+
+// Whether `launcher` exits within `seconds` (its wait status in `status`); killed if not.
+bool exits_within(pid_t launcher, int seconds, int& status) {
+  for (int i = 0; i < seconds * 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (waitpid(launcher, &status, WNOHANG) == launcher) return true;
+  }
+  kill(launcher, SIGKILL);
+  waitpid(launcher, &status, 0);
+  return false;
+}
+
 TEST(Dist, RanksOnOneHostShareOneCopyOfTheDataset) {
   fs::path dir = scratch("shared_data");
   const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
@@ -527,26 +549,13 @@ TEST(Dist, AnInterruptOnOneRankStopsAllOfThemWithASnapshot) {
   const std::string log = (dir / "mpirun.log").string();
   pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
   ASSERT_GT(launcher, 0);
-  pid_t rank1 = -1;
-  for (int i = 0; i < 600 && rank1 < 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (fs::exists(dir / "run" / "metrics.jsonl") && fs::file_size(dir / "run" / "metrics.jsonl") > 0)
-      rank1 = find_rank(1, (dir / "run").string());
-  }
+  const pid_t rank1 = training_rank(dir / "run", 1);
   ASSERT_GT(rank1, 0) << read_file(log, "log");
   // Ctrl-C reaching rank 1 only (not rank 0, not mpirun): rank 0 must learn of it and
   // write the snapshot, both must stop at the same iteration.
   ASSERT_EQ(kill(rank1, SIGINT), 0);
   int status = 0;
-  bool ended = false;
-  for (int i = 0; i < 600 && !ended; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ended = waitpid(launcher, &status, WNOHANG) == launcher;
-  }
-  if (!ended) {
-    kill(launcher, SIGKILL);
-    waitpid(launcher, &status, 0);
-  }
+  const bool ended = exits_within(launcher, 60, status);
   ASSERT_TRUE(ended) << "the ranks did not stop: " << read_file(log, "log");
   const std::string out = read_file(log, "log");
   EXPECT_NE(out.find("Interrupted at iteration"), std::string::npos) << out;
@@ -565,36 +574,15 @@ TEST(Dist, AKilledRankEndsTheWholeJobNamingIt) {
   fs::path dir = scratch("kill");
   const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
   const std::string log = (dir / "mpirun.log").string();
-  pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    std::string cmd = "exec mpirun --oversubscribe ";
-    if (geteuid() == 0) cmd += "--allow-run-as-root ";
-    cmd += "-np 2 " + std::string(BKS_BINARY) + " train --threads 1 --solver " + solver + " --out " +
-           (dir / "run").string() + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Wait until the ranks train (rank 0 writes a record per iteration), then kill rank 1.
-  pid_t victim = -1;
-  for (int i = 0; i < 600 && victim < 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (fs::exists(dir / "run" / "metrics.jsonl") && fs::file_size(dir / "run" / "metrics.jsonl") > 0)
-      victim = find_rank(1, (dir / "run").string());
-  }
+  pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
+  ASSERT_GT(launcher, 0);
+  // Once the ranks train, rank 1 is killed.
+  const pid_t victim = training_rank(dir / "run", 1);
   ASSERT_GT(victim, 0) << read_file(log, "log");
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Every rank must be gone within 30 s: the launcher exits once they are.
   int status = 0;
-  bool ended = false;
-  for (int i = 0; i < 300 && !ended; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ended = waitpid(launcher, &status, WNOHANG) == launcher;
-  }
-  if (!ended) {
-    kill(launcher, SIGKILL);
-    waitpid(launcher, &status, 0);
-  }
+  const bool ended = exits_within(launcher, 30, status);
   ASSERT_TRUE(ended) << "the job was still running 30 s after rank 1 was killed";
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_LT(find_rank(0, (dir / "run").string()), 0) << "rank 0 outlived the job";
