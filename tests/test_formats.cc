@@ -662,6 +662,8 @@ TEST(SharedDataset, SecondOpenMapsTheFirstOnesCopyAndCorruptCopiesAreNotTrusted)
   EXPECT_EQ(loads, 1);
   EXPECT_EQ(cut->fields[1].f32(4)[0], 4.5f);
   EXPECT_GE(remove_shared_dataset_files(), 1);
+  share_datasets_between_processes("");  // the other tests in this process read their own
+  EXPECT_FALSE(datasets_shared_between_processes());
   std::filesystem::remove_all(dir);
 }
 

@@ -160,9 +160,13 @@ Found map_file(const std::string& path, const std::string& key, std::shared_ptr<
     if (!r.ok || dims > 8 || (f.dtype != DType::u8 && f.dtype != DType::f32) || offset > map->size ||
         length > map->size - offset)
       return Found::none;
-    for (int64_t d : f.sample_shape)
-      if (d < 0) return Found::none;
-    if (ds->size < 0 || length != static_cast<uint64_t>(ds->size) * shape_numel(f.sample_shape) * dtype_size(f.dtype))
+    // The declared sizes must multiply out, without overflow, to exactly the bytes stored.
+    std::vector<int64_t> factors = f.sample_shape;
+    factors.push_back(ds->size);
+    factors.push_back(static_cast<int64_t>(dtype_size(f.dtype)));
+    int64_t expected = 0;
+    if (!checked_product(factors, static_cast<int64_t>(map->size), expected) ||
+        length != static_cast<uint64_t>(expected))
       return Found::none;
     f.mapping = map;
     f.mapped = static_cast<const uint8_t*>(map->p) + offset;
@@ -218,7 +222,7 @@ bool write_file(const std::string& path, const std::string& key, const Dataset* 
 void share_datasets_between_processes(const std::string& tag, const std::string& dir) {
   Sharing& s = sharing();
   std::lock_guard lk(s.mu);
-  s.on = true;
+  s.on = !tag.empty();
   s.tag = tag;
   s.dir = dir;
 }

@@ -16,7 +16,7 @@
 namespace bks {
 
 // Turns sharing on for this process: `tag` names this job's files (the same on every rank
-// of the job, different between jobs); `dir` is where they go.
+// of the job, different between jobs); `dir` is where they go. An empty tag turns it off.
 void share_datasets_between_processes(const std::string& tag, const std::string& dir = "/dev/shm");
 bool datasets_shared_between_processes();
 // The dataset `key` names, from the shared copy when one exists, else loaded by `load` and
