@@ -14,8 +14,8 @@ struct CmdResult {
   std::string output;
 };
 
-inline CmdResult run_cmd(const std::string& args) {
-  std::string cmd = std::string(BKS_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line as it is (redirections included): exit code and stdout.
+inline CmdResult run_shell(const std::string& cmd) {
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -26,5 +26,7 @@ inline CmdResult run_cmd(const std::string& args) {
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return r;
 }
+
+inline CmdResult run_cmd(const std::string& args) { return run_shell(std::string(BKS_BINARY) + " " + args + " 2>&1"); }
 
 }  // namespace bks::test

@@ -116,21 +116,15 @@ std::string write_solver(const fs::path& dir, const std::string& name, const std
   return path;
 }
 
-// mpirun with N ranks on this machine (root needs Open MPI's consent, 2 cores need
-// oversubscription); its exit code and output.
+// mpirun on this machine: root needs Open MPI's consent, 2 cores need oversubscription.
+std::string mpirun_on_this_machine() {
+  return geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root " : "mpirun --oversubscribe ";
+}
+
+// mpirun with N ranks of bakusoku `args`; its exit code and output.
 test::CmdResult mpirun(int ranks, const std::string& args) {
-  std::string cmd = "mpirun --oversubscribe ";
-  if (geteuid() == 0) cmd += "--allow-run-as-root ";
-  cmd += "-np " + std::to_string(ranks) + " " + std::string(BKS_BINARY) + " " + args + " 2>&1";
-  test::CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return test::run_shell(mpirun_on_this_machine() + "-np " + std::to_string(ranks) + " " + BKS_BINARY + " " + args +
+                         " 2>&1");
 }
 
 TensorFile weights_at(const fs::path& run, int iter) {
@@ -312,18 +306,11 @@ TEST(Dist, ARankWithOtherFilesIsRefusedAtStartUp) {
   std::string other = lenet(16);
   other.replace(other.find("num_output: 100"), 15, "num_output: 101");
   const std::string b = write_solver(dir, "b", other, std::string(kSgd) + "max_iter: 5\n");
-  std::string cmd = "mpirun --oversubscribe ";
-  if (geteuid() == 0) cmd += "--allow-run-as-root ";
   const std::string out = " --out " + (dir / "run").string();
-  cmd += "-np 1 " + std::string(BKS_BINARY) + " train --threads 1 --solver " + a + out + " : -np 1 " +
-         std::string(BKS_BINARY) + " train --threads 1 --solver " + b + out + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_TRUE(p);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) output.append(buf, n);
-  int st = pclose(p);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << output;
+  const auto r = test::run_shell(mpirun_on_this_machine() + "-np 1 " + BKS_BINARY + " train --threads 1 --solver " + a +
+                                 out + " : -np 1 " + BKS_BINARY + " train --threads 1 --solver " + b + out + " 2>&1");
+  const std::string& output = r.output;
+  EXPECT_EQ(r.code, 2) << output;
   EXPECT_NE(output.find("rank(s) 1 loaded a different net, solver or parameter shapes than rank 0"), std::string::npos)
       << output;
   EXPECT_FALSE(fs::exists(dir / "run" / "snapshots" / "iter_5.safetensors"));
@@ -361,16 +348,8 @@ TEST(Dist, BadDistributedSettingsAreOneClearError) {
             std::string::npos)
       << odd.output;
   EXPECT_FALSE(fs::exists(dir / "odd"));
-  auto no_mpirun = test::CmdResult();
-  {
-    std::string cmd = "PATH=/nonexistent " + std::string(BKS_BINARY) + " train --ranks 2 --solver " + solver + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_TRUE(p);
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) no_mpirun.output.append(buf, n);
-    int st = pclose(p);
-    no_mpirun.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
+  auto no_mpirun =
+      test::run_shell("PATH=/nonexistent " + std::string(BKS_BINARY) + " train --ranks 2 --solver " + solver + " 2>&1");
   EXPECT_EQ(no_mpirun.code, 2) << no_mpirun.output;
   EXPECT_NE(no_mpirun.output.find("'mpirun' is not on PATH"), std::string::npos) << no_mpirun.output;
   auto warm = test::run_cmd("train --warmup-iters 5 --solver " + solver);
@@ -419,15 +398,9 @@ class TwoHosts {
 
  private:
   bool sh(const std::string& cmd) {
-    const std::string full = cmd + " 2>&1";
-    FILE* p = popen(full.c_str(), "r");
-    if (!p) return false;
-    char buf[512];
-    std::string out;
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-    const bool good = pclose(p) == 0;
-    if (!good && why.empty()) why = cmd + ": " + out;
-    return good;
+    const auto r = test::run_shell(cmd + " 2>&1");
+    if (r.code != 0 && why.empty()) why = cmd + ": " + r.output;
+    return r.code == 0;
   }
   std::string tag_, net_, a_, b_;
   bool ok_ = false;
@@ -453,12 +426,8 @@ TEST(Dist, TwoHostsOverTcpTrainTheWeightsOneHostDoes) {
                           " --mca btl tcp,self --mca btl_tcp_if_include " + hosts.subnet() +
                           " --mca oob_tcp_if_include " + hosts.subnet() + " " + BKS_BINARY +
                           " train --threads 1 --solver " + solver + " --out " + (dir / "apart").string() + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_TRUE(p);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) output.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << output;
+  const auto apart = test::run_shell(cmd);
+  ASSERT_EQ(apart.code, 0) << apart.output;
   nlohmann::json run = nlohmann::json::parse(read_file((dir / "apart" / "run.json").string(), "run.json"));
   EXPECT_EQ(run["hosts"], 2) << "Open MPI saw one host";
   EXPECT_EQ(run["ranks_per_host"], 1);
@@ -475,17 +444,22 @@ long status_kb(pid_t pid, const std::string& key) {
   return -1;
 }
 
-// Starts mpirun with `ranks` ranks of `bakusoku train` in the background, output to `log`.
-pid_t start_mpirun(int ranks, const std::string& args, const std::string& log) {
-  pid_t launcher = fork();
-  if (launcher == 0) {
-    std::string cmd = "exec mpirun --oversubscribe ";
-    if (geteuid() == 0) cmd += "--allow-run-as-root ";
-    cmd += "-np " + std::to_string(ranks) + " " + std::string(BKS_BINARY) + " " + args + " > " + log + " 2>&1";
+// Two ranks training LeNet until stopped, run directory dir/run, started in the background.
+struct BackgroundTraining {
+  pid_t launcher;   // mpirun
+  std::string log;  // its output
+};
+BackgroundTraining start_training(const fs::path& dir) {
+  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
+  BackgroundTraining t{-1, (dir / "mpirun.log").string()};
+  const std::string cmd = "exec " + mpirun_on_this_machine() + "-np 2 " + BKS_BINARY + " train --threads 1 --solver " +
+                          solver + " --out " + (dir / "run").string() + " > " + t.log + " 2>&1";
+  t.launcher = fork();
+  if (t.launcher == 0) {
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  return launcher;
+  return t;
 }
 
 // Once rank 0 has written a metrics record (the ranks train), the pid of rank `rank` of
@@ -512,9 +486,7 @@ bool exits_within(pid_t launcher, int seconds, int& status) {
 
 TEST(Dist, RanksOnOneHostShareOneCopyOfTheDataset) {
   fs::path dir = scratch("shared_data");
-  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
-  const std::string log = (dir / "mpirun.log").string();
-  pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
+  const auto [launcher, log] = start_training(dir);
   ASSERT_GT(launcher, 0);
   // While the ranks train: neither holds a private copy of the 47 MB training set (its
   // anonymous memory stays below that), both read it from the shared mapping.
@@ -545,9 +517,7 @@ TEST(Dist, RanksOnOneHostShareOneCopyOfTheDataset) {
 
 TEST(Dist, AnInterruptOnOneRankStopsAllOfThemWithASnapshot) {
   fs::path dir = scratch("interrupt");
-  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
-  const std::string log = (dir / "mpirun.log").string();
-  pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
+  const auto [launcher, log] = start_training(dir);
   ASSERT_GT(launcher, 0);
   const pid_t rank1 = training_rank(dir / "run", 1);
   ASSERT_GT(rank1, 0) << read_file(log, "log");
@@ -572,9 +542,7 @@ TEST(Dist, AnInterruptOnOneRankStopsAllOfThemWithASnapshot) {
 
 TEST(Dist, AKilledRankEndsTheWholeJobNamingIt) {
   fs::path dir = scratch("kill");
-  const std::string solver = write_solver(dir, "run", lenet(16), std::string(kSgd) + "max_iter: 1000000 display: 1\n");
-  const std::string log = (dir / "mpirun.log").string();
-  pid_t launcher = start_mpirun(2, "train --threads 1 --solver " + solver + " --out " + (dir / "run").string(), log);
+  const auto [launcher, log] = start_training(dir);
   ASSERT_GT(launcher, 0);
   // Once the ranks train, rank 1 is killed.
   const pid_t victim = training_rank(dir / "run", 1);

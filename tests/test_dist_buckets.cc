@@ -53,7 +53,7 @@ TEST(GradientBuckets, SmallFirstBucketThenFullOnesInReadyOrder) {
                                        std::vector<float>(200, 3.f), std::vector<float>(500, 4.f),
                                        std::vector<float>(50, 5.f)};
   std::vector<GradientSlot> slots;
-  for (size_t i = 0; i < g.size(); ++i) slots.push_back({std::to_string(i), g[i].data(), g[i].size()});
+  for (size_t i = 0; i < g.size(); ++i) slots.push_back({g[i].data(), g[i].size()});
   ScriptedWorld w;
   GradientBuckets b(w, slots, BucketOptions{1000, 2000, false});
   // 400 B < 1000, then 1600 B: bucket 0 = {0, 1}; 800 B, then 2800 B: bucket 1 = {2, 3}; {4}.
@@ -91,7 +91,7 @@ TEST(GradientBuckets, TheLastBucketIsSmallLikeTheFirst) {
   // large one that could only start at the very end.
   std::vector<std::vector<float>> g(4, std::vector<float>(300, 1.f));
   std::vector<GradientSlot> slots;
-  for (size_t i = 0; i < g.size(); ++i) slots.push_back({std::to_string(i), g[i].data(), g[i].size()});
+  for (size_t i = 0; i < g.size(); ++i) slots.push_back({g[i].data(), g[i].size()});
   ScriptedWorld w;
   GradientBuckets b(w, slots, BucketOptions{1000, 10000, false});
   ASSERT_EQ(b.buckets(), 3);
@@ -107,7 +107,7 @@ TEST(GradientBuckets, GradientsThatLiveInTheirBucketsAreReducedInPlace) {
   // Two gradients with no memory of their own: they are written where the buckets keep
   // them (what training binds its gradient tensors to), reduced, and averaged there.
   ScriptedWorld w;
-  GradientBuckets b(w, {{"a", nullptr, 3}, {"c", nullptr, 2}}, BucketOptions{8, 8, false});
+  GradientBuckets b(w, {{nullptr, 3}, {nullptr, 2}}, BucketOptions{8, 8, false});
   ASSERT_EQ(b.buckets(), 2);
   auto at = [&](int slot) {
     return reinterpret_cast<float*>(static_cast<char*>(b.storage(slot)->data()) + b.byte_offset(slot));
@@ -125,7 +125,7 @@ TEST(GradientBuckets, GradientsThatLiveInTheirBucketsAreReducedInPlace) {
 TEST(GradientBuckets, DebugChecksEveryRankReducesTheSameBucket) {
   std::vector<float> a(10, 1.f), c(10, 1.f);
   ScriptedWorld w;
-  GradientBuckets b(w, {{"a", a.data(), a.size()}, {"c", c.data(), c.size()}}, BucketOptions{40, 40, true});
+  GradientBuckets b(w, {{a.data(), a.size()}, {c.data(), c.size()}}, BucketOptions{40, 40, true});
   b.ready(0);  // same bucket on both ranks: fine
   EXPECT_EQ(w.started.size(), 1u);
   w.other_bucket = (uint64_t{5} << 40) | 99;  // the other rank is at bucket 5 of 99 values

@@ -21,6 +21,8 @@ inline float uniform01(uint64_t key, uint64_t index) {
   return static_cast<float>(mix64(key ^ mix64(index)) >> 40) * (1.0f / 16777216.0f);
 }
 uint64_t stream_key(uint64_t seed, std::string_view name, int64_t step);
+// FNV-1a of `text`: the same bytes hash alike in every run and on every host.
+uint64_t fnv1a(std::string_view text);
 
 class Rng {
  public:

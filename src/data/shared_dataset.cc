@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/rng.h"
 
 namespace bks {
 namespace {
@@ -32,12 +33,6 @@ struct Sharing {
 Sharing& sharing() {
   static Sharing s;
   return s;
-}
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 // Little-endian values and length-prefixed strings, appended.
@@ -142,7 +137,7 @@ Found map_file(const std::string& path, const std::string& key, std::shared_ptr<
   auto checksum_ok = [&] {
     const size_t end = r.at;
     const uint64_t stored = r.value<uint64_t>();
-    return r.ok && stored == fnv1a(std::string(static_cast<const char*>(map->p), end));
+    return r.ok && stored == fnv1a(std::string_view(static_cast<const char*>(map->p), end));
   };
   if (r.value<uint8_t>() == 0) return r.ok && checksum_ok() ? Found::unshared : Found::none;
   auto ds = std::make_shared<Dataset>();

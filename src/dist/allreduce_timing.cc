@@ -25,7 +25,7 @@ std::vector<AllreduceTiming> time_allreduce(Communicator& comm, const std::vecto
     // The bucketed path as training runs it: gradients of 1 MB that live in their buckets.
     std::vector<GradientSlot> slots;
     const size_t piece = (size_t{1} << 20) / sizeof(float);
-    for (size_t off = 0; off < n; off += piece) slots.push_back({"g", nullptr, std::min(piece, n - off)});
+    for (size_t off = 0; off < n; off += piece) slots.push_back({nullptr, std::min(piece, n - off)});
     GradientBuckets path(comm, slots, buckets);
     auto fill_buckets = [&] {
       for (int s = 0; s < static_cast<int>(slots.size()); ++s) {

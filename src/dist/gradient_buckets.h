@@ -26,7 +26,6 @@ struct BucketOptions {
 };
 
 struct GradientSlot {
-  std::string name;  // for messages
   // Where the gradient is; null: it lives in its bucket (see storage()), so nothing is
   // copied in or out, only the mean taken in place.
   float* data;

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "core/rng.h"
 #include "core/signals.h"
 #include "core/sysinfo.h"
 #include "data/shared_dataset.h"
@@ -143,12 +144,6 @@ std::string json_number_key(const std::string& name) {
   for (auto r : reserved)
     if (name == r) return name == "loss" ? name : "out_" + name;
   return name;
-}
-
-// FNV-1a: the same text gives the same value on every host and in every run.
-uint64_t fnv1a(const std::string& text, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 class TrainerImpl {
@@ -485,7 +480,7 @@ void TrainerImpl::prepare_gradient_buckets() {
     // Statistics a layer keeps itself (BatchNorm's) have no gradient to average.
     if (bucket_slot_[static_cast<size_t>(idx)] >= 0 || !p.learnable || !p.grad.defined()) continue;
     bucket_slot_[static_cast<size_t>(idx)] = static_cast<int>(slots.size());
-    slots.push_back({p.key, nullptr, static_cast<size_t>(p.grad.numel())});
+    slots.push_back({nullptr, static_cast<size_t>(p.grad.numel())});
   }
   dist::BucketOptions bo;
   bo.first_bucket_bytes = static_cast<size_t>(opt_.first_bucket_mb * 1e6);
