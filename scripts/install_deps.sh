@@ -15,6 +15,7 @@ packages=(
   liblmdb-dev libleveldb-dev
   libonnx-dev python3-onnx python3-torch python3-torchvision
   openmpi-bin libopenmpi-dev openssh-client iproute2
+  slurmctld slurmd slurm-client munge
   chromium
   dataset-fashion-mnist
 )

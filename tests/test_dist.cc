@@ -352,6 +352,11 @@ TEST(Dist, BadDistributedSettingsAreOneClearError) {
       test::run_shell("PATH=/nonexistent " + std::string(BKS_BINARY) + " train --ranks 2 --solver " + solver + " 2>&1");
   EXPECT_EQ(no_mpirun.code, 2) << no_mpirun.output;
   EXPECT_NE(no_mpirun.output.find("'mpirun' is not on PATH"), std::string::npos) << no_mpirun.output;
+  auto nccl = test::run_cmd("train --dist-backend nccl --solver " + solver + " --out " + (dir / "nccl").string());
+  EXPECT_EQ(nccl.code, 2) << nccl.output;
+  EXPECT_NE(nccl.output.find("--dist-backend nccl: NCCL reduces gradients between GPU ranks"), std::string::npos)
+      << nccl.output;
+  EXPECT_FALSE(fs::exists(dir / "nccl"));
   auto warm = test::run_cmd("train --warmup-iters 5 --solver " + solver);
   EXPECT_EQ(warm.code, 2) << warm.output;
   EXPECT_NE(warm.output.find("--warmup-iters needs --lr-scale linear"), std::string::npos) << warm.output;

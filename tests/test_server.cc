@@ -22,8 +22,10 @@
 #include <mutex>
 #include <thread>
 
+#include "cli_util.h"
 #include "core/error.h"
 #include "server/images.h"
+#include "server/jobs.h"
 #include "server/process.h"
 #include "server/store.h"
 #include "server/task_queue.h"
@@ -375,6 +377,225 @@ TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {
   ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "aborted"; }, 60));
   call(c, "POST", job + "/abort", json::object(), st);
   EXPECT_EQ(st, 409);
+}
+
+// The bakusoku processes still running a job (its ranks and launcher), found by the
+// solver path on their command lines.
+int job_processes(const std::string& dir, int64_t id) {
+  const std::string solver = (fs::path(dir) / "jobs" / std::to_string(id) / "solver.prototxt").string();
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    if (cmd.find(solver) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// A job of 2 processes: mpirun with 2 ranks that split the job's batch, the world size on
+// the job and in run.json, usage summed over every process of the job, abort that snapshots
+// and stops every rank, and delete that leaves no rank behind.
+TEST(ServerApi, JobOfTwoProcessesRunsRanksUnderMpirunAndStopsThemAll) {
+  std::string dir = temp_dir("ranks");
+  Server s(dir);
+  auto c = s.client();
+  int64_t ds = fashion_dataset(c);
+  // 64 does not divide among 3 processes: refused, naming the field.
+  int st = 0;
+  json bad = call(
+      c, "POST", "/api/models",
+      {{"name", "l"}, {"network", "lenet"}, {"dataset_id", ds}, {"processes", 3}, {"solver", {{"batch_size", 64}}}},
+      st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad.value("field", ""), "processes") << bad.dump();
+  for (int n : {0, 65}) {
+    call(c, "POST", "/api/models", {{"name", "l"}, {"network", "lenet"}, {"dataset_id", ds}, {"processes", n}}, st);
+    EXPECT_EQ(st, 400) << n;
+  }
+  json m = post(c, "/api/models",
+                {{"name", "lenet2"},
+                 {"network", "lenet"},
+                 {"dataset_id", ds},
+                 {"processes", 2},
+                 {"solver", {{"base_lr", 0.01}, {"epochs", 20}, {"batch_size", 64}, {"snapshot_epochs", 0.06}}}},
+                201);
+  const int64_t id = m["jobs"][0]["id"];
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  EXPECT_EQ(get(c, job).value("processes", 0), 2);
+
+  // The usage stream (one event a second) counts mpirun and both ranks.
+  int processes_seen = 0, usage_events = 0;
+  auto w = s.client();
+  w.Get(job + "/events", [&](const char* data, size_t n) {
+    std::string text(data, n);
+    auto at = text.find("\"processes\":");
+    if (text.find("event: usage") != std::string::npos && at != std::string::npos) {
+      processes_seen = std::max(processes_seen, std::atoi(text.c_str() + at + 12));
+      ++usage_events;
+    }
+    return processes_seen < 3 && usage_events < 10;
+  });
+  EXPECT_GE(processes_seen, 3) << "mpirun and two ranks";
+
+  ASSERT_TRUE(wait_for([&] { return !get(c, job)["snapshots"].empty(); }, 180)) << get(c, job).dump();
+  const fs::path jd = fs::path(dir) / "jobs" / std::to_string(id);
+  json run = json::parse(std::ifstream(jd / "run" / "run.json"), nullptr, false);
+  EXPECT_EQ(run.value("world_size", 0), 2) << run.dump();
+  EXPECT_EQ(run.value("global_batch_size", 0), 64) << "the job's batch is both ranks' together";
+  EXPECT_EQ(run.value("batch_rule", "").rfind("global", 0), 0u) << run.dump();
+  std::ifstream out(jd / "output.txt");
+  std::string log((std::istreambuf_iterator<char>(out)), {});
+  EXPECT_NE(log.find("--global-batch --ranks 2"), std::string::npos) << log;
+  EXPECT_NE(log.find("Running: mpirun -np 2"), std::string::npos) << log;
+
+  // Abort: every rank saves (rank 0 writes) and stops; nothing of the job keeps running.
+  post(c, job + "/abort", json::object());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "aborted"; }, 60)) << get(c, job).dump();
+  EXPECT_EQ(job_processes(dir, id), 0);
+  std::ifstream out2(jd / "output.txt");
+  log.assign(std::istreambuf_iterator<char>(out2), {});
+  EXPECT_NE(log.find("Interrupted at iteration"), std::string::npos)
+      << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+
+  // Resumed, then deleted while it runs: no rank is left behind.
+  post(c, job + "/resume", json::object());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "running" && job_processes(dir, id) >= 3; }, 60));
+  call(c, "DELETE", job, {}, st);
+  EXPECT_EQ(st, 200);
+  EXPECT_TRUE(wait_for([&] { return job_processes(dir, id) == 0; }, 10)) << "ranks left after delete";
+}
+
+// A real single-node Slurm cluster for one test (tests/local_slurm.sh: slurmctld, slurmd
+// and munge of its own under `dir`), found by the clients through SLURM_CONF.
+class LocalSlurm {
+ public:
+  explicit LocalSlurm(const std::string& dir) : dir_(dir) {
+    auto r = bks::test::run_shell("bash " BKS_SOURCE_DIR "/tests/local_slurm.sh start " + dir + " 2>&1");
+    const auto at = r.output.find("export SLURM_CONF=");
+    if (r.code != 0 || at == std::string::npos) {
+      why_ = r.output;
+      failed_ = r.code != 77;  // 77: it cannot run here (not root, not installed)
+      return;
+    }
+    std::string conf = r.output.substr(at + 18);
+    conf = conf.substr(0, conf.find('\n'));
+    setenv("SLURM_CONF", conf.c_str(), 1);
+    up_ = true;
+  }
+  ~LocalSlurm() {
+    if (!up_) return;
+    bks::test::run_shell("bash " BKS_SOURCE_DIR "/tests/local_slurm.sh stop " + dir_ + " 2>&1");
+    unsetenv("SLURM_CONF");
+  }
+  bool up() const { return up_; }
+  bool failed() const { return failed_; }
+  const std::string& why() const { return why_; }
+  // squeue's state for a job: "" once it has left the queue.
+  static std::string queue_state(const std::string& id) {
+    auto r = bks::test::run_shell("squeue -h -j " + id + " -o %T 2>/dev/null");
+    return r.output.substr(0, r.output.find('\n'));
+  }
+
+ private:
+  std::string dir_, why_;
+  bool up_ = false, failed_ = false;
+};
+
+// `serve --scheduler slurm` against a real Slurm: jobs go in with sbatch as `srun bakusoku
+// train` (2 tasks = 2 ranks), their state comes from Slurm, a server restart leaves them
+// running and follows them again, and abort is scancel --signal=INT (every rank snapshots).
+TEST(ServerSlurm, JobsRunUnderSlurmSurviveAServerRestartAndAbortSnapshots) {
+  const std::string root = temp_dir("slurm");
+  LocalSlurm slurm(root + "/cluster");
+  if (!slurm.up()) {
+    if (slurm.failed()) FAIL() << "tests/local_slurm.sh could not start Slurm: " << slurm.why();
+    GTEST_SKIP() << "no local Slurm here: " << slurm.why();
+  }
+  const std::string data = root + "/data";
+  int64_t id = 0;
+  std::string slurm_id;
+  {
+    Server s(data, {"--scheduler", "slurm"});
+    auto c = s.client();
+    EXPECT_EQ(get(c, "/api/status").value("scheduler", ""), "slurm");
+    int64_t ds = fashion_dataset(c);
+    // A short job of 2 ranks runs to its end.
+    json q = post(c, "/api/models",
+                  {{"name", "quick"},
+                   {"network", "lenet"},
+                   {"dataset_id", ds},
+                   {"processes", 2},
+                   {"solver", {{"epochs", 0.1}, {"batch_size", 64}, {"snapshot_epochs", 0}}}},
+                  201);
+    const int64_t quick = q["jobs"][0]["id"];
+    const std::string qjob = "/api/jobs/" + std::to_string(quick);
+    ASSERT_TRUE(wait_for([&] { return job_state(c, quick) == "done" || job_state(c, quick) == "failed"; }, 180))
+        << get(c, qjob).dump();
+    json done = get(c, qjob);
+    EXPECT_EQ(done.value("state", ""), "done") << done.dump();
+    EXPECT_EQ(done.value("slurm_state", ""), "COMPLETED") << done.dump();
+    EXPECT_FALSE(done.value("slurm_id", "").empty());
+    const fs::path qdir = fs::path(data) / "jobs" / std::to_string(quick);
+    json run = json::parse(std::ifstream(qdir / "run" / "run.json"), nullptr, false);
+    EXPECT_EQ(run.value("world_size", 0), 2) << "srun started 2 ranks that found each other";
+    std::ifstream script(qdir / "job.sbatch");
+    std::string text((std::istreambuf_iterator<char>(script)), {});
+    EXPECT_NE(text.find("#SBATCH --ntasks=2"), std::string::npos) << text;
+    EXPECT_NE(text.find("srun --mpi=pmix"), std::string::npos) << text;
+
+    // A long one, running in Slurm when the server stops.
+    json m = post(c, "/api/models",
+                  {{"name", "long"},
+                   {"network", "lenet"},
+                   {"dataset_id", ds},
+                   {"processes", 2},
+                   {"solver", {{"epochs", 20}, {"batch_size", 64}, {"snapshot_epochs", 0.06}}}},
+                  201);
+    id = m["jobs"][0]["id"];
+    ASSERT_TRUE(wait_for(
+        [&] {
+          json j = get(c, "/api/jobs/" + std::to_string(id));
+          return j.value("slurm_state", "") == "RUNNING" && !j["snapshots"].empty();
+        },
+        180))
+        << get(c, "/api/jobs/" + std::to_string(id)).dump();
+    slurm_id = get(c, "/api/jobs/" + std::to_string(id)).value("slurm_id", "");
+  }
+  EXPECT_EQ(LocalSlurm::queue_state(slurm_id), "RUNNING") << "the job runs on without the server";
+  Server s(data, {"--scheduler", "slurm"});
+  auto c = s.client();
+  const std::string job = "/api/jobs/" + std::to_string(id);
+  EXPECT_EQ(job_state(c, id), "running") << get(c, job).dump();
+  post(c, job + "/abort", json::object());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "aborted"; }, 90)) << get(c, job).dump();
+  EXPECT_EQ(LocalSlurm::queue_state(slurm_id), "");
+  std::ifstream out(fs::path(data) / "jobs" / std::to_string(id) / "output.txt");
+  std::string log((std::istreambuf_iterator<char>(out)), {});
+  EXPECT_NE(log.find("Interrupted at iteration"), std::string::npos)
+      << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+  // Resumed: a new Slurm job continues from the snapshot the abort wrote.
+  json r = post(c, job + "/resume", json::object());
+  EXPECT_NE(r.value("reason", "").find("resumes from"), std::string::npos) << r.dump();
+  ASSERT_TRUE(wait_for([&] { return get(c, job).value("slurm_state", "") == "RUNNING"; }, 90)) << get(c, job).dump();
+  const std::string second = get(c, job).value("slurm_id", "");
+  EXPECT_NE(second, slurm_id);
+  // Deleted: Slurm ends it.
+  int st = 0;
+  call(c, "DELETE", job, {}, st);
+  EXPECT_EQ(st, 200);
+  EXPECT_TRUE(wait_for([&] { return LocalSlurm::queue_state(second).empty(); }, 30));
+}
+
+// A multi-process job holds the slots its ranks need; the rest share one slot's threads.
+TEST(ServerScheduler, SlotsForProcesses) {
+  bks::server::ServerConfig cfg;
+  cfg.slots = 4;
+  cfg.threads_per_job = 2;
+  EXPECT_EQ(bks::server::slots_for(1, cfg), 1);
+  EXPECT_EQ(bks::server::slots_for(2, cfg), 1);
+  EXPECT_EQ(bks::server::slots_for(3, cfg), 2);
+  EXPECT_EQ(bks::server::slots_for(8, cfg), 4);
+  EXPECT_EQ(bks::server::slots_for(64, cfg), 4) << "at most every slot";
 }
 
 // The server stopped mid-job (killed outright): on restart the job is failed and
@@ -773,6 +994,13 @@ TEST(ServerApi, StartErrorsAreClear) {
   std::tie(code, out) = run("--port 0 --data-dir " + s.data_dir());
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("another bakusoku serve uses this data directory"), std::string::npos) << out;
+  std::tie(code, out) = run("--port 0 --scheduler pbs --data-dir " + temp_dir("nopbs"));
+  EXPECT_EQ(code, 2) << out;
+  // Slurm asked for where no controller answers: said at start, not at the first job.
+  auto r = bks::test::run_shell("SLURM_CONF=/nonexistent/slurm.conf timeout 60 " + std::string(BKS_BINARY) +
+                                " serve --port 0 --scheduler slurm --data-dir " + temp_dir("noslurm") + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--scheduler slurm: "), std::string::npos) << r.output;
 }
 
 // The store keeps its documents in memory as well as in SQLite: what a reopened store reads

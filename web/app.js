@@ -104,7 +104,7 @@ async function jobsPage() {
   const draw = async () => {
     const jobs = await api('GET', '/api/jobs');
     const rows = jobs.slice().reverse().map(j => `<tr>
-      <td>${j.id}</td><td><a href="#/jobs/${j.id}">${esc(j.name)}</a></td><td>${esc(j.kind)}</td>
+      <td>${j.id}</td><td><a href="#/jobs/${j.id}">${esc(j.name)}</a></td><td>${esc(j.kind)}${(j.processes || 1) > 1 ? ' ×' + j.processes : ''}</td>
       <td>${state(j.state)}</td><td>${bar(j.progress)}</td>
       <td>${j.last_train ? 'loss ' + fmt(j.last_train.loss) : ''}${j.last_test && j.last_test.accuracy !== undefined ? ', accuracy ' + fmt(j.last_test.accuracy) : ''}</td>
       <td>${when(j.created)}</td></tr>`).join('');
@@ -150,7 +150,7 @@ async function jobPage(id) {
     const j = current;
     document.getElementById('job-head').innerHTML = `${state(j.state)} ${bar(j.progress)}
       <span class="muted">attempt ${j.attempts || 0} · created ${when(j.created)}${j.finished ? ' · finished ' + when(j.finished) : ''}</span>
-      ${j.params ? `<div class="muted">base_lr ${j.params.base_lr} · batch ${j.params.batch_size}</div>` : ''}
+      ${j.params ? `<div class="muted">base_lr ${j.params.base_lr} · batch ${j.params.batch_size}<span id="world-size">${(j.processes || 1) > 1 ? ` · ${j.processes} processes (batch ${j.params.batch_size / j.processes} each)` : ' · 1 process'}</span>${j.slurm_id ? `<span id="slurm"> · Slurm job ${esc(j.slurm_id)}${j.slurm_state ? ' ' + esc(j.slurm_state) : ''}</span>` : ''}</div>` : ''}
       ${j.reason ? `<div class="${j.state === 'failed' ? 'reason' : 'muted'}" id="reason">${esc(j.reason)}</div>` : ''}`;
     const can = { abort: ['queued', 'running'].includes(j.state), resume: ['aborted', 'failed'].includes(j.state) };
     document.getElementById('job-actions').innerHTML =
@@ -217,6 +217,7 @@ async function jobPage(id) {
     const u = JSON.parse(e.data);
     series(charts.usage, 'CPU %', 0).data.push({ x: u.time - usageStart, y: u.cpu_percent });
     series(charts.usage, 'memory MB', 1).data.push({ x: u.time - usageStart, y: u.rss_mb });
+    charts.usage.options.scales.y.title.text = `CPU % / memory MB (${u.processes} process${u.processes === 1 ? '' : 'es'} together)`;
     later();
   });
   es.addEventListener('end', async () => {
@@ -439,6 +440,7 @@ async function newModelPage() {
       <div><label>Weight decay</label><input type="number" step="any" name="weight_decay" value="0.0005"><div class="error" data-error-for="weight_decay"></div></div>
       <div><label>Snapshot every (epochs)</label><input type="number" step="any" name="snapshot_epochs" value="1"><div class="error" data-error-for="snapshot_epochs"></div></div>
       <div><label>Keep newest snapshots (0: all)</label><input type="number" step="1" name="keep_snapshots" value="5"><div class="error" data-error-for="keep_snapshots"></div></div>
+      <div><label>Processes (data-parallel ranks; the batch is split among them)</label><input type="number" step="1" min="1" name="processes" value="1"><div class="error" data-error-for="processes"></div></div>
     </div>
     <h2>Learning rate schedule</h2><div class="chart"><canvas id="lr-preview"></canvas></div>
     <div class="error" data-error-for=""></div><div class="error" data-error-for="solver"></div><div class="error" data-error-for="type"></div><div class="error" data-error-for="lr_policy"></div>
@@ -498,7 +500,8 @@ async function newModelPage() {
   };
   form.onsubmit = async e => {
     e.preventDefault();
-    const body = { name: form.name.value, network: form.network.value, dataset_id: Number(form.dataset_id.value), solver: solverOf() };
+    const body = { name: form.name.value, network: form.network.value, dataset_id: Number(form.dataset_id.value), solver: solverOf(),
+      processes: Number(form.processes.value) };
     if (body.network === 'custom') body.prototxt = form.prototxt.value;
     try {
       const m = await api('POST', '/api/models', body);

@@ -17,6 +17,9 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--token", o->token, "Token every API call must carry (generated when --host is not loopback)");
   cmd->add_option("--slots", o->slots, "Jobs that run at once (default: one per two cores)");
   cmd->add_option("--threads", o->threads, "CPU threads per training job (default: cores / slots)");
+  cmd->add_option("--scheduler", o->scheduler,
+                  "local (default: jobs run here) or slurm (training jobs go to the Slurm cluster with sbatch)")
+      ->check(CLI::IsMember({"local", "slurm"}));
   cmd->add_option("--max-viewers", o->max_viewers,
                   "Live charts streamed at once (default 500); one more is told to retry (HTTP 503)");
   cmd->add_option("--import-dir", o->import_roots,

@@ -40,11 +40,22 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   auto ranks = std::make_shared<int>(0);
   cmd->add_option("--ranks", *ranks, "Run N ranks on this machine through mpirun (prints the mpirun line it runs)")
       ->check(CLI::PositiveNumber);
-  return [opt, ranks] {
+  auto backend = std::make_shared<std::string>("mpi");
+  cmd->add_option("--dist-backend", *backend,
+                  "How ranks reduce gradients: mpi (default; CPU) or nccl (GPU ranks, needs a CUDA build)");
+  auto no_pin = std::make_shared<bool>(false);
+  cmd->add_flag("--no-pin", *no_pin, "With --ranks: leave the ranks unpinned (other work shares these cores)");
+  return [opt, ranks, no_pin, backend] {
+    if (*backend == "nccl")
+      input_error(
+          "--dist-backend nccl: NCCL reduces gradients between GPU ranks, and this build of bakusoku has no "
+          "GPU backend; use --dist-backend mpi (the default)");
+    if (*backend != "mpi") input_error("--dist-backend must be mpi or nccl, got '{}'", *backend);
     if (*ranks > 0) {
       if (dist::launched_by_mpi()) input_error("--ranks: already running under an MPI launcher; drop --ranks");
-      run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug));
+      run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug, !*no_pin));
     }
+    if (*no_pin) input_error("--no-pin goes with --ranks");
     if (opt->lr_scale == "none" && opt->warmup_iters > 0) input_error("--warmup-iters needs --lr-scale linear");
     if (opt->gpu >= 0) input_error("--gpu {}: this build of bakusoku has no CUDA backend", opt->gpu);
     install_interrupt_handler();

@@ -11,52 +11,22 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/sysinfo.h"
 
 namespace bks::cli {
-namespace {
 
-// The first executable `name` on PATH, or "".
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  for (size_t start = 0; start <= dirs.size();) {
-    size_t end = std::min(dirs.find(':', start), dirs.size());
-    std::string candidate = end > start ? dirs.substr(start, end - start) : std::string(".");
-    candidate.append("/").append(name);
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return "";
-}
-
-// A word the shell reads back as itself, for the printed line.
-std::string shell_word(const std::string& w) {
-  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") ==
-                        std::string::npos)
-    return w;
-  std::string q = "'";
-  for (char c : w) {
-    if (c == '\'')
-      q.append("'\\''");
-    else
-      q.push_back(c);
-  }
-  q.push_back('\'');
-  return q;
-}
-
-}  // namespace
-
-std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool verbose) {
+std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool verbose, bool pin) {
   const SysInfo si = query_sysinfo();
   const int cores = std::max(1, si.physical_cores > 0 ? si.physical_cores : si.logical_cpus);
   const int threads = opt.threads > 0 ? opt.threads : std::max(1, cores / ranks);
   std::vector<std::string> c = {"mpirun", "-np", std::to_string(ranks)};
   if (geteuid() == 0) c.push_back("--allow-run-as-root");  // Open MPI refuses root without it
-  if (ranks * threads <= cores) {
+  if (ranks * threads <= cores && pin) {
     // Each rank on `threads` cores of its own.
     c.insert(c.end(), {"--map-by", fmt::format("slot:PE={}", threads), "--bind-to", "core"});
+  } else if (ranks <= cores) {
+    c.insert(c.end(), {"--bind-to", "none"});
   } else {
     c.insert(c.end(), {"--oversubscribe", "--bind-to", "none"});
   }

@@ -29,6 +29,12 @@ std::string temporary_path(const std::string& path);
 // no longer alive); returns how many.
 int remove_stale_temporaries(const std::string& dir);
 
+// The first executable `name` in the directories of $PATH, or "" when there is none.
+std::string find_on_path(const std::string& name);
+// `word` as the shell reads it back as itself: as it is when plain, else single-quoted
+// (for command lines printed to people and written into scripts).
+std::string shell_word(const std::string& word);
+
 // What a file holds, by its first bytes: IDX (raw or gzip), HDF5, text, ...
 enum class FileKind { missing, idx, gzip, hdf5, text, directory, unknown };
 FileKind detect_file_kind(const std::string& path);

@@ -152,9 +152,13 @@ Found map_file(const std::string& path, const std::string& key, std::shared_ptr<
     const uint32_t dims = r.value<uint32_t>();
     for (uint32_t d = 0; r.ok && d < dims && d < 8; ++d) f.sample_shape.push_back(r.value<int64_t>());
     const uint64_t offset = r.value<uint64_t>(), length = r.value<uint64_t>();
+    // Offsets as header() lays them out (aligned: float fields are read in place), and
+    // samples of at least one value, so that the sample count is bounded by the bytes.
     if (!r.ok || dims > 8 || (f.dtype != DType::u8 && f.dtype != DType::f32) || offset > map->size ||
-        length > map->size - offset)
+        length > map->size - offset || offset % kAlign != 0)
       return Found::none;
+    for (int64_t d : f.sample_shape)
+      if (d < 1) return Found::none;
     // The declared sizes must multiply out, without overflow, to exactly the bytes stored.
     std::vector<int64_t> factors = f.sample_shape;
     factors.push_back(ds->size);
@@ -168,7 +172,7 @@ Found map_file(const std::string& path, const std::string& key, std::shared_ptr<
     f.mapped_size = length;
     ds->fields.push_back(std::move(f));
   }
-  if (!r.ok || ds->fields.size() != fields || !checksum_ok()) return Found::none;
+  if (!r.ok || fields == 0 || ds->fields.size() != fields || !checksum_ok()) return Found::none;
   out = std::move(ds);
   return Found::dataset;
 }

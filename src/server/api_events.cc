@@ -10,10 +10,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "server/http.h"
 #include "server/process.h"
@@ -26,6 +29,34 @@ namespace {
 
 // The job is described again at least this often even when nothing announced a change.
 constexpr double kDescribeEverySeconds = 5.0;
+
+// A job's usage, measured once a second for all its viewers: summing a process tree reads
+// every process's /proc entries, which hundreds of viewers must not each repeat.
+struct TreeUsage {
+  double at = 0, cpu = 0, rss = 0;
+  int processes = 0;
+};
+
+bool shared_tree_usage(pid_t pid, double now, double& cpu, double& rss, int& processes, double& measured_at) {
+  static std::mutex mu;
+  static std::map<pid_t, TreeUsage> recent;
+  std::lock_guard lock(mu);
+  for (auto it = recent.begin(); it != recent.end();)  // forget what ended long ago
+    it = now - it->second.at > 60 ? recent.erase(it) : std::next(it);
+  TreeUsage& u = recent[pid];
+  if (now - u.at >= 0.9) {
+    if (!process_tree_usage(pid, u.cpu, u.rss, &u.processes)) {
+      recent.erase(pid);
+      return false;
+    }
+    u.at = now;
+  }
+  cpu = u.cpu;
+  rss = u.rss;
+  processes = u.processes;
+  measured_at = u.at;
+  return true;
+}
 
 struct ViewerBudget {
   explicit ViewerBudget(int max) : max(max) {}
@@ -60,7 +91,7 @@ struct Watch {
   std::streamoff pos = 0;  // bytes of the metrics file already sent
   std::string last_job, state;
   uint64_t described_version = ~0ull;  // the scheduler's version when the job was last read
-  double described_at = 0, last_usage = 0, last_cpu = -1, last_ping = 0;
+  double described_at = 0, last_usage = 0, last_cpu = -1, last_cpu_at = 0, last_ping = 0;
 };
 
 bool send(httplib::DataSink& sink, const std::string& event, const std::string& data) {
@@ -117,11 +148,19 @@ bool stream_step(Context& c, Watch& w, httplib::DataSink& sink) {
   }
   if (w.state == "running" && now - w.last_usage >= 1.0) {
     pid_t pid = c.scheduler.pid(w.id);
-    double cpu = 0, rss = 0;
-    if (pid > 0 && process_usage(pid, cpu, rss)) {
-      double percent = w.last_cpu >= 0 ? 100.0 * (cpu - w.last_cpu) / (now - w.last_usage) : 0.0;
-      if (!send(sink, "usage", dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}}))) return false;
+    double cpu = 0, rss = 0, at = 0;
+    int processes = 0;
+    // The whole job: under mpirun, the launcher and every rank.
+    if (pid > 0 && shared_tree_usage(pid, now, cpu, rss, processes, at)) {
+      // A rank that ended takes its CPU time out of the sum: no negative use.
+      const double percent = w.last_cpu >= 0 && at > w.last_cpu_at
+                                 ? std::max(0.0, 100.0 * (cpu - w.last_cpu) / (at - w.last_cpu_at))
+                                 : 0.0;
+      if (!send(sink, "usage",
+                dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}, {"processes", processes}})))
+        return false;
       w.last_cpu = cpu;
+      w.last_cpu_at = at;
     }
     w.last_usage = now;
   }

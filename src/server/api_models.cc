@@ -28,6 +28,7 @@ json with_jobs(Context& c, json m) {
 std::string number(double x) { return fmt::format("{}", x); }
 
 constexpr int64_t kSchedulePoints = 200;  // at most, from iteration 0 to max_iter
+constexpr int64_t kMaxProcesses = 64;     // ranks of one job (mpirun on this machine)
 
 // The learning rate of the solver a model request describes (its first base_lr and
 // batch_size), at up to kSchedulePoints iterations evenly spread over max_iter, computed by
@@ -116,6 +117,14 @@ void add_model_routes(httplib::Server& s, Context& c) {
           json solver_body = body.value("solver", json::object());
           if (!solver_body.is_object()) throw ApiError(400, "solver", "'solver' must be an object");
           json solver = validate_solver(solver_body);
+          // Data-parallel ranks (mpirun on this machine); the batch size is all ranks' together.
+          const int64_t processes = integer_field(body, "processes", 1, kMaxProcesses, 1);
+          for (double b : solver["batch_size"].get<std::vector<double>>())
+            if (static_cast<int64_t>(b) % processes != 0)
+              throw ApiError(400, "processes",
+                             fmt::format("batch size {} does not divide among {} processes; pick a batch size that "
+                                         "is a multiple of the processes",
+                                         number(b), processes));
           std::string custom;
           if (network == "custom")
             custom = string_field(body, "prototxt", true, 1 << 20);
@@ -156,6 +165,7 @@ void add_model_routes(httplib::Server& s, Context& c) {
                      {"params", {{"base_lr", p.lr}, {"batch_size", p.batch}}},
                      {"iterations_per_epoch", iterations_per_epoch(p.batch, d)},
                      {"keep_snapshots", solver["keep_snapshots"]},
+                     {"processes", processes},
                      {"max_iter", std::max<int64_t>(1, std::llround(solver["epochs"].get<double>() *
                                                                     iterations_per_epoch(p.batch, d)))},
                      {"files", {{"net.prototxt", p.net}, {"solver.prototxt", p.solver}}}};

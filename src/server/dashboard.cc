@@ -17,6 +17,7 @@
 #include "server/connections.h"
 #include "server/dataset_job.h"
 #include "server/http.h"
+#include "server/slurm.h"
 
 namespace bks::server {
 
@@ -60,6 +61,10 @@ int serve(ServeOptions o) {
   cfg.binary = o.binary;
   cfg.slots = o.slots > 0 ? o.slots : std::max(1, cores / 2);
   cfg.threads_per_job = o.threads > 0 ? o.threads : std::max(1, cores / cfg.slots);
+  if (o.scheduler != "local" && o.scheduler != "slurm")
+    input_error("--scheduler must be local or slurm, got '{}'", o.scheduler);
+  cfg.slurm = o.scheduler == "slurm";
+  if (cfg.slurm) slurm::check_cluster();  // before anything listens: a cluster that is not there is said now
 
   // SIGINT / SIGTERM are taken by a thread (below), not by whichever thread they hit.
   sigset_t stop_signals;
@@ -136,8 +141,9 @@ int serve(ServeOptions o) {
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
       return json{
-          {"version", BKS_VERSION}, {"slots", cfg.slots},    {"threads_per_job", cfg.threads_per_job},
-          {"data_dir", o.data_dir}, {"import_roots", roots}, {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}}};
+          {"version", BKS_VERSION},  {"slots", cfg.slots},    {"threads_per_job", cfg.threads_per_job},
+          {"data_dir", o.data_dir},  {"import_roots", roots}, {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}},
+          {"scheduler", o.scheduler}};
     });
   });
 
@@ -153,7 +159,11 @@ int serve(ServeOptions o) {
   std::string url =
       fmt::format("http://{}:{}/", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, port);
   fmt::print("bakusoku serve: {}{}\n", url, o.token.empty() ? "" : "?token=" + o.token);
-  fmt::print("  data: {}  ({} job slot(s), {} thread(s) each)\n", o.data_dir, cfg.slots, cfg.threads_per_job);
+  if (cfg.slurm)
+    fmt::print("  data: {}  (training jobs go to Slurm with sbatch, {} CPU(s) each)\n", o.data_dir,
+               cfg.threads_per_job);
+  else
+    fmt::print("  data: {}  ({} job slot(s), {} thread(s) each)\n", o.data_dir, cfg.slots, cfg.threads_per_job);
   if (!o.token.empty()) fmt::print("  every API call needs the token: {}\n", o.token);
   std::fflush(stdout);
 

@@ -17,6 +17,7 @@ struct ServeOptions {
   std::vector<std::string> import_roots;  // folders datasets may come from (besides <data>/imports)
   std::string binary;                     // bakusoku, for training children
   int max_viewers = 500;                  // live-chart streams at once (each holds an HTTP worker)
+  std::string scheduler = "local";        // "local" (children of the server) or "slurm" (sbatch)
 };
 
 // Serves until SIGINT or SIGTERM, then stops the jobs it runs (they snapshot) and returns

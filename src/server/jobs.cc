@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "server/process.h"
+#include "server/slurm.h"
 
 namespace bks::server {
 
@@ -25,8 +26,15 @@ double now_seconds() {
 namespace {
 
 constexpr double kAbortGraceSeconds = 20;  // SIGINT first (snapshot), SIGKILL after this
+constexpr double kSlurmPollSeconds = 2;    // squeue / sacct per Slurm job, at most this often
+constexpr int kSlurmUnknownPolls = 5;      // then a job no Slurm command knows has failed
 
 }  // namespace
+
+int slots_for(int processes, const ServerConfig& config) {
+  const int per_slot = std::max(1, config.threads_per_job);
+  return std::clamp((std::max(1, processes) + per_slot - 1) / per_slot, 1, std::max(1, config.slots));
+}
 
 Scheduler::Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work)
     : store_(store), config_(std::move(config)), dataset_work_(std::move(dataset_work)) {
@@ -35,6 +43,14 @@ Scheduler::Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work
   for (json& job : store_.list("jobs")) {
     const std::string state = job.value("state", "");
     if (state != "running" && state != "new") continue;
+    if (state == "running" && config_.slurm && job.contains("slurm_id")) {
+      // Slurm ran it on without us: follow it again.
+      auto r = std::make_unique<Running>();
+      r->slurm_id = job["slurm_id"].get<std::string>();
+      r->slurm_state = job.value("slurm_state", "");
+      running_[job["id"].get<int64_t>()] = std::move(r);
+      continue;
+    }
     job["state"] = "failed";
     job["finished"] = now_seconds();
     job["reason"] = state == "new" ? "the server stopped while it created this job; clone it to try again"
@@ -58,8 +74,10 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::stop_children() {
-  for (auto& [id, r] : running_)
-    if (r->pid > 0) kill(r->pid, SIGINT);  // each trainer snapshots and stops
+  // Jobs in Slurm run on without the server (the next one follows them again).
+  for (auto it = running_.begin(); it != running_.end();)
+    it = it->second->slurm_id.empty() ? std::next(it) : running_.erase(it);
+  for (auto& [id, r] : running_) interrupt(*r);  // each trainer snapshots and stops
   for (auto& [id, r] : running_) {
     if (r->pid > 0) {
       int st = 0;
@@ -76,6 +94,44 @@ void Scheduler::stop_children() {
     }
   }
   running_.clear();
+}
+
+int Scheduler::slots_in_use() const {
+  int used = 0;
+  for (const auto& [id, r] : running_)
+    if (r->slurm_id.empty()) used += r->slots;  // jobs in Slurm run on its nodes
+  return used;
+}
+
+void Scheduler::interrupt(const Running& r) {
+  if (!r.slurm_id.empty()) {
+    try {
+      // A job still waiting for its allocation has no task to signal: it is cancelled.
+      slurm::cancel(r.slurm_id, r.slurm_state == "PENDING" ? "" : "INT");
+    } catch (const RuntimeError& e) {
+      log::warn("{}", e.what());
+    }
+    return;
+  }
+  if (r.pid <= 0) return;
+  // SIGINT to the trainer or, under mpirun, to every rank but not to mpirun: each rank
+  // snapshots (rank 0 writes), they agree to stop, and mpirun ends with their exit code
+  // (130). mpirun itself would take SIGINT as "abort the job" and exit 1.
+  const std::vector<pid_t> ranks = descendants(r.pid);
+  if (ranks.empty()) kill(r.pid, SIGINT);
+  for (pid_t p : ranks) kill(p, SIGINT);
+}
+
+void Scheduler::kill_job(const Running& r) {
+  if (!r.slurm_id.empty()) {
+    try {
+      slurm::cancel(r.slurm_id);
+    } catch (const RuntimeError& e) {
+      log::warn("{}", e.what());
+    }
+  } else if (r.pid > 0) {
+    signal_tree(r.pid, SIGKILL);
+  }
 }
 
 std::string Scheduler::job_dir(int64_t id) const {
@@ -108,25 +164,99 @@ int64_t Scheduler::submit(json job) {
   return id;
 }
 
+std::vector<std::string> Scheduler::train_command(const json& job, int threads) const {
+  const fs::path dir = job_dir(job["id"].get<int64_t>());
+  std::vector<std::string> argv{config_.binary,
+                                "train",
+                                "--solver",
+                                (dir / "solver.prototxt").string(),
+                                "--out",
+                                (dir / "run").string(),
+                                "--threads",
+                                std::to_string(threads),
+                                "--keep-snapshots",
+                                std::to_string(job.value("keep_snapshots", 5))};
+  // The job's batch size is the batch of all its ranks together, so epochs mean what they say.
+  if (job.value("processes", 1) > 1) argv.push_back("--global-batch");
+  std::string from = job.value("resume_from", "");
+  if (!from.empty()) argv.insert(argv.end(), {"--snapshot", from});
+  return argv;
+}
+
+void Scheduler::submit_to_slurm(json& job, Running& r) {
+  const int64_t id = job["id"].get<int64_t>();
+  const int processes = job.value("processes", 1);
+  slurm::BatchJob b;
+  b.name = fmt::format("bakusoku-{}", id);
+  b.dir = job_dir(id);
+  b.tasks = processes;
+  b.cpus_per_task = std::max(1, config_.threads_per_job / processes);
+  b.train = train_command(job, b.cpus_per_task);
+  const fs::path script = fs::path(b.dir) / "job.sbatch";
+  std::ofstream(script) << slurm::batch_script(b);
+  std::ofstream(fs::path(b.dir) / "output.txt", std::ios::app)
+      << fmt::format("--- bakusoku serve: attempt {}: sbatch {}\n", job.value("attempts", 0) + 1, script.string());
+  r.slurm_id = slurm::submit(script.string());
+  r.slurm_state = "PENDING";
+  job["slurm_id"] = r.slurm_id;
+  job["slurm_state"] = r.slurm_state;
+}
+
+bool Scheduler::reap_slurm(int64_t id, Running& r) {
+  const double now = now_seconds();
+  if (now - r.slurm_polled < kSlurmPollSeconds) return false;
+  r.slurm_polled = now;
+  const slurm::JobState s = slurm::query(r.slurm_id);
+  if (!s.known) {
+    if (++r.slurm_unknown < kSlurmUnknownPolls) return false;
+    finish(id, "failed", fmt::format("Slurm no longer knows its job {} (squeue, sacct and scontrol)", r.slurm_id), -1);
+    return true;
+  }
+  r.slurm_unknown = 0;
+  if (s.active) {
+    if (s.state != r.slurm_state) {
+      r.slurm_state = s.state;
+      if (auto job = store_.get("jobs", id)) {
+        (*job)["slurm_state"] = s.state;
+        store_.put("jobs", *job);
+        touch();
+      }
+    }
+    if (r.abort_requested && now - r.abort_time > kAbortGraceSeconds) kill_job(r);
+    return false;
+  }
+  if (auto job = store_.get("jobs", id)) {
+    (*job)["slurm_state"] = s.state;
+    store_.put("jobs", *job);
+  }
+  const std::string tail = tail_file((fs::path(job_dir(id)) / "output.txt").string(), 8192);
+  if (r.abort_requested && (s.exit_code == 130 || s.state == "CANCELLED"))
+    finish(id, "aborted", "aborted on request; resume continues from its last snapshot", s.exit_code);
+  else if (s.state == "COMPLETED" && s.exit_code == 0)
+    finish(id, "done", "", 0);
+  else if (s.exit_code == 0)
+    finish(id, "failed", fmt::format("Slurm job {} ended {}", r.slurm_id, s.state), 0);
+  else  // the tasks' own exit code, read as the local reasons read a child's
+    finish(id, "failed",
+           fmt::format("Slurm job {} {}: {}", r.slurm_id, s.state, exit_reason((s.exit_code & 0xff) << 8, tail)),
+           s.exit_code);
+  return true;
+}
+
 void Scheduler::start_job(json& job) {
   const int64_t id = job["id"].get<int64_t>();
   auto r = std::make_unique<Running>();
   const fs::path dir = job_dir(id);
-  if (job.value("kind", "") == "train") {
-    std::vector<std::string> argv{config_.binary,
-                                  "train",
-                                  "--solver",
-                                  (dir / "solver.prototxt").string(),
-                                  "--out",
-                                  (dir / "run").string(),
-                                  "--threads",
-                                  std::to_string(config_.threads_per_job),
-                                  "--keep-snapshots",
-                                  std::to_string(job.value("keep_snapshots", 5))};
-    std::string from = job.value("resume_from", "");
-    if (!from.empty()) {
-      argv.push_back("--snapshot");
-      argv.push_back(from);
+  if (job.value("kind", "") == "train" && config_.slurm) {
+    submit_to_slurm(job, *r);
+  } else if (job.value("kind", "") == "train") {
+    const int processes = job.value("processes", 1);
+    r->slots = slots_for(processes, config_);
+    std::vector<std::string> argv = train_command(job, std::max(1, config_.threads_per_job / processes));
+    if (processes > 1) {
+      // Its ranks share the machine with other jobs: unpinned unless alone.
+      argv.insert(argv.end(), {"--ranks", std::to_string(processes)});
+      if (config_.slots > 1) argv.push_back("--no-pin");
     }
     std::ofstream((dir / "output.txt").string(), std::ios::app)
         << fmt::format("--- bakusoku serve: attempt {}: {}\n", job.value("attempts", 0) + 1, fmt::join(argv, " "));
@@ -188,7 +318,9 @@ void Scheduler::reap() {
     const int64_t id = it->first;
     Running& r = *it->second;
     bool ended = false;
-    if (r.pid > 0) {
+    if (!r.slurm_id.empty()) {
+      ended = reap_slurm(id, r);
+    } else if (r.pid > 0) {
       int st = 0;
       if (waitpid(r.pid, &st, WNOHANG) == r.pid) {
         ended = true;
@@ -201,7 +333,7 @@ void Scheduler::reap() {
         else
           finish(id, "failed", exit_reason(st, tail), code);
       } else if (r.abort_requested && now_seconds() - r.abort_time > kAbortGraceSeconds) {
-        kill(r.pid, SIGKILL);
+        kill_job(r);
       }
     } else if (r.finished) {
       ended = true;
@@ -228,8 +360,13 @@ void Scheduler::loop() {
       std::lock_guard<std::mutex> lock(mu_);
       reap();
       for (json& job : store_.list("jobs")) {
-        if (static_cast<int>(running_.size()) >= config_.slots) break;
         if (job.value("state", "") != "queued") continue;
+        // First come, first served: a job waits for the slots it needs, and those after it
+        // wait behind it (a big job is not starved by small ones).
+        // (Slurm queues training jobs itself: they go to it at once.)
+        const bool train = job.value("kind", "") == "train";
+        const int needs = train ? slots_for(job.value("processes", 1), config_) : 1;
+        if (!(train && config_.slurm) && slots_in_use() + needs > config_.slots) break;
         try {
           start_job(job);
         } catch (const std::exception& e) {
@@ -260,7 +397,7 @@ json Scheduler::abort(int64_t id) {
     r.abort_requested = true;
     r.abort_time = now_seconds();
     r.cancel = true;
-    if (r.pid > 0) kill(r.pid, SIGINT);
+    interrupt(r);
   } else {
     input_error("job {} is {}; only queued or running jobs can be aborted", id, state);
   }
@@ -294,7 +431,7 @@ json Scheduler::clone(int64_t id) {
   auto job = store_.get("jobs", id);
   if (!job) input_error("no job {}", id);
   json copy;
-  for (const char* k : {"kind", "name", "model_id", "dataset_id", "group", "params", "max_iter", "spec"})
+  for (const char* k : {"kind", "name", "model_id", "dataset_id", "group", "params", "max_iter", "spec", "processes"})
     if (job->contains(k)) copy[k] = (*job)[k];
   copy["name"] = job->value("name", "job") + " (clone)";
   copy["cloned_from"] = id;
@@ -315,8 +452,8 @@ void Scheduler::remove(int64_t id) {
     auto it = running_.find(id);
     if (it != running_.end()) {
       Running& r = *it->second;
+      kill_job(r);
       if (r.pid > 0) {
-        kill(r.pid, SIGKILL);
         int st = 0;
         waitpid(r.pid, &st, 0);
       }

@@ -29,8 +29,14 @@ struct ServerConfig {
   std::string data_dir;
   std::string binary;       // bakusoku itself, for training children
   int slots = 1;            // jobs running at once
-  int threads_per_job = 1;  // --threads of each training child
+  int threads_per_job = 1;  // --threads of each training child, split among its ranks
+  bool slurm = false;       // training jobs go to Slurm (slurm.h) instead of running here
 };
+
+// Slots a training job of `processes` ranks holds: its ranks share one slot's threads
+// (threads_per_job / processes each, at least one), and a job with more ranks than that
+// holds more slots, at most all of them.
+int slots_for(int processes, const ServerConfig& config);
 
 // What a dataset job does, in a server thread, with `job_dir` its directory: report progress
 // in [0, 1], stop early when `cancelled` turns true; throws InputError / RuntimeError on
@@ -70,6 +76,11 @@ class Scheduler {
     std::string error;  // dataset jobs: why they failed
     bool abort_requested = false;
     double abort_time = 0;
+    int slots = 1;            // slots_for its processes
+    std::string slurm_id;     // a job handed to Slurm
+    std::string slurm_state;  // as squeue / sacct last said
+    double slurm_polled = 0;
+    int slurm_unknown = 0;  // polls in a row that found no trace of it
   };
   void loop();
   void start_job(json& job);
@@ -77,6 +88,12 @@ class Scheduler {
   void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
   void touch();
   void stop_children();  // interrupts every running job and marks it failed (server stopping)
+  void interrupt(const Running& r);  // asks a training job to snapshot and stop
+  void kill_job(const Running& r);   // ends it at once
+  std::vector<std::string> train_command(const json& job, int threads) const;
+  void submit_to_slurm(json& job, Running& r);
+  bool reap_slurm(int64_t id, Running& r);  // true when the job has ended
+  int slots_in_use() const;
 
   Store& store_;
   ServerConfig config_;

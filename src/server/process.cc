@@ -1,6 +1,7 @@
 #include "server/process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -8,8 +9,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -47,6 +51,67 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& dir, const 
     _exit(127);
   }
   return pid;
+}
+
+CommandResult run_command(const std::vector<std::string>& argv, double timeout_s, size_t max_output) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) throw RuntimeError(fmt::format("cannot run {}: {}", argv[0], std::strerror(errno)));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(out[0]);
+    close(out[1]);
+    throw RuntimeError(fmt::format("cannot run {}: {}", argv[0], std::strerror(errno)));
+  }
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    int null_in = open("/dev/null", O_RDONLY);
+    if (null_in >= 0) dup2(null_in, 0);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(out[1]);
+  CommandResult r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool timed_out = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{out[0], POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) < 0 && errno != EINTR) break;
+    if (!(p.revents & (POLLIN | POLLHUP))) continue;
+    char buf[4096];
+    const ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;  // the command closed its output: it has ended (or is ending)
+    if (r.output.size() < max_output)
+      r.output.append(buf, std::min(static_cast<size_t>(n), max_output - r.output.size()));
+  }
+  close(out[0]);
+  int st = 0;
+  // Its output is closed; its end is near, but not waited for past the deadline either.
+  while (!timed_out && waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      timed_out = true;
+    else
+      usleep(5000);
+  }
+  if (timed_out) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  r.code = timed_out ? 124 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
 }
 
 bool was_interrupted(int st) {
@@ -102,20 +167,102 @@ std::vector<std::string> last_lines(const std::string& text, size_t n) {
   return lines;
 }
 
-bool process_usage(pid_t pid, double& cpu_seconds, double& rss_bytes) {
+namespace {
+
+// The fields of /proc/PID/stat from the third on (state, ppid, ...), numbered as in proc(5);
+// empty when the process is gone.
+std::vector<std::string> stat_fields(pid_t pid) {
   std::ifstream stat(fmt::format("/proc/{}/stat", pid));
   std::string text;
-  if (!std::getline(stat, text)) return false;
-  // Fields after the command name (which may hold spaces), from its closing parenthesis.
+  if (!std::getline(stat, text)) return {};
+  // After the command name (which may hold spaces and parentheses), from its last ')'.
   auto close = text.rfind(')');
-  if (close == std::string::npos) return false;
+  if (close == std::string::npos || close + 2 > text.size()) return {};
+  std::vector<std::string> fields{"", "", ""};  // 0 unused; 1 (pid) and 2 (comm) not kept
   std::istringstream in(text.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && in >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
+  for (std::string f; fields.size() <= 15 && in >> f;) fields.push_back(f);
+  return fields;
+}
+
+double number(const std::string& s) {
+  try {
+    return std::stod(s);
+  } catch (const std::exception&) {
+    return 0;
   }
+}
+
+}  // namespace
+
+std::vector<pid_t> descendants(pid_t root) {
+  // One pass over /proc for every process's parent, then the tree below `root`.
+  std::multimap<pid_t, pid_t> children;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos || name.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    auto f = stat_fields(pid);
+    if (f.size() > 4) children.emplace(static_cast<pid_t>(number(f[4])), pid);
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo{root};
+  while (!todo.empty() && out.size() < 100000) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    auto [lo, hi] = children.equal_range(p);
+    for (auto it = lo; it != hi; ++it) {
+      out.push_back(it->second);
+      todo.push_back(it->second);
+    }
+  }
+  return out;
+}
+
+void signal_tree(pid_t root, int sig) {
+  // The descendants first: once `root` ends, its children are no longer below it.
+  const std::vector<pid_t> below = descendants(root);
+  kill(root, sig);
+  for (pid_t p : below) kill(p, sig);
+}
+
+namespace {
+
+// The process's proportional share of its resident pages (a page that N processes map
+// counts 1/N in each), so that a sum over ranks counts their shared dataset once; the
+// plain resident size where the kernel has no smaps_rollup.
+double proportional_memory(pid_t pid, double rss_bytes) {
+  std::ifstream rollup(fmt::format("/proc/{}/smaps_rollup", pid));
+  for (std::string line; std::getline(rollup, line);)
+    if (line.rfind("Pss:", 0) == 0) return number(line.substr(4)) * 1024;
+  return rss_bytes;
+}
+
+}  // namespace
+
+bool process_tree_usage(pid_t root, double& cpu_seconds, double& rss_bytes, int* processes) {
+  cpu_seconds = rss_bytes = 0;
+  int counted = 0;
+  std::vector<pid_t> tree = descendants(root);
+  tree.insert(tree.begin(), root);
+  for (pid_t p : tree) {
+    double cpu = 0, rss = 0;
+    if (!process_usage(p, cpu, rss)) {
+      if (p == root) return false;
+      continue;  // ended meanwhile
+    }
+    cpu_seconds += cpu;
+    rss_bytes += proportional_memory(p, rss);
+    ++counted;
+  }
+  if (processes) *processes = counted;
+  return true;
+}
+
+bool process_usage(pid_t pid, double& cpu_seconds, double& rss_bytes) {
+  const auto f = stat_fields(pid);
+  if (f.size() <= 15) return false;
+  const double utime = number(f[14]), stime = number(f[15]);
   cpu_seconds = (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
   std::ifstream status(fmt::format("/proc/{}/status", pid));
   rss_bytes = 0;

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bakusoku=${1:-$root/build/src/bakusoku}
 out=$here/corpus
-mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx}
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset}
 
 # Nets: the examples (data sources renamed to the fixtures the harness writes beside the
 # net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
@@ -177,6 +177,42 @@ bodies = {
 }
 for name, body in bodies.items():
     write(f"json_body/{name}.json", json.dumps(body).encode())
+
+# --- shared dataset copies (data/shared_dataset.cc; the harness's key is "fuzz-key") ------
+def fnv1a(b):
+    h = 1469598103934665603
+    for c in b:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+def text(s):
+    return struct.pack("<Q", len(s)) + s.encode()
+
+def shared(fields, size, key="fuzz-key"):
+    # fields: (name, dtype code: 2 u8 / 0 f32, sample shape, bytes); offsets 64-aligned.
+    head = b"BKSSHDS1" + text(key) + b"\x01" + text("fuzz") + text("idx") + struct.pack("<qI", size, len(fields))
+    per_field = sum(8 + len(n) + 1 + 4 + 8 * len(shape) + 16 for n, _, shape, _ in fields)
+    offset = (len(head) + per_field + 8 + 63) // 64 * 64
+    body = []
+    for name, dtype, shape, data in fields:
+        head += text(name) + struct.pack("<BI", dtype, len(shape)) + b"".join(struct.pack("<q", d) for d in shape)
+        head += struct.pack("<QQ", offset, len(data))
+        body.append((offset, data))
+        offset = (offset + len(data) + 63) // 64 * 64
+    head += struct.pack("<Q", fnv1a(head))
+    out = bytearray(max(offset, len(head)))
+    out[:len(head)] = head
+    for at, data in body:
+        out[at:at + len(data)] = data
+    return bytes(out)
+
+pixels = bytes(range(12))
+labels = struct.pack("<3f", 0, 1, 2)
+write("shared_dataset/two_fields", shared([("data", 2, [1, 2, 2], pixels), ("label", 0, [], labels)], 3))
+write("shared_dataset/one_field", shared([("data", 2, [4], pixels)], 3))
+unshared = b"BKSSHDS1" + text("fuzz-key") + b"\x00"
+write("shared_dataset/not_shared", unshared + struct.pack("<Q", fnv1a(unshared)))
+write("shared_dataset/other_key", shared([("data", 2, [4], pixels)], 3, key="another-key"))
 PY
 
 # Hand-written nets and solvers covering more layer types and fields.
