@@ -148,14 +148,16 @@ int64_t fashion_dataset(httplib::Client& c) {
   return id;
 }
 
-json model(httplib::Client& c, int64_t dataset, double epochs, double snapshot_epochs, const json& base_lr = 0.01) {
-  return post(c, "/api/models",
-              {{"name", "lenet"},
-               {"network", "lenet"},
-               {"dataset_id", dataset},
-               {"solver",
-                {{"base_lr", base_lr}, {"epochs", epochs}, {"batch_size", 64}, {"snapshot_epochs", snapshot_epochs}}}},
-              201);
+// A LeNet model (batch 64) and its job; `processes` > 1: a job of that many ranks.
+json model(httplib::Client& c, int64_t dataset, double epochs, double snapshot_epochs, const json& base_lr = 0.01,
+           int processes = 1) {
+  json body{
+      {"name", "lenet"},
+      {"network", "lenet"},
+      {"dataset_id", dataset},
+      {"solver", {{"base_lr", base_lr}, {"epochs", epochs}, {"batch_size", 64}, {"snapshot_epochs", snapshot_epochs}}}};
+  if (processes != 1) body["processes"] = processes;
+  return post(c, "/api/models", body, 201);
 }
 
 std::string job_state(httplib::Client& c, int64_t id) {
@@ -412,13 +414,7 @@ TEST(ServerApi, JobOfTwoProcessesRunsRanksUnderMpirunAndStopsThemAll) {
     call(c, "POST", "/api/models", {{"name", "l"}, {"network", "lenet"}, {"dataset_id", ds}, {"processes", n}}, st);
     EXPECT_EQ(st, 400) << n;
   }
-  json m = post(c, "/api/models",
-                {{"name", "lenet2"},
-                 {"network", "lenet"},
-                 {"dataset_id", ds},
-                 {"processes", 2},
-                 {"solver", {{"base_lr", 0.01}, {"epochs", 20}, {"batch_size", 64}, {"snapshot_epochs", 0.06}}}},
-                201);
+  json m = model(c, ds, 20, 0.06, 0.01, 2);
   const int64_t id = m["jobs"][0]["id"];
   const std::string job = "/api/jobs/" + std::to_string(id);
   EXPECT_EQ(get(c, job).value("processes", 0), 2);
@@ -520,13 +516,7 @@ TEST(ServerSlurm, JobsRunUnderSlurmSurviveAServerRestartAndAbortSnapshots) {
     EXPECT_EQ(get(c, "/api/status").value("scheduler", ""), "slurm");
     int64_t ds = fashion_dataset(c);
     // A short job of 2 ranks runs to its end.
-    json q = post(c, "/api/models",
-                  {{"name", "quick"},
-                   {"network", "lenet"},
-                   {"dataset_id", ds},
-                   {"processes", 2},
-                   {"solver", {{"epochs", 0.1}, {"batch_size", 64}, {"snapshot_epochs", 0}}}},
-                  201);
+    json q = model(c, ds, 0.1, 0, 0.01, 2);
     const int64_t quick = q["jobs"][0]["id"];
     const std::string qjob = "/api/jobs/" + std::to_string(quick);
     ASSERT_TRUE(wait_for([&] { return job_state(c, quick) == "done" || job_state(c, quick) == "failed"; }, 180))
@@ -544,13 +534,7 @@ TEST(ServerSlurm, JobsRunUnderSlurmSurviveAServerRestartAndAbortSnapshots) {
     EXPECT_NE(text.find("srun --mpi=pmix"), std::string::npos) << text;
 
     // A long one, running in Slurm when the server stops.
-    json m = post(c, "/api/models",
-                  {{"name", "long"},
-                   {"network", "lenet"},
-                   {"dataset_id", ds},
-                   {"processes", 2},
-                   {"solver", {{"epochs", 20}, {"batch_size", 64}, {"snapshot_epochs", 0.06}}}},
-                  201);
+    json m = model(c, ds, 20, 0.06, 0.01, 2);
     id = m["jobs"][0]["id"];
     ASSERT_TRUE(wait_for(
         [&] {
