@@ -8,12 +8,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "caffe.pb.h"
 #include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/prefetcher.h"
 #include "data/shared_dataset.h"
 #include "data/transform.h"
 #include "formats/caffe_net.h"
@@ -30,6 +34,40 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path tmp(const std::string& name) { return fs::temp_directory_path() / ("bks_fmt_" + name); }
+
+// Each of N data-parallel ranks asks for every N-th batch: the background thread builds the
+// batch the rank asks for next, not the one after this (another rank's, never asked for).
+TEST(Prefetcher, BuildsTheNextBatchOfAStridedRankInTheBackground) {
+  std::mutex mu;
+  std::map<int64_t, std::vector<std::thread::id>> built;  // step -> the threads that built it
+  const int ranks = 3, rank = 1;
+  {
+    Prefetcher p({Shape{1}}, [&](int64_t step, std::vector<Tensor>& out) {
+      std::lock_guard lock(mu);
+      built[step].push_back(std::this_thread::get_id());
+      out[0].f32()[0] = static_cast<float>(step);
+    });
+    Tensor t(Shape{1});
+    for (int s = 0; s < 10; ++s) {
+      const int64_t step = int64_t{s} * ranks + rank;
+      p.load(step, {&t});
+      EXPECT_EQ(t.f32()[0], static_cast<float>(step));
+    }
+  }
+  int others = 0;
+  for (const auto& [step, threads] : built) {
+    if (step % ranks != rank) {
+      ++others;  // only the first guess, step 1 + 1
+      continue;
+    }
+    EXPECT_EQ(threads.size(), 1u) << "step " << step << " built more than once";
+    // From the third batch on, each was ready before it was asked for.
+    if (step >= 2 * ranks + rank && step <= 9 * ranks + rank) {
+      EXPECT_NE(threads[0], std::this_thread::get_id()) << "step " << step << " built while the rank waited";
+    }
+  }
+  EXPECT_EQ(others, 1);
+}
 
 TEST(Safetensors, RoundTripAndMetadata) {
   Tensor a({2, 3}), b({4}, DType::u8);

@@ -67,9 +67,12 @@ void Prefetcher::load(int64_t step, const std::vector<Tensor*>& out) {
   }
   for (size_t i = 0; i < out.size() && i < front_.t.size(); ++i)
     if (out[i]) std::memcpy(out[i]->raw(), front_.t[i].raw(), std::min(out[i]->bytes(), front_.t[i].bytes()));
+  // The stride between the steps asked for: 1 for one process, N for each of N ranks.
+  const int64_t stride = last_step_ >= 0 && step > last_step_ ? step - last_step_ : 1;
+  last_step_ = step;
   if (background_) {
     std::lock_guard lk(mu_);
-    want_ = step + 1;
+    want_ = step + stride;
     cv_.notify_all();
   }
 }

@@ -1,6 +1,7 @@
-// Batch building for data layers: while step s computes, batch s+1 is built on a background
-// thread into a second buffer. BatchLoader builds rows of an in-memory Dataset on it;
-// WindowData (sampled windows) and DenseImageData (decoded image pairs) their own batches.
+// Batch building for data layers: while step s computes, the next batch it will be asked
+// for is built on a background thread into a second buffer (s + 1 for one process; under N
+// data-parallel ranks each rank reads every N-th batch, s + N, learnt from the steps asked). BatchLoader builds rows of
+// an in-memory Dataset on it; WindowData (sampled windows) and DenseImageData (decoded image pairs) their own batches.
 #pragma once
 
 #include <condition_variable>
@@ -25,8 +26,9 @@ class Prefetcher {
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // Writes batch `step` into the outputs (null ones are skipped), then starts step + 1. An
-  // error building a batch in the background is thrown here, by the step that needs it.
+  // Writes batch `step` into the outputs (null ones are skipped), then starts the next one:
+  // step + (step - the step before), or step + 1 at first. An error building a batch in the
+  // background is thrown here, by the step that needs it.
   void load(int64_t step, const std::vector<Tensor*>& out);
 
  private:
@@ -44,6 +46,7 @@ class Prefetcher {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t want_ = -1;
+  int64_t last_step_ = -1;  // the step load() was last asked for
   bool busy_ = false, stop_ = false;
   std::thread thread_;
 };
