@@ -898,6 +898,26 @@ std::vector<SweepCase> build_cases() {
                .no_gradient = "TEST phase passes data through and builds no mask; the TRAIN case checks gradients",
                .phase = proto::TEST});
 
+  // FakeQuant with a trained range (TEST phase keeps it): x rounded to 127 steps per side of
+  // [-0.6, 0.6], clipped outside.
+  t.push_back(
+      {.name = "FakeQuant",
+       .layer = "type: 'FakeQuant'",
+       .in = {{3, 4, 5}},
+       .oracle =
+           [](const OpHarness& h) {
+             Tensor y(h.in[0].shape());
+             for (int64_t i = 0; i < y.numel(); ++i)
+               y.f32()[i] = static_cast<float>(
+                   std::clamp(std::nearbyint(static_cast<double>(h.in[0].f32()[i]) * 127 / 0.6), -127.0, 127.0) *
+                   (0.6f / 127.f));
+             return std::vector<Tensor>{y};
+           },
+       .no_gradient = "a step function: its backward is the straight-through estimator, which "
+                      "test_compression checks (finite differences would say 0)",
+       .phase = proto::TEST,
+       .setup = [](OpHarness& h) { h.params[0].f32()[0] = 0.6f; }});
+
   // Eltwise: inputs of MAX are kept 0.1 apart (no ties within a step).
   t.push_back({.name = "Eltwise_sum",
                .layer = "type: 'Eltwise' eltwise_param { operation: SUM coeff: 2 coeff: -1 }",

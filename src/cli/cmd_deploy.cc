@@ -102,7 +102,11 @@ Runner add_deploy(CLI::App& app) {
     DeployResult r = deploy(d, show);
     if (r.calibration) {
       const CalibrationTable& t = *r.calibration;
-      fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
+      if (t.method == "qat")
+        fmt::print("int8 ranges learnt by quantization-aware training (no calibration pass): {} tensors\n",
+                   t.threshold.size());
+      else
+        fmt::print("calibration ({}, {} batches): {} tensors\n", t.method, t.batches, t.threshold.size());
       for (auto& [name, th] : t.threshold) fmt::print("    {:<24} |x| <= {:.4g}\n", name, th);
     }
     if (d.precision == Precision::int8)

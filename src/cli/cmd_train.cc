@@ -37,6 +37,9 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
       ->check(CLI::IsMember({"none", "linear"}));
   cmd->add_option("--warmup-iters", opt->warmup_iters, "With --lr-scale linear: iterations to ramp up over")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--qat", opt->qat,
+                  "Quantization-aware training for int8 deployment: int8 (deploy --precision int8 then needs no "
+                  "calibration)");
   auto ranks = std::make_shared<int>(0);
   cmd->add_option("--ranks", *ranks, "Run N ranks on this machine through mpirun (prints the mpirun line it runs)")
       ->check(CLI::PositiveNumber);
@@ -51,6 +54,8 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
           "--dist-backend nccl: NCCL reduces gradients between GPU ranks, and this build of bakusoku has no "
           "GPU backend; use --dist-backend mpi (the default)");
     if (*backend != "mpi") input_error("--dist-backend must be mpi or nccl, got '{}'", *backend);
+    if (!opt->qat.empty() && opt->qat != "int8")
+      input_error("--qat {}: quantization-aware training supports int8 (the INT8 deployment's grid)", opt->qat);
     if (*ranks > 0) {
       if (dist::launched_by_mpi()) input_error("--ranks: already running under an MPI launcher; drop --ranks");
       run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug, !*no_pin));

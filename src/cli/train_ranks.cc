@@ -50,6 +50,7 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
   if (opt.sync_bn) c.push_back("--sync-bn");
   if (opt.lr_scale != "none") add("--lr-scale", opt.lr_scale);
   if (opt.warmup_iters > 0) add("--warmup-iters", std::to_string(opt.warmup_iters));
+  add("--qat", opt.qat);
   return c;
 }
 

@@ -8,8 +8,11 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "engine/session.h"
+#include "formats/safetensors.h"
+#include "passes/insert_fake_quant.h"
 
 namespace bks {
 
@@ -96,6 +99,29 @@ std::string CalibrationTable::to_json() const {
   j["batches"] = batches;
   j["threshold"] = threshold;
   return j.dump();
+}
+
+std::optional<CalibrationTable> learned_ranges(const std::string& weights) {
+  const std::string ext = ".safetensors";
+  if (weights.size() < ext.size() || weights.compare(weights.size() - ext.size(), ext.size(), ext)) return std::nullopt;
+  const TensorFile f = load_safetensors(weights);
+  CalibrationTable t;
+  t.method = "qat";
+  for (const auto& [key, tensor] : f.tensors) {
+    const std::string blob = fake_quant_blob(key);
+    if (blob.empty()) continue;
+    const float th = tensor.dtype() == DType::f32 && tensor.numel() == 1 ? tensor.f32()[0] : -1.f;
+    if (th == 0.f) {  // never trained (a snapshot before the first step): that layer stays FP32
+      log::warn("{}: '{}' holds no learnt range yet; '{}' is not quantized", weights, key, blob);
+      continue;
+    }
+    if (!(th > 0.f) || !std::isfinite(th))
+      input_error("{}: '{}' is not a learnt int8 range (one positive float), so this file cannot quantize '{}'",
+                  weights, key, blob);
+    t.threshold[blob] = th;
+  }
+  if (t.threshold.empty()) return std::nullopt;
+  return t;
 }
 
 CalibrationTable CalibrationTable::from_json(const std::string& text, const std::string& source) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ struct CalibrationTable {
   // The table as to_json() wrote it; InputError naming `source` when it is not one.
   static CalibrationTable from_json(const std::string& text, const std::string& source);
 };
+
+// The activation ranges quantization-aware training learnt (train --qat int8), read from its
+// weights file: each "<blob>/fake_quant.0" entry is the threshold of <blob> (method "qat").
+// nullopt when the file (a .safetensors) holds none, or `weights` is empty; InputError
+// naming the entry when a range is negative, not finite or not one float (a range of 0,
+// never trained, leaves its blob out).
+std::optional<CalibrationTable> learned_ranges(const std::string& weights);
 
 // Runs the bundle's FP32 graph on `batches` batches of `dataset` (empty: the data its net
 // was tested on; "random": uniform [0, 1) inputs) and measures every input of a

@@ -68,11 +68,13 @@ DeployModel load_deploy_model(const DeployOptions& o) { return load_deploy_model
 
 namespace {
 
-void check_options(const DeployOptions& o) {
+// `learned`: the weights hold ranges from quantization-aware training (train --qat int8).
+void check_options(const DeployOptions& o, bool learned) {
   const CalibrationOptions& c = o.calibration;
-  if (o.precision == Precision::int8 && c.dataset.empty() && c.from_bundle.empty())
+  if (o.precision == Precision::int8 && c.dataset.empty() && c.from_bundle.empty() && !learned)
     input_error(
-        "--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges");
+        "--precision int8 needs --calib DATASET (or --calib test) or --calib-from BUNDLE for activation ranges, "
+        "or weights trained with train --qat int8");
   if (!c.dataset.empty() && !c.from_bundle.empty()) input_error("give --calib or --calib-from, not both");
   if (o.auto_batch && o.batch > 0) input_error("--batch: give a batch size or 'auto', not both");
 }
@@ -126,7 +128,11 @@ std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bun
 
 DeployResult deploy(const DeployOptions& o,
                     const std::function<void(const PassReport&, const DeployModel&)>& after_each) {
-  check_options(o);
+  // Weights trained with --qat int8 carry their ranges: no calibration pass unless asked for.
+  const bool calibrate_asked = !o.calibration.dataset.empty() || !o.calibration.from_bundle.empty();
+  const std::optional<CalibrationTable> learned =
+      o.precision != Precision::int8 || o.random_weights || calibrate_asked ? std::nullopt : learned_ranges(o.weights);
+  check_options(o, learned.has_value());
   const std::string name = o.output.empty() ? o.model : o.output;
   NetLoad nl = load_net_file(o.model, o.input_shape);
   DeployModel m = load_deploy_model(o, nl);
@@ -147,10 +153,11 @@ DeployResult deploy(const DeployOptions& o,
   if (!data.empty()) r.bundle.info["data_layers"] = data;
 
   // Calibration (measured on the FP32 bundle), then INT8 quantization from its table.
-  if (!o.calibration.dataset.empty() || !o.calibration.from_bundle.empty()) {
-    r.calibration = calibration_table(o, r.bundle, name);
+  if (calibrate_asked || learned) {
+    r.calibration = learned ? *learned : calibration_table(o, r.bundle, name);
     r.bundle.info["calibration"] = r.calibration->to_json();
     PassReport cal{"calibrate", {}};
+    if (learned) cal.changes.push_back("the ranges quantization-aware training learnt, from " + o.weights);
     for (auto& [blob, th] : r.calibration->threshold) cal.changes.push_back(fmt::format("{}: |x| <= {:.4g}", blob, th));
     r.reports.push_back(cal);
     if (o.precision == Precision::int8) {

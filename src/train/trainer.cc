@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/dnnl_util.h"
 #include "core/file_io.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -23,6 +24,7 @@
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
+#include "passes/insert_fake_quant.h"
 #include "runtime/evaluate.h"
 #include "runtime/net.h"
 #include "train/global_batch.h"
@@ -30,6 +32,7 @@
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/solver.h"
+#include "train/weight_fake_quant.h"
 
 namespace bks {
 namespace fs = std::filesystem;
@@ -190,6 +193,7 @@ class TrainerImpl {
   std::vector<std::unique_ptr<Net>> test_nets_;
   std::vector<int> test_iters_;
   std::unique_ptr<Solver> solver_;
+  std::unique_ptr<WeightFakeQuant> weight_quant_;  // --qat: int8-rounded weights in forward and backward
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Progress> progress_;
   std::string run_dir_, last_snapshot_, configuration_;
@@ -273,16 +277,24 @@ void TrainerImpl::setup() {
   net_opt.force_backward = ns.train.param.force_backward();
   if (opt_.sync_bn && comm_.size() > 1)
     net_opt.batch_stats_sum = [this](double* v, size_t n) { comm_.allreduce_sum(v, n); };
-  train_net_ =
-      std::make_unique<Net>(build_caffe_graph(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
+  // Quantization-aware training: the nets see int8-rounded activations and weights.
+  auto graph_of = [&](const NetLoad& nl, const proto::NetState& state) {
+    Graph g = build_caffe_graph(nl, state);
+    if (!opt_.qat.empty()) {
+      const PassReport r = insert_fake_quant(g);
+      log::debug("{}: {} FakeQuant node(s) inserted", g.name, r.changes.size());
+    }
+    return g;
+  };
+  train_net_ = std::make_unique<Net>(graph_of(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
   net_opt.force_backward = false;
   net_opt.batch_stats_sum = nullptr;  // test passes split batches over ranks: no shared statistics
   // Caffe's solver prints the train net's statistics on display iterations, the test nets'
   // on every pass; bakusoku also takes the net's own debug_info, which Caffe's solver overrides.
   debug_info_ = sp_.debug_info() || ns.train.param.debug_info();
   for (size_t i = 0; i < ns.test.size(); ++i) {
-    test_nets_.push_back(std::make_unique<Net>(build_caffe_graph(ns.test[i], ns.test_states[i]), proto::TEST, store_,
-                                               *backend_, seed_, net_opt));
+    test_nets_.push_back(
+        std::make_unique<Net>(graph_of(ns.test[i], ns.test_states[i]), proto::TEST, store_, *backend_, seed_, net_opt));
     test_nets_.back()->set_debug_info(debug_info_);
     test_iters_.push_back(sp_.test_iter(static_cast<int>(i)));
   }
@@ -290,6 +302,11 @@ void TrainerImpl::setup() {
   log::debug("Activation and gradient arena: {:.1f} MB (train net plan {:.1f} MB)", net_opt.arena->size() / 1e6,
              train_net_->planned_bytes() / 1e6);
   solver_ = Solver::create(sp_, opt_.solver);
+  if (!opt_.qat.empty()) {
+    weight_quant_ = std::make_unique<WeightFakeQuant>(store_, *train_net_, int8_weight_levels());
+    log::info("Quantization-aware training (--qat {}): {} layer(s) see int8 weights ({} levels per side) and inputs",
+              opt_.qat, weight_quant_->layers(), int8_weight_levels());
+  }
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
   if (dataset_size_ > 0 && dataset_size_ < comm_.size())
     input_error("{}: the training set has {} samples, fewer than the {} ranks: a rank would have none of its own",
@@ -316,8 +333,9 @@ void TrainerImpl::setup() {
   configuration_ += sp_.DebugString();
   for (const Param& p : store_.all()) configuration_ += p.key + shape_str(p.data.shape()) + "\n";
   // Ranks must also lay out the same gradient buckets and scale the same way.
-  configuration_ += fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {}\n", opt_.first_bucket_mb,
-                                opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale, opt_.warmup_iters);
+  configuration_ +=
+      fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {} qat {}\n", opt_.first_bucket_mb,
+                  opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale, opt_.warmup_iters, opt_.qat);
   if (!lead_) return;
 
   // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
@@ -346,6 +364,7 @@ void TrainerImpl::setup() {
                         {"lr_scale", opt_.lr_scale},
                         {"sync_bn", opt_.sync_bn},
                         {"warmup_iters", opt_.warmup_iters},
+                        {"qat", opt_.qat.empty() ? "none" : opt_.qat},
                         {"iter_size", sp_.iter_size()},
                         {"dataset_size", dataset_size_},
                         {"solver_type", solver_->type()},
@@ -356,8 +375,10 @@ void TrainerImpl::setup() {
 }
 
 void TrainerImpl::test_all() {
-  // Statistics layers keep (BatchNorm's) are rank 0's: the ranks test one set of weights.
+  // Statistics layers keep (BatchNorm's, FakeQuant's ranges) are rank 0's: the ranks test one
+  // set of weights.
   broadcast_params(false);
+  if (weight_quant_) weight_quant_->quantize();
   for (size_t t = 0; t < test_nets_.size(); ++t) {
     Net& net = *test_nets_[t];
     const auto& outs = net.outputs();
@@ -392,6 +413,7 @@ void TrainerImpl::test_all() {
     progress_->line(text);
     log::to_file(text);
   }
+  if (weight_quant_) weight_quant_->restore();
 }
 
 void TrainerImpl::snapshot() {
@@ -542,6 +564,7 @@ TrainResult TrainerImpl::run() {
     double t0 = now_us();
     train_net_->set_debug_info(debug_info_ && sp_.display() > 0 && iter_ % sp_.display() == 0);
     store_.clear_grads();
+    if (weight_quant_) weight_quant_->quantize();
     float loss = 0;
     for (int k = 0; k < sp_.iter_size(); ++k) {
       // Rank r of N reads batch N * s + r of the data a single process reads as batch s:
@@ -550,6 +573,7 @@ TrainResult TrainerImpl::run() {
       last_micro_step_ = k + 1 == sp_.iter_size();
       train_net_->backward();
     }
+    if (weight_quant_) weight_quant_->restore();  // the solver updates the float weights
     loss /= static_cast<float>(sp_.iter_size());
     if (buckets_) {
       buckets_->finish();

@@ -34,6 +34,11 @@ struct TrainOptions {
   // the solver says.
   std::string lr_scale = "none";
   int64_t warmup_iters = 0;
+  // "int8": quantization-aware training (docs/compression.md): FakeQuant before every
+  // Convolution / InnerProduct input and int8-rounded weights, trained with the
+  // straight-through estimator; deploy --precision int8 then takes the learned ranges. "":
+  // plain FP32 training.
+  std::string qat;
 };
 
 struct TrainResult {

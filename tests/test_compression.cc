@@ -1,0 +1,268 @@
+// Model compression: quantization-aware training (FakeQuant, its graph pass, int8-rounded
+// weights, and deploy taking the learnt ranges instead of calibrating).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "backend/dnnl_util.h"
+#include "cli_util.h"
+#include "core/rng.h"
+#include "engine/bundle.h"
+#include "engine/calibrate.h"
+#include "formats/caffe_net.h"
+#include "formats/safetensors.h"
+#include "op_harness.h"
+#include "passes/insert_fake_quant.h"
+#include "runtime/net.h"
+#include "train/weight_fake_quant.h"
+
+namespace bks::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("bks_compress_" + name)).string();
+}
+
+// x on the grid of `levels` steps per side over [-t, t], as deploy's s8 quantization rounds it.
+float on_grid(float x, float t, float levels) {
+  return std::clamp(std::nearbyint(x * levels / t), -levels, levels) * t / levels;
+}
+
+TEST(FakeQuant, ForwardRoundsToTheGridAndFollowsTheBatchRange) {
+  OpHarness h("type: 'FakeQuant' fake_quant_param { levels: 7 moving_average_fraction: 0.75 }", {{2, 3, 5}});
+  h.randomize_inputs(-2.f, 2.f);
+  float m = 0.f;
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) m = std::max(m, std::fabs(h.in[0].f32()[i]));
+  h.forward();
+  // The first batch sets the range.
+  ASSERT_FLOAT_EQ(h.params[0].f32()[0], m);
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) ASSERT_FLOAT_EQ(h.out[0].f32()[i], on_grid(h.in[0].f32()[i], m, 7));
+  // Later batches move it by the moving average.
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) h.in[0].f32()[i] *= 0.5f;
+  h.forward();
+  const float t = 0.75f * m + 0.25f * (0.5f * m);
+  EXPECT_FLOAT_EQ(h.params[0].f32()[0], t);
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) ASSERT_FLOAT_EQ(h.out[0].f32()[i], on_grid(h.in[0].f32()[i], t, 7));
+}
+
+TEST(FakeQuant, TestPassesKeepTheRangeAndClipOutsideIt) {
+  OpHarness h("type: 'FakeQuant'", {{4, 6}}, proto::TEST);
+  h.randomize_inputs(-1.f, 1.f);
+  h.params[0].f32()[0] = 0.5f;
+  h.forward();
+  EXPECT_EQ(h.params[0].f32()[0], 0.5f);
+  int clipped = 0;
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    const float x = h.in[0].f32()[i];
+    ASSERT_FLOAT_EQ(h.out[0].f32()[i], on_grid(x, 0.5f, 127)) << x;
+    clipped += std::fabs(x) > 0.5f;
+  }
+  EXPECT_GT(clipped, 0);
+  // No range yet (a layer never trained): the identity.
+  h.params[0].f32()[0] = 0.f;
+  h.forward();
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) ASSERT_EQ(h.out[0].f32()[i], h.in[0].f32()[i]);
+}
+
+// The straight-through estimator: the gradient passes unchanged where |x| <= T and stops
+// where x was clipped (the forward pass is a step function: finite differences would say 0).
+TEST(FakeQuant, BackwardIsTheClippedStraightThroughEstimator) {
+  OpHarness h("type: 'FakeQuant' fake_quant_param { moving_average_fraction: 0.9 }", {{3, 4, 5}});
+  h.randomize_inputs(-1.f, 1.f);
+  h.params[0].f32()[0] = 0.4f;  // then 0.9 * 0.4 + 0.1 * max |x|
+  h.forward();
+  const float t = h.params[0].f32()[0];
+  ASSERT_GT(t, 0.4f);
+  ASSERT_LT(t, 0.5f);
+  h.backward();
+  int passed = 0, stopped = 0;
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    const bool inside = std::fabs(h.in[0].f32()[i]) <= t;
+    ASSERT_EQ(h.in_grad[0].f32()[i], inside ? h.out_grad[0].f32()[i] : 0.f) << h.in[0].f32()[i];
+    (inside ? passed : stopped)++;
+  }
+  EXPECT_GT(passed, 0);
+  EXPECT_GT(stopped, 0);
+}
+
+TEST(FakeQuant, BadAttributesNameTheField) {
+  for (const char* bad : {"levels: 0", "levels: 2.5", "moving_average_fraction: 1"}) {
+    try {
+      OpHarness h(std::string("type: 'FakeQuant' fake_quant_param { ") + bad + " }", {{2, 2}});
+      ADD_FAILURE() << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("fake_quant_param.") + std::string(bad).substr(0, 6)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+constexpr const char* kBranchyNet = R"(
+name: "branchy"
+layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 6 dim: 6 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "a" type: "Convolution" bottom: "conv1" top: "a" convolution_param { num_output: 4 kernel_size: 1 } }
+layer { name: "b" type: "Convolution" bottom: "conv1" top: "b" convolution_param { num_output: 4 kernel_size: 1 } }
+layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" bottom: "conv1" top: "sum" }
+layer { name: "fc" type: "InnerProduct" bottom: "sum" top: "fc" inner_product_param { num_output: 5 transpose: true } }
+)";
+
+Graph branchy_graph() {
+  const std::string path = temp_path("branchy.prototxt");
+  std::ofstream(path) << kBranchyNet;
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  return build_caffe_graph(load_net_file(path), st);
+}
+
+// One FakeQuant per value read as a Convolution / InnerProduct data input, before its
+// readers; other readers (the Eltwise) keep the float value.
+TEST(InsertFakeQuant, OneNodePerValueBeforeItsWeightedReaders) {
+  Graph g = branchy_graph();
+  const PassReport r = insert_fake_quant(g);
+  EXPECT_EQ(r.changes.size(), 3u);           // data, conv1 (after the in-place ReLU, read by a and b), sum
+  std::map<std::string, std::string> reads;  // node -> its input 0
+  for (const Node& n : g.nodes) reads[n.name] = g.values[n.inputs.empty() ? 0 : n.inputs[0]].name;
+  EXPECT_EQ(reads["conv1"], "data/fake_quant");
+  EXPECT_EQ(reads["a"], "conv1/fake_quant");
+  EXPECT_EQ(reads["b"], "conv1/fake_quant");
+  EXPECT_EQ(reads["fc"], "sum/fake_quant");
+  EXPECT_EQ(reads["sum"], "a");
+  const Node* sum = g.find_node("sum");
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(g.values[sum->inputs[2]].name, "conv1") << "the Eltwise reads the float conv1";
+  // conv1's FakeQuant reads the ReLU's output (the latest conv1), before a and b.
+  const Node* q = g.find_node("conv1/fake_quant");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(g.nodes[g.values[q->inputs[0]].producer].name, "relu1");
+
+  // Built into a net: its range blob is the name deploy reads the blob's threshold from.
+  CpuBackend be(1);
+  ParamStore store;
+  Net net(std::move(g), proto::TRAIN, store, be, 1);
+  int ranges = 0;
+  for (const Param& p : store.all())
+    if (!fake_quant_blob(p.key).empty()) {
+      ++ranges;
+      EXPECT_FALSE(p.learnable) << p.key;
+    }
+  EXPECT_EQ(ranges, 3);
+  EXPECT_EQ(fake_quant_blob("conv1/fake_quant.0"), "conv1");
+  EXPECT_EQ(fake_quant_blob("conv1.0"), "");
+  EXPECT_EQ(fake_quant_blob("/fake_quant.0"), "");
+}
+
+// Per output channel (axis 0, or the last axis of a transposed InnerProduct): max |w| stays,
+// every weight lands on the grid of its channel.
+TEST(WeightFakeQuant, RoundsEachOutputChannelToItsOwnGridAndRestoresTheFloats) {
+  Tensor w({3, 8});
+  Rng rng(3);
+  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = rng.uniform(-1.f, 1.f) * static_cast<float>(1 + i / 8);
+  for (bool last : {false, true}) {
+    Tensor q = w.clone();
+    fake_quantize_weights(q, last, 7.f);
+    const int64_t channels = last ? 8 : 3, per = 24 / channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      auto at = [&](const Tensor& t, int64_t i) { return t.f32()[last ? i * channels + c : c * per + i]; };
+      float m = 0.f;
+      for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(at(w, i)));
+      for (int64_t i = 0; i < per; ++i) ASSERT_FLOAT_EQ(at(q, i), on_grid(at(w, i), m, 7.f)) << c << " " << i;
+    }
+  }
+  // Through a net: quantize() rounds conv and inner product weights (not biases), restore()
+  // gives back the very floats.
+  CpuBackend be(1);
+  ParamStore store;
+  Net net(branchy_graph(), proto::TRAIN, store, be, 1);
+  for (Param& p : store.all())
+    for (int64_t i = 0; i < p.data.numel(); ++i) p.data.f32()[i] = rng.uniform(-1.f, 1.f);
+  std::vector<Tensor> before;
+  for (const Param& p : store.all()) before.push_back(p.data.clone());
+  WeightFakeQuant wq(store, net, 7.f);
+  EXPECT_EQ(wq.layers(), 4);
+  wq.quantize();
+  int rounded = 0, untouched = 0;
+  for (int k = 0; k < store.size(); ++k) {
+    const bool weights = store.at(k).key.size() > 2 && store.at(k).key.substr(store.at(k).key.size() - 2) == ".0" &&
+                         fake_quant_blob(store.at(k).key).empty();
+    bool same = true;
+    for (int64_t i = 0; i < before[k].numel(); ++i) same = same && before[k].f32()[i] == store.at(k).data.f32()[i];
+    (weights ? rounded : untouched) += weights ? !same : same;
+  }
+  EXPECT_EQ(rounded, 4);
+  EXPECT_EQ(untouched, store.size() - 4);
+  wq.restore();
+  for (int k = 0; k < store.size(); ++k)
+    for (int64_t i = 0; i < before[k].numel(); ++i) ASSERT_EQ(before[k].f32()[i], store.at(k).data.f32()[i]);
+}
+
+// End to end: LeNet trained with --qat int8 deploys to INT8 from the ranges it learnt (no
+// calibration pass), and the INT8 bundle scores as the fake-quantized training net did.
+TEST(QuantizationAwareTraining, LeNetDeploysToInt8FromTheRangesItLearnt) {
+  const std::string solver = temp_path("qat_solver.prototxt"), run = temp_path("qat_run");
+  const std::string model = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
+  fs::remove_all(run);
+  std::ofstream(solver) << "net: \"" << model << "\"\n"
+                        << "base_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" max_iter: 400 random_seed: 1\n"
+                        << "test_iter: 100 test_interval: 400 display: 0\n";
+  CmdResult bad = run_cmd("train --solver " + solver + " --qat int4 --out " + run);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--qat int4"), std::string::npos) << bad.output;
+
+  CmdResult t = run_cmd("train --solver " + solver + " --qat int8 --out " + run);
+  ASSERT_EQ(t.code, 0) << t.output;
+  std::smatch m;
+  const std::string out = t.output;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("Final test:\\s+accuracy ([0-9.]+)"))) << out;
+  const double trained = std::stod(m[1]);
+
+  // The snapshot keeps the float weights and one learnt range per quantized blob.
+  const std::string weights = run + "/snapshots/iter_400.safetensors";
+  const TensorFile f = load_safetensors(weights);
+  std::map<std::string, float> ranges;
+  for (const auto& [key, tensor] : f.tensors)
+    if (!fake_quant_blob(key).empty()) ranges[fake_quant_blob(key)] = tensor.f32()[0];
+  EXPECT_EQ(ranges.size(), 4u);  // the inputs of conv1, conv2, ip1, ip2
+  for (const auto& [blob, t] : ranges) EXPECT_GT(t, 0.f) << blob;
+
+  const std::string bundle = temp_path("qat.bks");
+  CmdResult d = run_cmd("deploy --model " + model + " --weights " + weights +
+                        " --precision int8 --int8-layers all --batch 100 -o " + bundle);
+  ASSERT_EQ(d.code, 0) << d.output;
+  EXPECT_NE(d.output.find("learnt by quantization-aware training (no calibration pass): 4 tensors"), std::string::npos)
+      << d.output;
+  EXPECT_NE(d.output.find("int8: 4 convolution / inner product layer(s) quantized"), std::string::npos) << d.output;
+  const Bundle b = load_bundle(bundle);
+  const CalibrationTable table = CalibrationTable::from_json(b.info.at("calibration"), bundle);
+  EXPECT_EQ(table.method, "qat");
+  ASSERT_EQ(table.threshold.size(), ranges.size());
+  for (const auto& [blob, t] : ranges) EXPECT_FLOAT_EQ(static_cast<float>(table.threshold.at(blob)), t) << blob;
+
+  CmdResult s = run_cmd("test --model " + bundle + " --iterations 100");
+  ASSERT_EQ(s.code, 0) << s.output;
+  ASSERT_TRUE(std::regex_search(s.output, m, std::regex("accuracy = ([0-9.]+)"))) << s.output;
+  const double int8 = std::stod(m[1]);
+  EXPECT_GE(int8, 0.75) << s.output;
+  EXPECT_NEAR(int8, trained, 0.01) << "the INT8 bundle against the fake-quantized test net";
+
+  // Weights trained without --qat still need a calibration source, and the error says how.
+  const std::string fp32_run = temp_path("qat_fp32_run");
+  fs::remove_all(fp32_run);
+  std::ofstream(solver) << "net: \"" << model << "\"\nbase_lr: 0.01 lr_policy: \"fixed\" max_iter: 1 random_seed: 1\n";
+  ASSERT_EQ(run_cmd("train --solver " + solver + " --out " + fp32_run).code, 0);
+  CmdResult c = run_cmd("deploy --model " + model + " --weights " + fp32_run +
+                        "/snapshots/iter_1.safetensors --precision int8 -o " + temp_path("x.bks"));
+  EXPECT_EQ(c.code, 2) << c.output;
+  EXPECT_NE(c.output.find("train --qat int8"), std::string::npos) << c.output;
+}
+
+}  // namespace
+}  // namespace bks::test
