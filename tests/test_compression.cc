@@ -17,6 +17,7 @@
 #include "op_harness.h"
 #include "passes/insert_fake_quant.h"
 #include "runtime/net.h"
+#include "train/magnitude_pruning.h"
 #include "train/weight_fake_quant.h"
 
 namespace bks::test {
@@ -262,6 +263,157 @@ TEST(QuantizationAwareTraining, LeNetDeploysToInt8FromTheRangesItLearnt) {
                         "/snapshots/iter_1.safetensors --precision int8 -o " + temp_path("x.bks"));
   EXPECT_EQ(c.code, 2) << c.output;
   EXPECT_NE(c.output.find("train --qat int8"), std::string::npos) << c.output;
+}
+
+}  // namespace
+}  // namespace bks::test
+
+namespace bks::test {
+namespace {
+
+TEST(MagnitudePruning, ScheduleRampsCubicallyAndChecksItsOptions) {
+  PruningSchedule s{0.8, 100, 300, 50};
+  EXPECT_EQ(s.at(0), 0.0);
+  EXPECT_EQ(s.at(100), 0.0);
+  EXPECT_DOUBLE_EQ(s.at(200), 0.8 * (1 - 0.125));  // half way: 1 - (1/2)^3 of the way
+  EXPECT_DOUBLE_EQ(s.at(300), 0.8);
+  EXPECT_DOUBLE_EQ(s.at(1000), 0.8);
+  EXPECT_NO_THROW(s.check(300));
+  auto fails = [](PruningSchedule p, const std::string& option) {
+    try {
+      p.check(1000);
+      ADD_FAILURE() << option;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(option), std::string::npos) << e.what();
+    }
+  };
+  fails({1.0, 0, 10, 1}, "--prune 1");
+  fails({-0.1, 0, 10, 1}, "--prune -0.1");
+  fails({0.5, 10, 10, 1}, "--prune-until 10");
+  fails({0.5, 0, 2000, 1}, "--prune-until 2000");
+  fails({0.5, 0, 10, 0}, "--prune-every 0");
+}
+
+// Exactly round(fraction * n) zeros, the smallest |w| (zeros of w among them, ties by position).
+TEST(MagnitudePruning, MaskKeepsTheLargestMagnitudes) {
+  Tensor w({10});
+  const float v[] = {0.5f, -0.1f, 0.f, 0.3f, -0.9f, 0.1f, 0.2f, -0.4f, 0.05f, 0.7f};
+  std::copy(v, v + 10, w.f32());
+  const std::vector<uint8_t> keep = magnitude_mask(w, 0.45);  // 4.5 -> 5 pruned (llround)
+  EXPECT_EQ(std::count(keep.begin(), keep.end(), 0), 5);
+  // Pruned: 0 (index 2), 0.05, then the tie 0.1 / -0.1 (both), then 0.2.
+  for (int i : {2, 8, 1, 5, 6}) EXPECT_EQ(keep[i], 0) << i;
+  for (int i : {0, 3, 4, 7, 9}) EXPECT_EQ(keep[i], 1) << i;
+  const std::vector<uint8_t> none = magnitude_mask(w, 0.0);
+  EXPECT_EQ(std::count(none.begin(), none.end(), 0), 0);
+}
+
+// Through the trainer's calls: masks follow the schedule, pruned weights stay zero when the
+// solver moves them, and a new instance (a resumed run) takes the zeros as its masks.
+TEST(MagnitudePruning, PrunedWeightsStayZeroAndResumeKeepsTheMasks) {
+  CpuBackend be(1);
+  ParamStore store;
+  Net net(branchy_graph(), proto::TRAIN, store, be, 1);
+  Rng rng(9);
+  for (Param& p : store.all())
+    for (int64_t i = 0; i < p.data.numel(); ++i) p.data.f32()[i] = rng.uniform(-1.f, 1.f);
+  const PruningSchedule s{0.75, 0, 40, 10, false};  // each blob on its own
+  auto pruning = std::make_unique<MagnitudePruning>(store, net, s);
+  EXPECT_EQ(pruning->layers(), 4);
+  pruning->start(0);
+  auto nudge = [&] {  // a solver step: every weight moves
+    for (Param& p : store.all())
+      for (int64_t i = 0; i < p.data.numel(); ++i) p.data.f32()[i] += rng.uniform(-0.01f, 0.01f);
+  };
+  for (int64_t iter = 1; iter <= 25; ++iter) {
+    nudge();
+    pruning->after_step(iter);
+  }
+  EXPECT_NEAR(pruning->sparsity(), s.at(20), 0.02) << "masks of iteration 20 until 30";
+  // Resumed at 25: the zeros are the masks.
+  pruning = std::make_unique<MagnitudePruning>(store, net, s);
+  pruning->start(25);
+  for (int64_t iter = 26; iter <= 60; ++iter) {
+    nudge();
+    pruning->after_step(iter);
+    if (iter == 29) {
+      EXPECT_NEAR(pruning->sparsity(), s.at(20), 0.02) << "no new masks before iteration 30";
+    }
+  }
+  EXPECT_NEAR(pruning->sparsity(), 0.75, 0.01);
+  for (const char* key : {"conv1.0", "a.0", "b.0", "fc.0"}) {
+    const Tensor& w = store.at(store.find(key)).data;
+    EXPECT_EQ(std::count(w.f32(), w.f32() + w.numel(), 0.f), std::llround(0.75 * static_cast<double>(w.numel())))
+        << key;
+  }
+  // Biases are not pruned.
+  for (const Param& p : store.all())
+    if (p.key.size() > 2 && p.key.substr(p.key.size() - 2) == ".1") {
+      for (int64_t i = 0; i < p.data.numel(); ++i) ASSERT_NE(p.data.f32()[i], 0.f) << p.key;
+    }
+}
+
+// Ranked together, the blobs keep different shares: exactly the fraction overall, and a blob
+// of larger weights keeps more of them.
+TEST(MagnitudePruning, GlobalRankingPrunesSmallWeightsWhereverTheyAre) {
+  Tensor small({100}), large({100});
+  Rng rng(4);
+  for (int64_t i = 0; i < 100; ++i) small.f32()[i] = rng.uniform(-0.1f, 0.1f), large.f32()[i] = rng.uniform(-1.f, 1.f);
+  const auto keep = magnitude_masks({&small, &large}, 0.5);
+  const auto zeros = [](const std::vector<uint8_t>& k) { return std::count(k.begin(), k.end(), 0); };
+  EXPECT_EQ(zeros(keep[0]) + zeros(keep[1]), 100);
+  EXPECT_GT(zeros(keep[0]), 80);  // the small blob loses most of its weights, the large few
+  EXPECT_LT(zeros(keep[1]), 20);
+  float largest_pruned = 0.f, smallest_kept = 1.f;
+  for (int k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < 100; ++i) {
+      const float m = std::fabs((k ? large : small).f32()[i]);
+      if (keep[k][i])
+        smallest_kept = std::min(smallest_kept, m);
+      else
+        largest_pruned = std::max(largest_pruned, m);
+    }
+  EXPECT_LE(largest_pruned, smallest_kept);
+}
+
+// End to end: LeNet pruned to 90% zeros (over its weight blobs together) while it trains, to
+// a real accuracy, with the sparsity in metrics.jsonl; bad options are clear errors.
+TEST(MagnitudePruning, LeNetTrainsToNinetyPercentZeros) {
+  const std::string solver = temp_path("prune_solver.prototxt"), run = temp_path("prune_run");
+  const std::string model = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
+  fs::remove_all(run);
+  std::ofstream(solver) << "net: \"" << model << "\"\n"
+                        << "base_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" max_iter: 500 random_seed: 1\n"
+                        << "test_iter: 100 test_interval: 500 display: 100\n";
+  for (std::string bad : {"--prune 1.5", "--prune 0.5 --prune-until 600", "--prune-every 5"}) {
+    CmdResult r = run_cmd("train --solver " + solver + " " + bad + " --out " + run);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  fs::remove_all(run);
+  CmdResult t = run_cmd("train --solver " + solver + " --prune 0.9 --prune-until 300 --prune-every 50 --out " + run);
+  ASSERT_EQ(t.code, 0) << t.output;
+  std::smatch m;
+  const std::string out = t.output;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("Final test:\\s+accuracy ([0-9.]+)"))) << out;
+  EXPECT_GE(std::stod(m[1]), 0.75) << out;
+  const TensorFile f = load_safetensors(run + "/snapshots/iter_500.safetensors");
+  int64_t zeros = 0, all = 0;
+  for (const char* key : {"conv1.0", "conv2.0", "ip1.0", "ip2.0"}) {
+    const Tensor* w = f.find(key);
+    ASSERT_NE(w, nullptr) << key;
+    const int64_t z = std::count(w->f32(), w->f32() + w->numel(), 0.f);
+    EXPECT_GT(z, 0) << key;
+    EXPECT_LT(z, w->numel()) << key << " emptied";
+    zeros += z;
+    all += w->numel();
+  }
+  EXPECT_EQ(zeros, std::llround(0.9 * static_cast<double>(all)));
+  std::ifstream metrics(run + "/metrics.jsonl");
+  std::string line, last_train;
+  while (std::getline(metrics, line))
+    if (line.find("\"phase\":\"train\"") != std::string::npos) last_train = line;
+  EXPECT_NE(last_train.find("\"weight_sparsity\":0.9"), std::string::npos) << last_train;
 }
 
 }  // namespace

@@ -40,6 +40,17 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--qat", opt->qat,
                   "Quantization-aware training for int8 deployment: int8 (deploy --precision int8 then needs no "
                   "calibration)");
+  cmd->add_option("--prune", opt->prune,
+                  "Magnitude pruning: the fraction of each convolution / inner product's weights to zero, in [0, 1)");
+  cmd->add_option("--prune-from", opt->prune_from, "With --prune: the iteration the pruning ramp starts (default 0)");
+  cmd->add_option("--prune-until", opt->prune_until,
+                  "With --prune: the iteration it reaches the full sparsity (default: 3/4 of max_iter)");
+  cmd->add_option("--prune-every", opt->prune_every,
+                  "With --prune: iterations between mask updates on the ramp (default: 20 updates)");
+  cmd->add_option("--prune-scope", opt->prune_scope,
+                  "With --prune: global (default; one magnitude ranking over all those layers) or layer (each layer "
+                  "pruned to the sparsity on its own)")
+      ->check(CLI::IsMember({"global", "layer"}));
   auto ranks = std::make_shared<int>(0);
   cmd->add_option("--ranks", *ranks, "Run N ranks on this machine through mpirun (prints the mpirun line it runs)")
       ->check(CLI::PositiveNumber);

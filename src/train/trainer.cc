@@ -29,6 +29,7 @@
 #include "runtime/net.h"
 #include "train/global_batch.h"
 #include "train/lr_policy.h"
+#include "train/magnitude_pruning.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/solver.h"
@@ -194,6 +195,8 @@ class TrainerImpl {
   std::vector<int> test_iters_;
   std::unique_ptr<Solver> solver_;
   std::unique_ptr<WeightFakeQuant> weight_quant_;  // --qat: int8-rounded weights in forward and backward
+  std::unique_ptr<MagnitudePruning> pruning_;      // --prune
+  PruningSchedule prune_schedule_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Progress> progress_;
   std::string run_dir_, last_snapshot_, configuration_;
@@ -218,6 +221,18 @@ nlohmann::json TrainerImpl::hardware_json() const {
 void TrainerImpl::setup() {
   read_solver_file(opt_.solver, sp_);  // Caffe's solver and inline-net upgrades applied
   check_solver(sp_, opt_.solver);
+  // The pruning schedule, checked before anything is loaded.
+  const bool pruned = opt_.prune > 0 || opt_.prune_until >= 0 || opt_.prune_every > 0 || opt_.prune_from > 0;
+  if (pruned) {
+    PruningSchedule& s = prune_schedule_;
+    s.sparsity = opt_.prune;
+    s.begin = opt_.prune_from;
+    s.end = opt_.prune_until >= 0 ? opt_.prune_until : sp_.max_iter() * 3 / 4;
+    s.every = opt_.prune_every > 0 ? opt_.prune_every : std::max<int64_t>(1, (s.end - s.begin) / 20);
+    s.global = opt_.prune_scope != "layer";
+    if (opt_.prune == 0) input_error("--prune-from, --prune-until and --prune-every go with --prune SPARSITY");
+    s.check(sp_.max_iter());
+  }
   note_solver_fields(sp_, opt_.solver);
   NetSources ns = load_nets(sp_, opt_.solver);
   if (opt_.global_batch) divide_train_batch(ns.train.param, comm_.size(), ns.train.source);
@@ -302,6 +317,13 @@ void TrainerImpl::setup() {
   log::debug("Activation and gradient arena: {:.1f} MB (train net plan {:.1f} MB)", net_opt.arena->size() / 1e6,
              train_net_->planned_bytes() / 1e6);
   solver_ = Solver::create(sp_, opt_.solver);
+  if (pruned) {
+    pruning_ = std::make_unique<MagnitudePruning>(store_, *train_net_, prune_schedule_);
+    log::info("Pruning {} layer(s) to {:.1f}% zeros ({}) from iteration {} to {}, masks updated every {} iterations",
+              pruning_->layers(), 100 * prune_schedule_.sparsity,
+              prune_schedule_.global ? "ranked over all of them" : "each layer on its own", prune_schedule_.begin,
+              prune_schedule_.end, prune_schedule_.every);
+  }
   if (!opt_.qat.empty()) {
     weight_quant_ = std::make_unique<WeightFakeQuant>(store_, *train_net_, int8_weight_levels());
     log::info("Quantization-aware training (--qat {}): {} layer(s) see int8 weights ({} levels per side) and inputs",
@@ -327,15 +349,17 @@ void TrainerImpl::setup() {
       if (int n = drop_superseded_metrics(metrics, iter_))
         log::info("{}: dropped {} record(s) after iteration {}; this run writes them again", metrics, n, iter_);
   }
+  if (pruning_) pruning_->start(iter_);  // a resumed run's zeros are its masks
   // What every rank must have the same of: the nets, the solver and the parameters' shapes.
   configuration_ = ns.train.param.DebugString();
   for (const NetLoad& t : ns.test) configuration_ += t.param.DebugString();
   configuration_ += sp_.DebugString();
   for (const Param& p : store_.all()) configuration_ += p.key + shape_str(p.data.shape()) + "\n";
   // Ranks must also lay out the same gradient buckets and scale the same way.
-  configuration_ +=
-      fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {} qat {}\n", opt_.first_bucket_mb,
-                  opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale, opt_.warmup_iters, opt_.qat);
+  configuration_ += fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {} qat {} prune {} {} {} {} {}\n",
+                                opt_.first_bucket_mb, opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale,
+                                opt_.warmup_iters, opt_.qat, prune_schedule_.sparsity, prune_schedule_.begin,
+                                prune_schedule_.end, prune_schedule_.every, prune_schedule_.global);
   if (!lead_) return;
 
   // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
@@ -365,6 +389,12 @@ void TrainerImpl::setup() {
                         {"sync_bn", opt_.sync_bn},
                         {"warmup_iters", opt_.warmup_iters},
                         {"qat", opt_.qat.empty() ? "none" : opt_.qat},
+                        {"prune", pruning_ ? nlohmann::json{{"sparsity", prune_schedule_.sparsity},
+                                                            {"from", prune_schedule_.begin},
+                                                            {"until", prune_schedule_.end},
+                                                            {"every", prune_schedule_.every},
+                                                            {"scope", prune_schedule_.global ? "global" : "layer"}}
+                                           : nlohmann::json("none")},
                         {"iter_size", sp_.iter_size()},
                         {"dataset_size", dataset_size_},
                         {"solver_type", solver_->type()},
@@ -599,6 +629,7 @@ TrainResult TrainerImpl::run() {
     window_us += dt;
     ++window_iters;
     ++iter_;
+    if (pruning_) pruning_->after_step(iter_);  // pruned weights stay zero through the update
 
     recent.push_back(loss);
     recent_sum += loss;
@@ -613,6 +644,7 @@ TrainResult TrainerImpl::run() {
       nlohmann::json rec = {{"time", since_start()}, {"iter", iter_}, {"epoch", epoch()},
                             {"phase", "train"},      {"lr", rate},    {"loss", smoothed},
                             {"images_per_s", ips}};
+      if (pruning_) rec["weight_sparsity"] = pruning_->sparsity();
       // Scalar outputs (a train net's accuracy), averaged over ranks.
       std::vector<int> scalars;
       std::vector<double> values;

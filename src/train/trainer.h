@@ -39,6 +39,13 @@ struct TrainOptions {
   // straight-through estimator; deploy --precision int8 then takes the learned ranges. "":
   // plain FP32 training.
   std::string qat;
+  // Unstructured magnitude pruning (docs/compression.md): the fraction of every Convolution
+  // / InnerProduct weight blob pruned by the end of a cubic ramp from iteration prune_from
+  // to prune_until (-1: three quarters of max_iter), masks updated every prune_every
+  // iterations of it (0: twenty updates). 0: no pruning.
+  double prune = 0;
+  int64_t prune_from = 0, prune_until = -1, prune_every = 0;
+  std::string prune_scope = "global";  // "global": one ranking over all those layers; "layer": each on its own
 };
 
 struct TrainResult {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/op_def.h"
+#include "train/weight_blobs.h"
 
 namespace bks {
 
@@ -29,14 +29,8 @@ void fake_quantize_weights(Tensor& w, bool output_last, float levels) {
 }
 
 WeightFakeQuant::WeightFakeQuant(ParamStore& store, const Net& net, float levels) : store_(store), levels_(levels) {
-  const Graph& g = net.graph();
-  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
-    const Node& node = g.nodes[n];
-    if (!op_traits(node).weighted_linear || node.params.empty()) continue;
-    const int p = net.param_index(n, 0);
-    if (std::any_of(weights_.begin(), weights_.end(), [&](const Weight& w) { return w.param == p; })) continue;
-    weights_.push_back({p, op_def(g, n).weights_output_last(node), Tensor(store_.at(p).data.shape())});
-  }
+  for (const WeightBlob& b : weight_blobs(net))
+    weights_.push_back({b.param, b.output_last, Tensor(store_.at(b.param).data.shape())});
 }
 
 void WeightFakeQuant::quantize() {
