@@ -385,7 +385,7 @@ TEST(MagnitudePruning, LeNetTrainsToNinetyPercentZeros) {
   std::ofstream(solver) << "net: \"" << model << "\"\n"
                         << "base_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" max_iter: 500 random_seed: 1\n"
                         << "test_iter: 100 test_interval: 500 display: 100\n";
-  for (std::string bad : {"--prune 1.5", "--prune 0.5 --prune-until 600", "--prune-every 5"}) {
+  for (std::string bad : {"--prune 1.5", "--prune -0.5", "--prune 0.5 --prune-until 600", "--prune-every 5"}) {
     CmdResult r = run_cmd("train --solver " + solver + " " + bad + " --out " + run);
     EXPECT_EQ(r.code, 2) << bad << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;

@@ -222,7 +222,7 @@ void TrainerImpl::setup() {
   read_solver_file(opt_.solver, sp_);  // Caffe's solver and inline-net upgrades applied
   check_solver(sp_, opt_.solver);
   // The pruning schedule, checked before anything is loaded.
-  const bool pruned = opt_.prune > 0 || opt_.prune_until >= 0 || opt_.prune_every > 0 || opt_.prune_from > 0;
+  const bool pruned = opt_.prune != 0 || opt_.prune_until >= 0 || opt_.prune_every > 0 || opt_.prune_from > 0;
   if (pruned) {
     PruningSchedule& s = prune_schedule_;
     s.sparsity = opt_.prune;
