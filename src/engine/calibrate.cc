@@ -102,8 +102,7 @@ std::string CalibrationTable::to_json() const {
 }
 
 std::optional<CalibrationTable> learned_ranges(const std::string& weights) {
-  const std::string ext = ".safetensors";
-  if (weights.size() < ext.size() || weights.compare(weights.size() - ext.size(), ext.size(), ext)) return std::nullopt;
+  if (!weights.ends_with(".safetensors")) return std::nullopt;
   const TensorFile f = load_safetensors(weights);
   CalibrationTable t;
   t.method = "qat";

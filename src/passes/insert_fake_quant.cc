@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string_view>
 
 #include "graph/graph_edit.h"
 #include "ops/op_def.h"
@@ -48,9 +49,8 @@ PassReport insert_fake_quant(Graph& g) {
 }
 
 std::string fake_quant_blob(const std::string& param_key) {
-  const std::string suffix = kKeySuffix;
-  if (param_key.size() <= suffix.size() || param_key.compare(param_key.size() - suffix.size(), suffix.size(), suffix))
-    return "";
+  const std::string_view suffix = kKeySuffix;
+  if (param_key.size() == suffix.size() || !param_key.ends_with(suffix)) return "";
   return param_key.substr(0, param_key.size() - suffix.size());
 }
 

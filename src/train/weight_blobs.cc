@@ -14,7 +14,7 @@ std::vector<WeightBlob> weight_blobs(const Net& net) {
     if (!op_traits(node).weighted_linear || node.params.empty()) continue;
     const int p = net.param_index(n, 0);
     if (std::any_of(out.begin(), out.end(), [&](const WeightBlob& w) { return w.param == p; })) continue;
-    out.push_back({p, n, op_def(g, n).weights_output_last(node)});
+    out.push_back({p, op_def(g, n).weights_output_last(node)});
   }
   return out;
 }

@@ -10,7 +10,6 @@ namespace bks {
 
 struct WeightBlob {
   int param;         // store index
-  int node;          // the first node using it
   bool output_last;  // stored [inputs, outputs] (InnerProduct's transpose) instead of [outputs, ...]
 };
 
