@@ -5,6 +5,9 @@
 
 namespace bks {
 
+// Call before starting threads that compute: the signals are taken by a thread of their own,
+// never by a thread inside a kernel (see signals.cc), and threads inherit that from the caller.
+// Processes the caller execs inherit the blocked signals: unblock them in the child first.
 void install_interrupt_handler();
 bool interrupt_requested();
 void clear_interrupt();
