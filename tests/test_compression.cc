@@ -1,5 +1,6 @@
 // Model compression: quantization-aware training (FakeQuant, its graph pass, int8-rounded
-// weights, and deploy taking the learnt ranges instead of calibrating).
+// weights, and deploy taking the learnt ranges instead of calibrating), magnitude pruning and
+// knowledge distillation (DistillationLoss, its graph pass, train --teacher).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,14 +8,19 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "backend/dnnl_util.h"
 #include "cli_util.h"
 #include "core/rng.h"
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
+#include "engine/low_rank.h"
 #include "formats/caffe_net.h"
 #include "formats/safetensors.h"
 #include "op_harness.h"
+#include "passes/insert_distillation.h"
 #include "passes/insert_fake_quant.h"
 #include "runtime/net.h"
 #include "train/magnitude_pruning.h"
@@ -417,6 +423,290 @@ TEST(MagnitudePruning, LeNetTrainsToNinetyPercentZeros) {
   while (std::getline(metrics, line))
     if (line.find("\"phase\":\"train\"") != std::string::npos) last_train = line;
   EXPECT_NE(last_train.find("\"weight_sparsity\":0.9"), std::string::npos) << last_train;
+}
+
+// KL(softmax(t / T) || softmax(s / T)) * T^2 over the rows of an N x C array.
+double distillation_reference(const float* s, const float* t, int64_t n, int64_t c, float temp) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    auto log_softmax = [&](const float* z) {
+      std::vector<double> l(static_cast<size_t>(c));
+      double top = -1e300, sum = 0;
+      for (int64_t k = 0; k < c; ++k) top = std::max(top, double{z[i * c + k]} / temp);
+      for (int64_t k = 0; k < c; ++k) sum += std::exp(z[i * c + k] / temp - top);
+      for (int64_t k = 0; k < c; ++k) l[static_cast<size_t>(k)] = z[i * c + k] / temp - top - std::log(sum);
+      return l;
+    };
+    const std::vector<double> ls = log_softmax(s), lt = log_softmax(t);
+    for (int64_t k = 0; k < c; ++k) total += std::exp(lt[k]) * (lt[k] - ls[k]);
+  }
+  return total * temp * temp / static_cast<double>(n);
+}
+
+TEST(DistillationLoss, ForwardIsTheScaledKlDivergenceAndBackwardItsGradient) {
+  for (float temp : {1.f, 4.f}) {
+    OpHarness h(fmt::format("type: 'DistillationLoss' distillation_param {{ temperature: {} }}", temp),
+                {{6, 5}, {6, 5}});
+    h.randomize_inputs(-3.f, 3.f);
+    h.forward();
+    const double want = distillation_reference(h.in[0].f32(), h.in[1].f32(), 6, 5, temp);
+    EXPECT_GT(want, 0.01);
+    EXPECT_NEAR(h.out[0].f32()[0], want, 1e-5 * want) << "T " << temp;
+    h.check_gradients(1e-3f, 1e-2f, {0});  // the student's scores; the teacher's take none
+    // The same scores teach nothing.
+    std::copy(h.in[0].f32(), h.in[0].f32() + 30, h.in[1].f32());
+    h.forward();
+    EXPECT_NEAR(h.out[0].f32()[0], 0.f, 1e-6);
+  }
+  // Scores per position (N x C x H x W) compare along the channels, averaged over positions.
+  OpHarness h("type: 'DistillationLoss'", {{2, 3, 2, 2}, {2, 3, 2, 2}});
+  h.randomize_inputs(-2.f, 2.f);
+  h.forward();
+  double want = 0;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t p = 0; p < 4; ++p) {
+      float s[3], t[3];
+      for (int64_t k = 0; k < 3; ++k) {
+        s[k] = h.in[0].f32()[n * 12 + k * 4 + p];
+        t[k] = h.in[1].f32()[n * 12 + k * 4 + p];
+      }
+      want += distillation_reference(s, t, 1, 3, 4.f) / 8;
+    }
+  EXPECT_NEAR(h.out[0].f32()[0], want, 1e-5 * want);
+  h.check_gradients(1e-3f, 1e-2f, {0});
+}
+
+TEST(DistillationLoss, BadInputsNameTheProblem) {
+  auto error = [](const std::string& layer, std::vector<Shape> shapes) {
+    try {
+      OpHarness h(layer, shapes);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("type: 'DistillationLoss'", {{4, 10}, {4, 12}}).find("the teacher's scores (bottom 1) have shape"),
+            std::string::npos);
+  EXPECT_NE(error("type: 'DistillationLoss' distillation_param { temperature: 0 }", {{4, 10}, {4, 10}})
+                .find("distillation_param.temperature must be in (0, 10000]"),
+            std::string::npos);
+}
+
+constexpr const char* kClassifierNet = R"(
+name: "classifier"
+layer { name: "in" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 1 dim: 6 dim: 6 } shape { dim: 4 } } }
+layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc"
+        inner_product_param { num_output: 5 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+)";
+
+Graph classifier_graph(const std::string& text) {
+  const std::string path = temp_path("classifier.prototxt");
+  std::ofstream(path) << text;
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  return build_caffe_graph(load_net_file(path), st);
+}
+
+// The classification loss keeps 1 - alpha of its weight; the teacher's scores come in as an
+// Input the DistillationLoss reads beside the student's.
+TEST(InsertDistillation, PairsTheClassificationLossWithTheTeachersScores) {
+  Graph g = classifier_graph(kClassifierNet);
+  const PassReport r = insert_distillation(g, 3.f, 0.75f);
+  ASSERT_EQ(r.changes.size(), 1u);
+  const Node* loss = g.find_node("loss");
+  const Node* distill = g.find_node("distillation");
+  ASSERT_TRUE(loss && distill);
+  EXPECT_FLOAT_EQ(loss->loss_weight.at(0), 0.25f);
+  EXPECT_FLOAT_EQ(distill->loss_weight.at(0), 0.75f);
+  EXPECT_EQ(g.values[distill->inputs.at(0)].name, "fc");
+  EXPECT_EQ(g.values[distill->inputs.at(1)].name, kTeacherScores);
+
+  // Built and run: the loss is 1/4 of the labels' plus 3/4 of the soft targets'.
+  CpuBackend be(1);
+  ParamStore store;
+  NetOptions keep;
+  keep.reuse_buffers = false;  // fc is read back below
+  Net net(std::move(g), proto::TRAIN, store, be, 1, keep);
+  Rng rng(3);
+  for (const char* v : {"data", kTeacherScores}) {
+    Tensor& t = net.value(v);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(-1.f, 1.f);
+  }
+  for (int64_t i = 0; i < 4; ++i) net.value("label").f32()[i] = static_cast<float>(i);
+  const float total = net.forward();
+  const float labels = net.value("loss").f32()[0], soft = net.value("distillation_loss").f32()[0];
+  EXPECT_GT(soft, 0.f);
+  EXPECT_NEAR(total, 0.25f * labels + 0.75f * soft, 1e-5f);
+  const double want = distillation_reference(net.value("fc").f32(), net.value(kTeacherScores).f32(), 4, 5, 3.f);
+  EXPECT_NEAR(soft, want, 1e-5 * want);
+  net.backward();
+  EXPECT_FALSE(net.has_grad(net.graph().find_value(kTeacherScores))) << "the teacher's scores are given";
+
+  Graph none = classifier_graph(R"(
+layer { name: "in" type: "Input" top: "x" top: "y" input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 3 } } }
+layer { name: "l2" type: "EuclideanLoss" bottom: "x" bottom: "y" top: "l2" }
+)");
+  try {
+    insert_distillation(none, 4.f, 0.5f);
+    ADD_FAILURE() << "no classification loss";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("distillation needs a softmax classification loss"), std::string::npos)
+        << e.what();
+  }
+  Graph again = classifier_graph(kClassifierNet);
+  EXPECT_THROW(insert_distillation(again, 4.f, 1.5f), InputError);
+}
+
+// A small MLP student for Fashion-MNIST with `classes` outputs.
+std::string write_mlp_student(const std::string& path, int classes) {
+  std::ifstream lenet(kLenet);
+  std::string text((std::istreambuf_iterator<char>(lenet)), {});
+  // LeNet's two data layers, then an MLP.
+  text = text.substr(0, text.find("layer {\n  name: \"conv1\""));
+  text += fmt::format(R"(
+layer {{ name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
+        inner_product_param {{ num_output: 32 weight_filler {{ type: "xavier" }} }} }}
+layer {{ name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }}
+layer {{ name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+        inner_product_param {{ num_output: {} weight_filler {{ type: "xavier" }} }} }}
+layer {{ name: "accuracy" type: "Accuracy" bottom: "ip2" bottom: "label" top: "accuracy" include {{ phase: TEST }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }}
+)",
+                      classes);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// With alpha 1 the student never sees a label: what it scores, it learnt from the teacher.
+TEST(KnowledgeDistillation, AStudentLearnsFashionMnistFromTheTeacherAlone) {
+  const std::string teacher_run = temp_path("kd_teacher"), student_run = temp_path("kd_student");
+  fs::remove_all(teacher_run);
+  fs::remove_all(student_run);
+  const std::string teacher_solver = temp_path("kd_teacher_solver.prototxt");
+  write_lenet_solver(teacher_solver, 400, 0);
+  CmdResult t = run_cmd("train --solver " + teacher_solver + " --out " + teacher_run);
+  ASSERT_EQ(t.code, 0) << t.output;
+  const std::string teacher_weights = teacher_run + "/snapshots/iter_400.safetensors";
+
+  const std::string student = write_mlp_student(temp_path("kd_student.prototxt"), 10);
+  const std::string solver = temp_path("kd_student_solver.prototxt");
+  std::ofstream(solver) << "net: \"" << student << "\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" "
+                        << "max_iter: 300 random_seed: 1\ntest_iter: 100 test_interval: 300 display: 0\n";
+  const std::string distill = " --teacher " + kLenet + " --teacher-weights " + teacher_weights;
+  CmdResult s = run_cmd("train --solver " + solver + distill + " --alpha 1 --temperature 2 --out " + student_run);
+  ASSERT_EQ(s.code, 0) << s.output;
+  EXPECT_NE(s.output.find("Distillation: 'ip2' (64,10) learns from 'teacher_scores'"), std::string::npos) << s.output;
+  EXPECT_GE(final_accuracy(s.output), 0.70) << s.output;
+  std::ifstream run_json(student_run + "/run.json");
+  const nlohmann::json run = nlohmann::json::parse(run_json);
+  EXPECT_EQ(run["distill"]["alpha"], 1.0) << run.dump();
+  EXPECT_EQ(run["distill"]["teacher"], kLenet) << run.dump();
+
+  // A teacher scoring other classes than the student, options that do not go together: one
+  // line each, exit 2.
+  const std::string twelve = write_mlp_student(temp_path("kd_student12.prototxt"), 12);
+  std::ofstream(solver) << "net: \"" << twelve << "\"\nbase_lr: 0.01 lr_policy: \"fixed\" max_iter: 1\n";
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {distill, "it scores (64,10) per batch, but the student's classification loss reads scores (64,12)"},
+           {" --teacher " + kLenet, "give its trained weights with --teacher-weights"},
+           {" --teacher-weights " + teacher_weights, "--teacher-weights goes with --teacher NET"},
+           {distill + " --alpha 1.5", "--alpha must be in [0, 1], got 1.5"},
+           {distill + " --temperature -1", "--temperature must be in (0, 10000], got -1"}}) {
+    fs::remove_all(student_run);
+    CmdResult bad = run_cmd("train --solver " + solver + flags + " --out " + student_run);
+    EXPECT_EQ(bad.code, 2) << flags << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(says), std::string::npos) << flags << "\n" << bad.output;
+  }
+}
+
+// U S V^T rebuilds the matrix; the values come sorted, and a known spectrum comes back.
+TEST(LowRank, SingularValueDecompositionRebuildsTheMatrix) {
+  const int64_t m = 7, n = 4;
+  Rng rng(5);
+  std::vector<float> a(m * n);
+  for (float& x : a) x = rng.uniform(-1.f, 1.f);
+  std::vector<float> u, vt;
+  const std::vector<float> s = singular_values(a.data(), m, n, &u, &vt);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_TRUE(std::is_sorted(s.rbegin(), s.rend()));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double x = 0;
+      for (int64_t k = 0; k < n; ++k) x += double{u[i * n + k]} * s[k] * vt[k * n + j];
+      EXPECT_NEAR(x, a[i * n + j], 1e-5) << i << "," << j;
+    }
+  // diag(3, 2) with rows swapped: singular values 3 and 2.
+  const float swapped[] = {0, 2, 3, 0};
+  EXPECT_EQ(singular_values(swapped, 2, 2), (std::vector<float>{3.f, 2.f}));
+}
+
+// At full rank the factorised LeNet scores exactly as the original; a lower rank keeps fewer
+// weights; bad ranks, energies and layer names are one line and exit code 2.
+TEST(LowRank, FactorisedLeNetMatchesTheOriginalAtFullRank) {
+  const std::string run = temp_path("lr_run"), solver = temp_path("lr_solver.prototxt");
+  fs::remove_all(run);
+  write_lenet_solver(solver, 50, 0);
+  ASSERT_EQ(run_cmd("train --solver " + solver + " --out " + run).code, 0);
+  const std::string weights = run + "/snapshots/iter_50.safetensors";
+  auto loss_of = [](const std::string& model, const std::string& w) {
+    CmdResult t = run_cmd("test --model " + model + " --weights " + w + " --iterations 5");
+    EXPECT_EQ(t.code, 0) << t.output;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(t.output, m, std::regex("loss = ([0-9.]+)"))) << t.output;
+    return m.size() > 1 ? std::stod(m[1]) : -1.0;
+  };
+  const double original = loss_of(kLenet, weights);
+
+  const std::string full = temp_path("lr_full");
+  fs::remove_all(full);
+  CmdResult f =
+      run_cmd("factorize --model " + kLenet + " --weights " + weights + " --layers ip1 --rank 500 -o " + full);
+  ASSERT_EQ(f.code, 0) << f.output;
+  EXPECT_NE(f.output.find("ip1                   500x800    500"), std::string::npos) << f.output;
+  const TensorFile w = load_safetensors(full + "/weights.safetensors");
+  ASSERT_NE(w.find("ip1/low_rank.0"), nullptr);
+  EXPECT_EQ(w.find("ip1/low_rank.0")->shape(), (Shape{500, 800}));
+  EXPECT_EQ(w.find("ip1.0")->shape(), (Shape{500, 500}));
+  EXPECT_EQ(w.find("ip1.1")->shape(), (Shape{500}));
+  EXPECT_NEAR(loss_of(full + "/net.prototxt", full + "/weights.safetensors"), original, 1e-4 * original);
+  // conv2 (50 filters of 20x5x5) at full rank: 50 filters, then a 1x1 convolution.
+  const std::string conv = temp_path("lr_conv");
+  fs::remove_all(conv);
+  CmdResult c =
+      run_cmd("factorize --model " + kLenet + " --weights " + weights + " --layers conv2 --rank 50 -o " + conv);
+  ASSERT_EQ(c.code, 0) << c.output;
+  const TensorFile cw = load_safetensors(conv + "/weights.safetensors");
+  EXPECT_EQ(cw.find("conv2/low_rank.0")->shape(), (Shape{50, 20, 5, 5}));
+  EXPECT_EQ(cw.find("conv2.0")->shape(), (Shape{50, 50, 1, 1}));
+  EXPECT_NEAR(loss_of(conv + "/net.prototxt", conv + "/weights.safetensors"), original, 1e-4 * original);
+
+  // Rank 16: 16 x (500 + 800) weights instead of 400,000, and it still trains.
+  const std::string low = temp_path("lr_16");
+  fs::remove_all(low);
+  CmdResult l = run_cmd("factorize --model " + kLenet + " --weights " + weights + " --layers ip1 --rank 16 -o " + low);
+  ASSERT_EQ(l.code, 0) << l.output;
+  EXPECT_NE(l.output.find("400000        20800"), std::string::npos) << l.output;
+  EXPECT_EQ(load_safetensors(low + "/weights.safetensors").find("ip1.0")->shape(), (Shape{500, 16}));
+  const std::string ft = temp_path("lr_ft"), ft_solver = temp_path("lr_ft_solver.prototxt");
+  fs::remove_all(ft);
+  std::ofstream(ft_solver) << "net: \"" << low << "/net.prototxt\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" "
+                           << "max_iter: 100 random_seed: 1\ntest_iter: 100 test_interval: 100 display: 0\n";
+  CmdResult t = run_cmd("train --solver " + ft_solver + " --weights " + low + "/weights.safetensors --out " + ft);
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_GE(final_accuracy(t.output), 0.7) << t.output;
+
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--layers ip1 --rank 501",
+            "--rank 501: " + kLenet + ": layer 'ip1' is 500x800, so its rank is at most 500"},
+           {"--energy 0", "--energy must be in (0, 1], got 0"},
+           {"--layers pool1",
+            "--layers pool1: " + kLenet + " has no InnerProduct or Convolution layer of that name"}}) {
+    CmdResult bad = run_cmd("factorize --model " + kLenet + " --weights " + weights + " " + flags + " -o " + low);
+    EXPECT_EQ(bad.code, 2) << flags << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(says), std::string::npos) << flags << "\n" << bad.output;
+  }
 }
 
 }  // namespace

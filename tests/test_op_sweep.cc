@@ -918,6 +918,33 @@ std::vector<SweepCase> build_cases() {
        .phase = proto::TEST,
        .setup = [](OpHarness& h) { h.params[0].f32()[0] = 0.6f; }});
 
+  // DistillationLoss at T = 2: T^2 x the mean over items of KL(softmax(b1 / T) || softmax(b0 / T)).
+  t.push_back({.name = "DistillationLoss",
+               .layer = "type: 'DistillationLoss' distillation_param { temperature: 2 }",
+               .in = {{3, 4}, {3, 4}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     double kl = 0;
+                     for (int64_t n = 0; n < 3; ++n) {
+                       double zs = 0, zt = 0;
+                       for (int64_t k = 0; k < 4; ++k) {
+                         zs += std::exp(h.in[0].f32()[n * 4 + k] / 2.0);
+                         zt += std::exp(h.in[1].f32()[n * 4 + k] / 2.0);
+                       }
+                       for (int64_t k = 0; k < 4; ++k) {
+                         const double ps = std::exp(h.in[0].f32()[n * 4 + k] / 2.0) / zs;
+                         const double pt = std::exp(h.in[1].f32()[n * 4 + k] / 2.0) / zt;
+                         kl += pt * std::log(pt / ps);
+                       }
+                     }
+                     Tensor y(Shape{});
+                     y.f32()[0] = static_cast<float>(4 * kl / 3);
+                     return std::vector<Tensor>{y};
+                   },
+               .lo = -3.f,
+               .hi = 3.f,
+               .grad_inputs = {0}});
+
   // Eltwise: inputs of MAX are kept 0.1 apart (no ties within a step).
   t.push_back({.name = "Eltwise_sum",
                .layer = "type: 'Eltwise' eltwise_param { operation: SUM coeff: 2 coeff: -1 }",

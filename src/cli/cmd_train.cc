@@ -51,6 +51,16 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
                   "With --prune: global (default; one magnitude ranking over all those layers) or layer (each layer "
                   "pruned to the sparsity on its own)")
       ->check(CLI::IsMember({"global", "layer"}));
+  cmd->add_option("--teacher", opt->teacher,
+                  "Knowledge distillation: a trained network (prototxt or ONNX) whose class scores the student also "
+                  "learns, run for inference on every batch");
+  cmd->add_option("--teacher-weights", opt->teacher_weights,
+                  "With --teacher: its trained weights (an ONNX teacher has its own)");
+  cmd->add_option("--temperature", opt->temperature,
+                  "With --teacher: the softmax temperature both nets' scores are compared at (default 4)");
+  cmd->add_option("--alpha", opt->alpha,
+                  "With --teacher: the weight of the teacher's soft targets; the true labels get 1 - alpha (default "
+                  "0.5)");
   auto ranks = std::make_shared<int>(0);
   cmd->add_option("--ranks", *ranks, "Run N ranks on this machine through mpirun (prints the mpirun line it runs)")
       ->check(CLI::PositiveNumber);

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   add("device_query", bks::cli::add_device_query);
   add("deploy", bks::cli::add_deploy);
   add("export", bks::cli::add_export);
+  add("factorize", bks::cli::add_factorize);
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
   add("pack-dataset", bks::cli::add_pack_dataset);

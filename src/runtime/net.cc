@@ -250,6 +250,7 @@ float Net::forward(int64_t step) {
     kernels_[n]->forward(calls_[n]);
     if (profiler_) profiler_->record(n, graph_.nodes[n].name, Profiler::Pass::forward, t0, now_us());
     if (debug_info_) forward_debug_info(n);
+    if (forward_hook_) forward_hook_(n);
   }
   double loss = 0.0;
   for (int v = 0; v < static_cast<int>(plan_.grad.loss_weight.size()); ++v) {

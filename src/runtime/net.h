@@ -80,6 +80,9 @@ class Net {
   // Store indices in the order backward calls that hook (the same for every net built from
   // the same graph: data-parallel ranks lay out their gradient buckets by it).
   std::vector<int> grad_ready_order() const;
+  // Called with a node's index after its forward ran (train --teacher runs the teacher once
+  // the student's batch is in).
+  void set_forward_hook(std::function<void(int)> hook) { forward_hook_ = std::move(hook); }
   void set_profiler(Profiler* p) { profiler_ = p; }
   // Batch size and dataset size of the net's first data layer; without one, the batch of
   // its first Input blob and dataset size 0.
@@ -146,7 +149,7 @@ class Net {
   // batch and so does not run (its outputs read as zeros, its gradients as none).
   std::vector<size_t> planned_value_bytes_;
   std::vector<bool> skipped_;
-  std::function<void(int)> grad_ready_;
+  std::function<void(int)> grad_ready_, forward_hook_;
   Profiler* profiler_ = nullptr;
   bool debug_info_ = false;
 };

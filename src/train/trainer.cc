@@ -24,9 +24,12 @@
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
+#include "ops/op_def.h"
+#include "passes/insert_distillation.h"
 #include "passes/insert_fake_quant.h"
 #include "runtime/evaluate.h"
 #include "runtime/net.h"
+#include "train/distillation.h"
 #include "train/global_batch.h"
 #include "train/lr_policy.h"
 #include "train/magnitude_pruning.h"
@@ -173,6 +176,8 @@ class TrainerImpl {
   void restore();
   void test_all();
   void snapshot();
+  // --teacher: loads it and has it score each batch once the train net's data layer ran.
+  void attach_teacher(int threads);
   nlohmann::json hardware_json() const;
   double epoch() const {
     return dataset_size_ > 0 ? static_cast<double>(iter_) * batch_ * sp_.iter_size() * comm_.size() / dataset_size_
@@ -196,6 +201,7 @@ class TrainerImpl {
   std::unique_ptr<Solver> solver_;
   std::unique_ptr<WeightFakeQuant> weight_quant_;  // --qat: int8-rounded weights in forward and backward
   std::unique_ptr<MagnitudePruning> pruning_;      // --prune
+  std::unique_ptr<Teacher> teacher_;               // --teacher
   PruningSchedule prune_schedule_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Progress> progress_;
@@ -233,6 +239,12 @@ void TrainerImpl::setup() {
     if (opt_.prune == 0) input_error("--prune-from, --prune-until and --prune-every go with --prune SPARSITY");
     s.check(sp_.max_iter());
   }
+  if (opt_.teacher.empty() && !opt_.teacher_weights.empty()) input_error("--teacher-weights goes with --teacher NET");
+  // An ONNX teacher carries its weights; a prototxt needs them.
+  if (!opt_.teacher.empty() && opt_.teacher_weights.empty() && !opt_.teacher.ends_with(".onnx"))
+    input_error("--teacher {}: give its trained weights with --teacher-weights", opt_.teacher);
+  if (!opt_.teacher.empty() && !(opt_.temperature > 0.f && opt_.temperature <= 1e4f))
+    input_error("--temperature must be in (0, 10000], got {}", opt_.temperature);
   note_solver_fields(sp_, opt_.solver);
   NetSources ns = load_nets(sp_, opt_.solver);
   if (opt_.global_batch) divide_train_batch(ns.train.param, comm_.size(), ns.train.source);
@@ -293,12 +305,16 @@ void TrainerImpl::setup() {
   if (opt_.sync_bn && comm_.size() > 1)
     net_opt.batch_stats_sum = [this](double* v, size_t n) { comm_.allreduce_sum(v, n); };
   // Quantization-aware training: the nets see int8-rounded activations and weights.
+  // Distillation: the train net also learns the teacher's scores.
   auto graph_of = [&](const NetLoad& nl, const proto::NetState& state) {
     Graph g = build_caffe_graph(nl, state);
     if (!opt_.qat.empty()) {
       const PassReport r = insert_fake_quant(g);
       log::debug("{}: {} FakeQuant node(s) inserted", g.name, r.changes.size());
     }
+    if (!opt_.teacher.empty() && state.phase() == proto::TRAIN)
+      for (const std::string& line : insert_distillation(g, opt_.temperature, opt_.alpha).changes)
+        log::info("Distillation: {}", line);
     return g;
   };
   train_net_ = std::make_unique<Net>(graph_of(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
@@ -330,6 +346,7 @@ void TrainerImpl::setup() {
               opt_.qat, weight_quant_->layers(), int8_weight_levels());
   }
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
+  if (!opt_.teacher.empty()) attach_teacher(threads);
   if (dataset_size_ > 0 && dataset_size_ < comm_.size())
     input_error("{}: the training set has {} samples, fewer than the {} ranks: a rank would have none of its own",
                 ns.train.source, dataset_size_, comm_.size());
@@ -360,6 +377,9 @@ void TrainerImpl::setup() {
                                 opt_.first_bucket_mb, opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale,
                                 opt_.warmup_iters, opt_.qat, prune_schedule_.sparsity, prune_schedule_.begin,
                                 prune_schedule_.end, prune_schedule_.every, prune_schedule_.global);
+  if (teacher_)
+    configuration_ +=
+        fmt::format("teacher {} {} {} {}\n", opt_.teacher, opt_.teacher_weights, opt_.temperature, opt_.alpha);
   if (!lead_) return;
 
   // Copies of the definitions, and run.json, for the dashboard and for reproducing the run.
@@ -395,6 +415,11 @@ void TrainerImpl::setup() {
                                                             {"every", prune_schedule_.every},
                                                             {"scope", prune_schedule_.global ? "global" : "layer"}}
                                            : nlohmann::json("none")},
+                        {"distill", teacher_ ? nlohmann::json{{"teacher", opt_.teacher},
+                                                              {"teacher_weights", opt_.teacher_weights},
+                                                              {"temperature", opt_.temperature},
+                                                              {"alpha", opt_.alpha}}
+                                             : nlohmann::json("none")},
                         {"iter_size", sp_.iter_size()},
                         {"dataset_size", dataset_size_},
                         {"solver_type", solver_->type()},
@@ -444,6 +469,28 @@ void TrainerImpl::test_all() {
     log::to_file(text);
   }
   if (weight_quant_) weight_quant_->restore();
+}
+
+void TrainerImpl::attach_teacher(int threads) {
+  teacher_ = std::make_unique<Teacher>(opt_.teacher, opt_.teacher_weights, batch_, threads);
+  const Graph& g = train_net_->graph();
+  // The teacher reads the student's blob of its input's name, else the first data layer's data.
+  int in = g.find_value(teacher_->input_name());
+  for (size_t n = 0; n < g.nodes.size() && in < 0; ++n)
+    if (op_traits(g.nodes[n]).data_layer && !g.nodes[n].outputs.empty()) in = g.nodes[n].outputs[0];
+  if (in < 0)
+    input_error("--teacher {}: the student's net has no blob '{}' nor a data layer to give it", opt_.teacher,
+                teacher_->input_name());
+  const int scores = g.find_value(kTeacherScores);
+  teacher_->check_matches(g.values[in].name, train_net_->value(in).shape(), train_net_->value(scores).shape());
+  const int after = g.values[in].producer;
+  train_net_->set_forward_hook([this, in, scores, after](int n) {
+    if (n != after) return;
+    if (train_net_->is_blocked(in))
+      teacher_->run(train_net_->plain_copy(in).f32(), train_net_->value(scores).f32());
+    else
+      teacher_->run(train_net_->value(in).f32(), train_net_->value(scores).f32());
+  });
 }
 
 void TrainerImpl::snapshot() {

@@ -46,6 +46,13 @@ struct TrainOptions {
   double prune = 0;
   int64_t prune_from = 0, prune_until = -1, prune_every = 0;
   std::string prune_scope = "global";  // "global": one ranking over all those layers; "layer": each on its own
+  // Knowledge distillation (docs/compression.md): a trained teacher network (and its
+  // weights) scores every training batch, and the student's loss becomes
+  // (1 - alpha) x its classification loss + alpha x T^2 x KL(teacher || student) of the
+  // softmaxes at temperature T. "": no teacher.
+  std::string teacher, teacher_weights;
+  float temperature = 4.f;
+  float alpha = 0.5f;
 };
 
 struct TrainResult {
