@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Knowledge distillation on Fashion-MNIST: the MLP student trained alone against the same
-student trained with `train --teacher` (LeNet), over several seeds, on the full test set.
+student trained with `train --teacher`, over several seeds, on the full test set.
 
 Usage: python3 bench/distillation.py [--bakusoku build/src/bakusoku] [--iters 5000]
-       [--seeds 3] [--temperature 4] [--alpha 0.7 ...] [--work /tmp/bks_distill]
-The teacher (LeNet, Caffe's solver) is trained once into WORK and reused.
+       [--teacher-net NET] [--teacher-iters 5000] [--seeds 3] [--temperature 4]
+       [--alpha 0.7 ...] [--work /tmp/bks_distill]
+The teacher (default: the wide LeNet, Caffe's LeNet solver) is trained once into WORK and reused.
 """
 import argparse
 import os
@@ -42,7 +43,7 @@ def main():
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--temperature", type=float, default=4.0)
     p.add_argument("--alpha", type=float, nargs="+", default=[0.7])
-    p.add_argument("--teacher-net", default=os.path.join(EXAMPLES, "lenet_train_test.prototxt"))
+    p.add_argument("--teacher-net", default=os.path.join(EXAMPLES, "lenet_wide_train_test.prototxt"))
     p.add_argument("--work", default="/tmp/bks_distill")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
