@@ -72,6 +72,8 @@ const uint8_t* DatasetField::sample_u8(int64_t i, std::vector<uint8_t>& scratch,
 namespace {
 std::mutex g_cache_mu;
 std::map<std::string, std::weak_ptr<const Dataset>> g_cache;
+int g_pins = 0;                                        // DatasetPins alive
+std::vector<std::shared_ptr<const Dataset>> g_pinned;  // what was opened while one was
 
 std::shared_ptr<const Dataset> cached(const std::string& key,
                                       const std::function<std::shared_ptr<const Dataset>()>& load) {
@@ -80,9 +82,21 @@ std::shared_ptr<const Dataset> cached(const std::string& key,
   // Data-parallel ranks on one host read it once, into memory they share.
   auto ds = datasets_shared_between_processes() ? open_shared_dataset(key, load) : load();
   g_cache[key] = ds;
+  if (g_pins > 0) g_pinned.push_back(ds);
   return ds;
 }
 }  // namespace
+
+DatasetPin::DatasetPin() {
+  std::lock_guard lk(g_cache_mu);
+  ++g_pins;
+}
+
+DatasetPin::~DatasetPin() {
+  std::vector<std::shared_ptr<const Dataset>> release;  // freed outside the lock
+  std::lock_guard lk(g_cache_mu);
+  if (--g_pins == 0) release.swap(g_pinned);
+}
 
 std::shared_ptr<const Dataset> open_datum_db(const std::string& path, const ImageChannels& channels) {
   auto backend = detect_db(path);

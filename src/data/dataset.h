@@ -91,6 +91,17 @@ struct ImageChannels {
 // (raw or gzip) with its labels file beside it, an HDF5 file with 'data' and 'label', or an
 // LMDB/LevelDB directory of Datum records (open_datum_db).
 std::shared_ptr<const Dataset> open_dataset(const std::string& source, const ImageChannels& channels = {});
+
+// The cache above holds datasets only while something else does. While a DatasetPin lives,
+// every dataset opened stays loaded: a graph pass that infers shapes (reading the data)
+// before the nets that hold the data are built then costs no second read.
+class DatasetPin {
+ public:
+  DatasetPin();
+  ~DatasetPin();
+  DatasetPin(const DatasetPin&) = delete;
+  DatasetPin& operator=(const DatasetPin&) = delete;
+};
 // Opens the HDF5 files listed (one per line) in a text file, as Caffe's HDF5Data does, and
 // concatenates them. Only the named fields are read.
 std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, const std::vector<std::string>& fields);

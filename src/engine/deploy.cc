@@ -26,8 +26,6 @@ void require_bf16() {
     input_error("--precision bf16: this CPU ({}) has neither AVX-512 BF16 nor AMX-BF16 instructions", si.cpu_model);
 }
 
-namespace {
-
 DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
   if (o.precision == Precision::bf16) require_bf16();
   const proto::NetState st = net_state(nl, proto::TEST, o.state);
@@ -48,6 +46,8 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {
       m.weights[m.graph.nodes[n].params[i].key] = store.at(node_params[n][i]).data;
   return m;
 }
+
+namespace {
 
 // The TEST data layers as prototxt text, so `bakusoku test` can score a bundle on them.
 std::string test_data_layers(const NetLoad& nl, const StateFlags& state) {

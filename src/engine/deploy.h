@@ -76,6 +76,8 @@ void require_bf16();
 // Builds the TEST-phase model with its weights (the model and weights as loaded, before
 // any pass), for deploy and for comparing against the optimised graph.
 DeployModel load_deploy_model(const DeployOptions& o);
+// The same, from the model file as already loaded (o.model names it).
+DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl);
 // load_deploy_model + every graph pass + the bundle + calibration, quantization, batch
 // tuning and autotuning as options ask. `after_each` sees the model before the first pass
 // (with an empty report) and after each graph pass. InputError on options that do not go

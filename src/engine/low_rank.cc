@@ -50,15 +50,13 @@ std::vector<float> singular_values(const float* a, int64_t m, int64_t n, std::ve
 
 namespace {
 
-// The smallest rank whose singular values keep `energy` of sum sigma^2.
-int64_t rank_for_energy(const std::vector<float>& s, double energy) {
-  double total = 0, kept = 0;
-  for (float v : s) total += double{v} * v;
-  for (size_t r = 0; r < s.size(); ++r) {
-    kept += double{s[r]} * s[r];
-    if (kept >= energy * total) return static_cast<int64_t>(r) + 1;
-  }
-  return static_cast<int64_t>(s.size());
+// The fraction of sum sigma^2 that ranks 1, 2, ... keep.
+std::vector<double> energy_kept(const std::vector<float>& s) {
+  std::vector<double> kept(s.size());
+  double sum = 0;
+  for (size_t r = 0; r < s.size(); ++r) kept[r] = sum += double{s[r]} * s[r];
+  for (double& k : kept) k = sum > 0 ? k / sum : 1.0;
+  return kept;
 }
 
 bool factorisable(const proto::LayerParameter& l) { return l.type() == "InnerProduct" || l.type() == "Convolution"; }
@@ -108,10 +106,11 @@ LowRankResult factorize_low_rank(const std::string& model, const std::string& we
   DeployOptions d;
   d.model = model;
   d.weights = weights;
-  DeployModel m = load_deploy_model(d);
+  const NetLoad nl = load_net_file(model);
+  DeployModel m = load_deploy_model(d, nl);
   LowRankResult r;
   r.weights = weights_by_layer(m);
-  const proto::NetParameter in = load_net_file(model).param;
+  const proto::NetParameter& in = nl.param;
   for (const std::string& name : o.layers) {
     const auto& ls = in.layer();
     if (std::none_of(ls.begin(), ls.end(), [&](const auto& l) { return l.name() == name && factorisable(l); }))
@@ -142,11 +141,11 @@ LowRankResult factorize_low_rank(const std::string& model, const std::string& we
     const auto k = static_cast<int64_t>(s.size());
     if (o.rank > k)
       input_error("--rank {}: {} is {}x{}, so its rank is at most {}", o.rank, where, x.outputs, x.inputs, k);
-    x.rank = o.rank > 0 ? o.rank : rank_for_energy(s, o.energy);
-    double total = 0, kept = 0;
-    for (int64_t i = 0; i < k; ++i) (i < x.rank ? kept : total) += double{s[i]} * s[i];
-    total += kept;
-    x.energy = total > 0 ? kept / total : 1.0;
+    const std::vector<double> kept = energy_kept(s);
+    // By energy: the smallest rank keeping that fraction.
+    x.rank = o.rank > 0 ? o.rank
+                        : std::min<int64_t>(k, std::lower_bound(kept.begin(), kept.end(), o.energy) - kept.begin() + 1);
+    x.energy = kept[static_cast<size_t>(x.rank - 1)];
     // A layer asked for by name is factorised even where that makes it larger (full rank
     // reproduces it); otherwise only where it saves weights.
     x.factorised = named || x.rank * (x.outputs + x.inputs) < x.outputs * x.inputs;

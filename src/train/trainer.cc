@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "core/signals.h"
 #include "core/sysinfo.h"
+#include "data/dataset.h"
 #include "data/shared_dataset.h"
 #include "dist/communicator.h"
 #include "dist/gradient_buckets.h"
@@ -305,7 +306,9 @@ void TrainerImpl::setup() {
   if (opt_.sync_bn && comm_.size() > 1)
     net_opt.batch_stats_sum = [this](double* v, size_t n) { comm_.allreduce_sum(v, n); };
   // Quantization-aware training: the nets see int8-rounded activations and weights.
-  // Distillation: the train net also learns the teacher's scores.
+  // Distillation: the train net also learns the teacher's scores (its pass infers shapes,
+  // which reads the data: the pin keeps it for the net built next).
+  DatasetPin pin;
   auto graph_of = [&](const NetLoad& nl, const proto::NetState& state) {
     Graph g = build_caffe_graph(nl, state);
     if (!opt_.qat.empty()) {
