@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
+#include "engine/compress_weights.h"
 #include "engine/low_rank.h"
 #include "formats/caffe_net.h"
 #include "formats/safetensors.h"
@@ -423,6 +424,77 @@ TEST(MagnitudePruning, LeNetTrainsToNinetyPercentZeros) {
   while (std::getline(metrics, line))
     if (line.find("\"phase\":\"train\"") != std::string::npos) last_train = line;
   EXPECT_NE(last_train.find("\"weight_sparsity\":0.9"), std::string::npos) << last_train;
+}
+
+// `test` on a bundle: its top-1 and top-5 accuracy as printed.
+std::pair<std::string, std::string> bundle_scores(const std::string& bundle) {
+  CmdResult t = run_cmd("test --model " + bundle + " --iterations 20");
+  EXPECT_EQ(t.code, 0) << t.output;
+  std::smatch a, l;
+  EXPECT_TRUE(std::regex_search(t.output, a, std::regex("accuracy = ([0-9.]+)"))) << t.output;
+  EXPECT_TRUE(std::regex_search(t.output, l, std::regex("accuracy_top5 = ([0-9.]+)"))) << t.output;
+  return {a.size() > 1 ? a[1].str() : "", l.size() > 1 ? l[1].str() : ""};
+}
+
+// deploy --compress stores a 90%-pruned LeNet in a fraction of the dense bundle's room, and
+// the bundle scores as the dense one: in FP32 the coding is lossless, and in INT8 the kernels
+// find the int8 levels and scales they computed from the dense weights.
+TEST(CompressedBundle, PrunedLeNetIsSmallAndScoresAsTheDenseBundle) {
+  const std::string solver = temp_path("packed_solver.prototxt"), run = temp_path("packed_run");
+  fs::remove_all(run);
+  write_lenet_solver(solver, 300, 0);
+  ASSERT_EQ(run_cmd("train --solver " + solver + " --prune 0.9 --prune-until 200 --prune-every 50 --out " + run).code,
+            0);
+  const std::string weights = run + "/snapshots/iter_300.safetensors";
+  auto deploy = [&](const std::string& flags, const std::string& out) {
+    CmdResult d =
+        run_cmd("deploy --model " + kLenet + " --weights " + weights + " --batch 100 " + flags + " -o " + out);
+    EXPECT_EQ(d.code, 0) << d.output;
+    return d.output;
+  };
+  const std::string dense = temp_path("dense.bks"), packed = temp_path("packed.bks");
+  deploy("", dense);
+  const std::string said = deploy("--compress", packed);
+  EXPECT_NE(said.find("compressed: 1.724 MB of weights stored in"), std::string::npos) << said;
+  EXPECT_NE(said.find("ip1.0"), std::string::npos) << said;
+  EXPECT_NE(said.find("sparse f32"), std::string::npos) << said;
+  // 10% of the floats, their exponent bytes coded, plus a bit per weight: about a ninth.
+  EXPECT_LT(fs::file_size(packed) * 7, fs::file_size(dense)) << fs::file_size(packed);
+  EXPECT_EQ(bundle_scores(packed), bundle_scores(dense));
+  const Bundle d = load_bundle(dense), p = load_bundle(packed);
+  EXPECT_EQ(p.coded.size(), 8u);  // 4 weights, 4 biases
+  EXPECT_EQ(p.info.count("coded_weights"), 0u);
+  ASSERT_EQ(p.weights.size(), d.weights.size());
+  for (const auto& [name, t] : d.weights) {
+    const Tensor& u = p.weights.at(name);
+    ASSERT_EQ(u.shape(), t.shape()) << name;
+    EXPECT_TRUE(std::equal(t.f32(), t.f32() + t.numel(), u.f32())) << name;  // -0 == +0
+  }
+
+  // INT8: the layers' int8 levels, a bit per weight for the mask, deflated.
+  const std::string int8 = " --precision int8 --int8-layers all --calib test --calib-batches 2 --calib-method minmax";
+  const std::string dense8 = temp_path("dense8.bks"), packed8 = temp_path("packed8.bks");
+  deploy(int8, dense8);
+  const std::string said8 = deploy(int8 + " --compress", packed8);
+  EXPECT_NE(said8.find("sparse int8 grid"), std::string::npos) << said8;
+  EXPECT_LT(fs::file_size(packed8) * 15, fs::file_size(dense8)) << fs::file_size(packed8);
+  EXPECT_EQ(bundle_scores(packed8), bundle_scores(dense8));
+
+  // A changed byte in a coded tensor: one line naming the file and the tensor, exit code 2.
+  std::string bytes;
+  {
+    std::ifstream f(packed, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const size_t first = bytes.find("BKW1");
+  ASSERT_NE(first, std::string::npos);
+  bytes[first + 60] = static_cast<char>(bytes[first + 60] ^ 1);
+  const std::string broken = temp_path("broken.bks");
+  std::ofstream(broken, std::ios::binary) << bytes;
+  CmdResult b = run_cmd("test --model " + broken + " --iterations 1");
+  EXPECT_EQ(b.code, 2) << b.output;
+  EXPECT_EQ(std::count(b.output.begin(), b.output.end(), '\n'), 1) << b.output;
+  EXPECT_NE(b.output.find(broken + ": tensor 'conv1.0': corrupt coded tensor"), std::string::npos) << b.output;
 }
 
 // KL(softmax(t / T) || softmax(s / T)) * T^2 over the rows of an N x C array.

@@ -15,6 +15,7 @@
 
 #include "caffe.pb.h"
 #include "core/file_io.h"
+#include "core/rng.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/prefetcher.h"
@@ -24,6 +25,7 @@
 #include "formats/graph_json.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
+#include "formats/weight_coding.h"
 #include "formats/weights.h"
 #include "ops/conv_attrs.h"
 #include "ops/op_def.h"
@@ -80,6 +82,152 @@ TEST(Safetensors, RoundTripAndMetadata) {
   EXPECT_EQ(f.find("a")->f32()[5], 7.5f);
   EXPECT_EQ(f.find("b")->data<uint8_t>()[2], 7);
   EXPECT_EQ(f.metadata["k"], "v");
+}
+
+// A tensor of `n` floats from N(0, 1), each zero with probability `zeros`.
+Tensor sparse_normal(const Shape& shape, double zeros, uint64_t seed) {
+  Tensor t(shape);
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f) < zeros ? 0.f : rng.gaussian(0.f, 1.f);
+  return t;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+}
+
+TEST(WeightCoding, DecodesEveryElementBitForBit) {
+  for (double zeros : {0.0, 0.3, 0.9, 1.0})
+    for (const Shape& shape : {Shape{1000}, Shape{7, 3, 5, 5}, Shape{13}, Shape{0}}) {
+      Tensor t = sparse_normal(shape, zeros, 7);
+      if (t.numel() > 4) {  // values a float coder might mangle
+        t.f32()[1] = std::numeric_limits<float>::quiet_NaN();
+        t.f32()[2] = -std::numeric_limits<float>::infinity();
+        t.f32()[3] = std::numeric_limits<float>::denorm_min();
+      }
+      const CodedWeights c = encode_weights(t);
+      EXPECT_TRUE(same_bytes(decode_weights(c.bytes, shape, DType::f32, "t"), t)) << zeros << " " << shape_str(shape);
+      if (shape == Shape{1000}) {
+        EXPECT_EQ(c.layout, zeros > 0 ? "sparse f32" : "dense f32") << zeros;
+      }
+    }
+  // Other element types, zeros included.
+  for (DType dt : {DType::s8, DType::bf16, DType::f64, DType::s32}) {
+    Tensor t({300}, dt);
+    auto* b = static_cast<uint8_t*>(t.raw());
+    for (size_t i = 0; i < t.bytes(); ++i) b[i] = (i / dtype_size(dt)) % 3 == 0 ? 0 : static_cast<uint8_t>(i * 37);
+    EXPECT_TRUE(same_bytes(decode_weights(encode_weights(t).bytes, t.shape(), dt, "t"), t)) << dtype_name(dt);
+  }
+  // -0 is a zero, and comes back as +0.
+  Tensor neg({64});
+  neg.fill(-0.f);
+  neg.f32()[5] = 1.f;
+  const Tensor back = decode_weights(encode_weights(neg).bytes, neg.shape(), DType::f32, "t");
+  EXPECT_FALSE(std::signbit(back.f32()[0]));
+  EXPECT_EQ(back.f32()[5], 1.f);
+}
+
+// 90% zeros cost a bit each; the rest keep their 32 bits less what the exponent byte
+// repeats: about a tenth of the dense size. Random dense floats barely grow.
+TEST(WeightCoding, NinetyPercentZerosTakeATenthOfTheRoom) {
+  const Tensor t = sparse_normal({100000}, 0.9, 3);
+  const size_t coded = encode_weights(t).bytes.size();
+  EXPECT_LT(coded, t.bytes() / 9) << coded;
+  EXPECT_GT(coded, t.bytes() / 14) << coded;  // the mantissas are noise: no coder gets under that
+  const Tensor dense = sparse_normal({100000}, 0, 4);
+  EXPECT_LE(encode_weights(dense).bytes.size(), dense.bytes() + 64);
+}
+
+// On a grid, each channel's weights become int8 levels times that channel's step, so an
+// INT8 kernel (max |w| -> levels, round to nearest) gets the levels it would get from the
+// original weights.
+TEST(WeightCoding, Int8GridKeepsTheLevelsTheInt8KernelsRoundTo) {
+  auto kernel_levels = [](const Tensor& w, int64_t channels, bool channel_last, int levels) {
+    const int64_t n = w.numel(), per = n / channels;
+    auto ch = [&](int64_t i) { return channel_last ? i % channels : i / per; };
+    std::vector<float> mx(static_cast<size_t>(channels), 0.f);
+    for (int64_t i = 0; i < n; ++i) mx[ch(i)] = std::max(mx[ch(i)], std::fabs(w.f32()[i]));
+    std::vector<int> q(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      q[i] = mx[ch(i)] > 0 ? static_cast<int>(std::nearbyint(w.f32()[i] * (levels / mx[ch(i)]))) : 0;
+    return q;
+  };
+  for (bool channel_last : {false, true})
+    for (int levels : {127, 63}) {
+      const Shape shape = channel_last ? Shape{45, 6} : Shape{6, 5, 3, 3};
+      Tensor w = sparse_normal(shape, 0.5, 11);
+      float* wp = w.f32();
+      ASSERT_NE(wp, nullptr);
+      for (int64_t i = 0; i < 45; ++i) wp[channel_last ? i * 6 + 2 : 2 * 45 + i] = 0.f;  // an empty channel
+      const ChannelGrid grid{6, channel_last, levels};
+      const CodedWeights c = encode_weights(w, &grid);
+      EXPECT_EQ(c.layout, "sparse int8 grid");
+      const Tensor d = decode_weights(c.bytes, shape, DType::f32, "w");
+      EXPECT_EQ(kernel_levels(d, 6, channel_last, levels), kernel_levels(w, 6, channel_last, levels))
+          << channel_last << " " << levels;
+      // Zeros stay zeros, and each decoded value is within half a step of the original.
+      const float tol = 0.51f * 4.5f / static_cast<float>(levels);  // max |N(0,1)| over 45 draws < 4.5
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        if (w.f32()[i] == 0.f) {
+          EXPECT_EQ(d.f32()[i], 0.f);
+        }
+        EXPECT_NEAR(d.f32()[i], w.f32()[i], tol);
+      }
+    }
+  // A tensor that is not finite keeps its floats.
+  Tensor inf = sparse_normal({6, 4}, 0, 1);
+  inf.f32()[3] = std::numeric_limits<float>::infinity();
+  const ChannelGrid grid{6, false, 127};
+  const CodedWeights c = encode_weights(inf, &grid);
+  EXPECT_EQ(c.layout, "dense f32");
+  EXPECT_TRUE(same_bytes(decode_weights(c.bytes, inf.shape(), DType::f32, "t"), inf));
+}
+
+TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
+  const Tensor t = sparse_normal({40, 25}, 0.8, 5);
+  const ChannelGrid grid{40, false, 127};
+  for (const ChannelGrid* g : {static_cast<const ChannelGrid*>(nullptr), &grid}) {
+    const std::string coded = encode_weights(t, g).bytes;
+    for (size_t len = 0; len < coded.size(); ++len) {
+      try {
+        decode_weights(std::string_view(coded).substr(0, len), t.shape(), DType::f32, "bundle.bks: tensor 'ip.0'");
+        ADD_FAILURE() << "a truncation to " << len << " bytes decoded";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("bundle.bks: tensor 'ip.0': corrupt coded tensor: "), std::string::npos)
+            << e.what();
+      }
+    }
+    // Any single byte changed is found (the checksum covers what the header and the
+    // streams do not check themselves), or changes nothing (a deflate stream's padding bits).
+    const Tensor good = decode_weights(coded, t.shape(), DType::f32, "t");
+    int found = 0;
+    for (size_t i = 0; i < coded.size(); ++i) {
+      std::string bad = coded;
+      bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+      try {
+        EXPECT_TRUE(same_bytes(decode_weights(bad, t.shape(), DType::f32, "t"), good)) << "byte " << i;
+      } catch (const InputError&) {
+        ++found;
+      }
+    }
+    EXPECT_GE(found, static_cast<int>(coded.size()) - 3);
+    EXPECT_THROW(decode_weights(coded, {40, 26}, DType::f32, "t"), InputError);
+    EXPECT_THROW(decode_weights(coded + "x", t.shape(), DType::f32, "t"), InputError);
+  }
+  // A stream that claims more than deflate can expand to is refused before any allocation:
+  // 2^33 floats' mask (1 GiB) from 10 bytes.
+  std::string huge = "BKW1";
+  auto put = [&](auto v) { huge.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint8_t{1}), put(uint8_t{4}), put(uint8_t{0}), put(uint8_t{0}), put(uint64_t{1} << 33), put(uint32_t{0}),
+      put(uint64_t{0}), put(uint32_t{0});
+  put(uint8_t{1}), put(uint64_t{1} << 30), put(uint64_t{10});
+  huge += std::string(10, '\0');
+  try {
+    decode_weights(huge, {int64_t{1} << 33}, DType::f32, "t");
+    ADD_FAILURE() << "decoded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than deflate can expand"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Safetensors, CorruptFilesAreInputErrors) {

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "cli/commands.h"
 #include "cli/model.h"
 #include "core/log.h"
@@ -19,13 +21,26 @@ std::string op_counts(const DeployModel& m) {
   return fmt::format("{} ops: {}", m.graph.nodes.size(), s);
 }
 
+// The summary, then the tensors that take the most room.
+void print_coding(const std::vector<CodedTensorReport>& rows) {
+  fmt::print("compressed: {}\n", coding_summary(rows));
+  constexpr size_t kShown = 10;
+  for (size_t i = 0; i < rows.size() && i < kShown; ++i) {
+    const CodedTensorReport& t = rows[i];
+    fmt::print("    {:<24} {:>9} elements, {:>5.1f}% stored, {:<17} {:>10} -> {:>9} bytes ({:.1f}x)\n", t.name,
+               t.elements, t.elements ? 100.0 * t.stored / t.elements : 0.0, t.layout, t.dense_bytes, t.coded_bytes,
+               t.coded_bytes ? static_cast<double>(t.dense_bytes) / t.coded_bytes : 0.0);
+  }
+  if (rows.size() > kShown) fmt::print("    ... and {} smaller tensors\n", rows.size() - kShown);
+}
+
 }  // namespace
 
 Runner add_deploy(CLI::App& app) {
   auto* cmd = app.add_subcommand("deploy", "Optimise a trained network into an inference bundle (.bks)");
   struct Opts {
     std::string model, weights, out, precision = "fp32", batch;
-    bool print_graph = false, random_weights = false;
+    bool print_graph = false, random_weights = false, compress = false;
     int threads = 0;
     double memory_cap_mb = 1024;
     std::string calib, calib_method = "entropy", calib_from, input_shape, int8_layers = "faster";
@@ -58,6 +73,9 @@ Runner add_deploy(CLI::App& app) {
                   "faster (default): a layer runs INT8 only where it measured faster than in FP32 on this machine; "
                   "all: every calibrated convolution and inner product runs INT8")
       ->check(CLI::IsMember({"faster", "all"}));
+  cmd->add_flag("--compress", o->compress,
+                "Store the weights coded: pruned zeros as a bit mask, the rest entropy-coded (lossless); layers "
+                "running INT8 store their int8 weights");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
   add_input_shape_option(cmd, o->input_shape);
@@ -88,6 +106,7 @@ Runner add_deploy(CLI::App& app) {
     d.calibration.batches = o->calib_batches;
     d.calibration.method = o->calib_method;
     d.int8_where_faster = o->int8_layers == "faster";
+    d.compress = o->compress;
     auto show = [&](const PassReport& r, const DeployModel& m) {
       if (r.pass == "input") {
         fmt::print("{} before optimisation ({})\n", o->model, op_counts(m));
@@ -121,10 +140,11 @@ Runner add_deploy(CLI::App& app) {
     fmt::print("autotuning: {} layer(s) run a non-default kernel\n", r.tuned);
     fmt::print("{}", r.micro_batch_table);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);
+    if (d.compress) print_coding(r.coding);
     save_bundle(o->out, r.bundle);
     auto micro = r.bundle.info.find("micro_batch");
-    fmt::print("wrote {}: {} precision, batch {}{}, {} ops, activation arena {:.2f} MB\n", o->out,
-               precision_name(d.precision), r.batch,
+    fmt::print("wrote {} ({:.3f} MB): {} precision, batch {}{}, {} ops, activation arena {:.2f} MB\n", o->out,
+               static_cast<double>(std::filesystem::file_size(o->out)) / 1e6, precision_name(d.precision), r.batch,
                micro == r.bundle.info.end() ? "" : " (in parts of " + micro->second + ")", r.ops, r.arena_bytes / 1e6);
     return 0;
   };

@@ -2,16 +2,44 @@
 
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "formats/graph_json.h"
 #include "formats/safetensors.h"
+#include "formats/weight_coding.h"
 #include "ops/op_def.h"
 
 namespace bks {
 
 namespace {
 constexpr const char* kFormatKey = "bakusoku_bundle_version";
+constexpr const char* kCodedKey = "coded_weights";
+
+// The coded weights' names and shapes, from the metadata.
+std::map<std::string, Shape> coded_shapes(const TensorFile& tf, const std::string& path) {
+  std::map<std::string, Shape> out;
+  auto it = tf.metadata.find(kCodedKey);
+  if (it == tf.metadata.end()) return out;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const std::exception& e) {
+    input_error("{}: corrupt bundle: {} is not JSON: {}", path, kCodedKey, e.what());
+  }
+  if (!j.is_object()) input_error("{}: corrupt bundle: {} is not an object", path, kCodedKey);
+  for (auto& [name, dims] : j.items()) {
+    if (!dims.is_array()) input_error("{}: corrupt bundle: {} '{}' is not a shape", path, kCodedKey, name);
+    Shape s;
+    for (auto& d : dims) {
+      if (!d.is_number_integer()) input_error("{}: corrupt bundle: {} '{}' is not a shape", path, kCodedKey, name);
+      s.push_back(d.get<int64_t>());
+    }
+    out[name] = s;
+  }
+  return out;
 }
+}  // namespace
 
 void set_input_batch(Graph& g, int64_t batch) {
   for (Node& n : g.nodes)
@@ -20,10 +48,21 @@ void set_input_batch(Graph& g, int64_t batch) {
 
 void save_bundle(const std::string& path, const Bundle& b) {
   std::map<std::string, std::string> meta = b.info;
-  meta[kFormatKey] = std::to_string(kBundleVersion);
+  meta[kFormatKey] = std::to_string(b.coded.empty() ? 2 : kBundleVersion);
   meta["graph"] = graph_to_json(b.graph);
   std::vector<std::pair<std::string, const Tensor*>> tensors;
-  for (auto& [name, t] : b.weights) tensors.emplace_back(name, &t);
+  nlohmann::json shapes = nlohmann::json::object();
+  for (auto& [name, t] : b.weights) {
+    auto coded = b.coded.find(name);
+    if (coded == b.coded.end()) {
+      tensors.emplace_back(name, &t);
+    } else {
+      tensors.emplace_back(name, &coded->second);
+      shapes[name] = t.shape();
+    }
+  }
+  BKS_CHECK(shapes.size() == b.coded.size(), "coded weights without a tensor in the bundle");
+  if (!b.coded.empty()) meta[kCodedKey] = shapes.dump();
   save_safetensors(path, tensors, meta);
 }
 
@@ -58,8 +97,24 @@ Bundle load_bundle(const std::string& path) {
   if (graph == tf.metadata.end()) input_error("{}: corrupt bundle: no graph in its header", path);
   b.graph = graph_from_json(graph->second, path);
   for (auto& [k, v] : tf.metadata)
-    if (k != "graph" && k != kFormatKey) b.info[k] = v;
-  for (auto& [name, t] : tf.tensors) b.weights[name] = t;
+    if (k != "graph" && k != kFormatKey && k != kCodedKey) b.info[k] = v;
+  std::map<std::string, Shape> coded = coded_shapes(tf, path);
+  for (auto& [name, t] : tf.tensors) {
+    auto shape = coded.find(name);
+    if (shape == coded.end()) {
+      b.weights[name] = t;
+      continue;
+    }
+    const std::string what = fmt::format("{}: tensor '{}'", path, name);
+    if (t.dtype() != DType::u8 || t.ndim() != 1)
+      input_error("{}: corrupt bundle: a coded tensor must be U8 bytes, not {} {}", what, dtype_name(t.dtype()),
+                  shape_str(t.shape()));
+    b.weights[name] = decode_weights(std::string_view(t.data<char>(), t.bytes()), shape->second, DType::f32, what);
+    b.coded[name] = t;
+    coded.erase(shape);
+  }
+  if (!coded.empty())
+    input_error("{}: corrupt bundle: {} names '{}', which it does not hold", path, kCodedKey, coded.begin()->first);
   return b;
 }
 

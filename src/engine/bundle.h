@@ -15,12 +15,17 @@ namespace bks {
 
 // 1: the graph as Caffe prototxt text with bakusoku's proto extensions (no longer read).
 // 2: the graph IR as JSON.
-constexpr int kBundleVersion = 2;
+// 3: weights may be stored coded (formats/weight_coding.h), named with their shapes in the
+//    "coded_weights" metadata. A bundle without coded weights is still written as 2.
+constexpr int kBundleVersion = 3;
 
 struct Bundle {
   Graph graph;
   std::map<std::string, Tensor> weights;
   std::map<std::string, std::string> info;  // "precision", "source", "passes", ...
+  // The weights stored coded (deploy --compress): their coded bytes as U8 tensors, by name.
+  // `weights` holds their decoded values all the same; change a weight and drop its entry.
+  std::map<std::string, Tensor> coded;
 };
 
 // Sets the batch (first) dimension of every external input's shapes.

@@ -180,6 +180,15 @@ DeployResult deploy(const DeployOptions& o,
       if (o.int8_where_faster) r.reports.push_back({"keep-int8-where-faster", sent_back});
     }
   }
+  // Last of the passes that change weights or which layers run INT8.
+  if (o.compress) {
+    r.coding = compress_weights(r.bundle);
+    PassReport rep{"compress-weights", {coding_summary(r.coding)}};
+    for (const CodedTensorReport& t : r.coding)
+      rep.changes.push_back(fmt::format("{}: {} of {} elements stored, {}, {} -> {} bytes", t.name, t.stored,
+                                        t.elements, t.layout, t.dense_bytes, t.coded_bytes));
+    r.reports.push_back(rep);
+  }
   if (o.auto_batch) {
     BatchChoice c = choose_batch(r.bundle, name, o.threads, o.memory_cap_bytes);
     r.batch_table = c.table;

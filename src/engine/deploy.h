@@ -13,6 +13,7 @@
 
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
+#include "engine/compress_weights.h"
 #include "engine/quantize.h"
 #include "formats/caffe_net.h"
 #include "graph/precision.h"
@@ -50,6 +51,9 @@ struct DeployOptions {
   // No weights file: every blob from its layer's filler (seed 1), for timing a network
   // that has not been trained.
   bool random_weights = false;
+  // Store the weights coded (engine/compress_weights.h): pruned zeros as a bit mask, the
+  // rest entropy-coded, INT8 layers' weights as their int8 levels.
+  bool compress = false;
   // Data layers whose source is absent stand in as Input layers of this shape (empty: the
   // shape the layer implies; passes/stand_in_inputs.h).
   Shape input_shape;
@@ -63,6 +67,7 @@ struct DeployResult {
   Int8Plan int8;
   std::string batch_table;  // --batch auto: items/s by batch size
   std::string micro_batch_table;  // autotuning: the batch whole and in parts, timed
+  std::vector<CodedTensorReport> coding;  // --compress: each weight's coded size
   int tuned = 0;            // layers whose autotuned kernel is not the default one
   // The bundle's net as built at the end: kernels and layouts, arena, batch.
   std::string kernels;

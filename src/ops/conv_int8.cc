@@ -190,13 +190,17 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   dst_.init(eng_, dst_user_, pd.dst_desc());
   if (fusion_.residual_sum && !sum_)
     res_.init(eng_, residual_user, residual.layout, residual.scale, /*always_copy=*/residual_in_dst_);
-  // Weights, once.
-  memory wei_f32({spec_.wei, dt::f32, grouped(spec_) ? tag::goihw : tag::oihw}, eng_, const_cast<float*>(wei));
+  // Weights, once: rounded to int8 here, then reordered into the kernel's layout. Without
+  // VNNI oneDNN halves s8 weights in that reorder (its scale_adjust), so the kernel's levels
+  // are a function of these: weights that round to the same levels (a bundle stored with
+  // `deploy --compress`) give the same outputs.
+  std::vector<int8_t> wq(static_cast<size_t>(all));
+  for (int64_t o = 0; o < oc; ++o)
+    for (int64_t i = 0; i < per; ++i)
+      wq[o * per + i] = static_cast<int8_t>(std::clamp(std::nearbyint(wei[o * per + i] * wscale[o]), -127.f, 127.f));
+  memory wei_s8({spec_.wei, dt::s8, grouped(spec_) ? tag::goihw : tag::oihw}, eng_, wq.data());
   wei_q_ = memory(pd.weights_desc(), eng_);
-  dnnl::primitive_attr wattr;
-  // One scale per output channel: over (groups, oc/groups) when grouped, in the same order.
-  wattr.set_output_scales(grouped(spec_) ? (1 << 0) | (1 << 1) : 1 << 0, wscale);
-  make_reorder(wei_f32, wei_q_, wattr).execute(s, {{DNNL_ARG_FROM, wei_f32}, {DNNL_ARG_TO, wei_q_}});
+  make_reorder(wei_s8, wei_q_).execute(s, {{DNNL_ARG_FROM, wei_s8}, {DNNL_ARG_TO, wei_q_}});
   // oneDNN 2.x adds the bias to the s32 accumulator before the output scale: pre-scale it.
   if (spec_.bias) {
     bias_scaled_.resize(oc);

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bakusoku=${1:-$root/build/src/bakusoku}
 out=$here/corpus
-mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset}
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset,weight_coding}
 
 # Nets: the examples (data sources renamed to the fixtures the harness writes beside the
 # net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
@@ -411,6 +411,36 @@ import json, struct, sys
 data = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", data[:8])[0]
 open(sys.argv[2], "w").write(json.loads(data[8:8 + n])["__metadata__"]["graph"])
+PY
+# Coded weights (deploy --compress): the same net with a zero weight, in FP32 and in INT8
+# (its weights on the int8 grid); each coded tensor is also a weight_coding seed, after the
+# byte that picks its shape in fuzz_weight_coding.cc.
+python3 - "$tmp/ip_zeros.safetensors" <<'PY'
+import json, struct, sys
+raw = struct.pack("<6f", 0.5, 0, -0.25, 0, 0, 0.75) + struct.pack("<2f", 0.5, -0.5)
+header = {"ip.0": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+          "ip.1": {"dtype": "F32", "shape": [2], "data_offsets": [24, 32]}}
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + raw)
+PY
+for precision in fp32 int8; do
+  flags=""
+  [ $precision = int8 ] && flags="--precision int8 --calib random --int8-layers all"
+  "$bakusoku" deploy --model "$tmp/ip.prototxt" --weights "$tmp/ip_zeros.safetensors" $flags --compress \
+    -o "$out/bundle/ip_coded_$precision.bks" > "$tmp/deploy.log" 2>&1 || { cat "$tmp/deploy.log"; exit 1; }
+done
+python3 - "$out" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+for precision in ("fp32", "int8"):
+    data = open(f"{out}/bundle/ip_coded_{precision}.bks", "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    for name, selector in (("ip.0", 0), ("ip.1", 1)):
+        a, b = header[name]["data_offsets"]
+        with open(f"{out}/weight_coding/{name}_{precision}.bin", "wb") as f:
+            f.write(bytes([selector]) + data[8 + n + a:8 + n + b])
 PY
 # The JPEG and HDF5 seeds through the libraries bakusoku already depends on (stb, libhdf5).
 cat > "$tmp/seeds.c" <<'C'

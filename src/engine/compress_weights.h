@@ -1,0 +1,27 @@
+// deploy --compress: a bundle's weights stored coded (formats/weight_coding.h): pruned zeros
+// as a bit mask, the rest entropy-coded, and the weights of layers that run INT8 kernels as
+// the int8 levels those kernels compute from them. The deployed network computes what it
+// computes uncompressed (to float rounding in the INT8 layers' output scales).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/bundle.h"
+
+namespace bks {
+
+struct CodedTensorReport {
+  std::string name, layout;  // layout: "sparse f32", "sparse int8 grid", ...
+  int64_t elements = 0, stored = 0;
+  size_t dense_bytes = 0, coded_bytes = 0;
+};
+
+// Codes every weight of `b` (b.coded), and replaces each by its decoded value so that the
+// bundle in memory is the one on disk. Run it after every pass that changes weights or
+// which layers run INT8. One row per tensor, largest coded first.
+std::vector<CodedTensorReport> compress_weights(Bundle& b);
+// "1.72 MB of weights stored in 0.057 MB (30.1x smaller)".
+std::string coding_summary(const std::vector<CodedTensorReport>& rows);
+
+}  // namespace bks
