@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "core/rng.h"
 #include "op_harness.h"
+#include "ops/sparse_inner_product.h"
 
 namespace bks::test {
 namespace {
@@ -47,6 +49,38 @@ TEST(InnerProduct, NoBias) {
 
 // C = A B per batch index, the batch axes broadcast as NumPy's matmul: each product read
 // here from the coordinates (a size-1 or missing axis reads index 0).
+// The sparse kernel computes x W^T + b, then the fused (leaky) ReLU, as the dense product
+// does, for weights stored either way round and any number of items.
+TEST(SparseInnerProduct, EqualsTheDenseProduct) {
+  Rng rng(3);
+  const int64_t n = 37, k = 53;
+  std::vector<float> w(n * k), x(9 * k), bias(n);
+  for (float& v : w) v = rng.uniform(0.f, 1.f) < 0.85f ? 0.f : rng.gaussian(0.f, 1.f);
+  for (int64_t i = 0; i < k; ++i) w[5 * k + i] = 0.f;  // an empty row
+  for (float& v : x) v = rng.gaussian(0.f, 1.f);
+  for (float& v : bias) v = rng.gaussian(0.f, 1.f);
+  std::vector<float> w_kn(k * n);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < k; ++i) w_kn[i * n + j] = w[j * k + i];
+  for (bool kn : {false, true})
+    for (int64_t m : {1, 9})
+      for (bool relu : {false, true})
+        for (bool with_bias : {false, true}) {
+          SparseInnerProduct sp(kn ? w_kn.data() : w.data(), n, k, kn);
+          EXPECT_NEAR(sp.density(), nonzero_fraction(w.data(), n * k), 1e-12);
+          std::vector<float> y(m * n, -1.f);
+          sp.run(x.data(), m, with_bias ? bias.data() : nullptr, y.data(), relu, 0.1f);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double s = with_bias ? bias[j] : 0.0;
+              for (int64_t c = 0; c < k; ++c) s += double{w[j * k + c]} * x[i * k + c];
+              if (relu && s < 0) s *= 0.1;
+              ASSERT_NEAR(y[i * n + j], s, 1e-5) << kn << m << relu << with_bias << " " << i << "," << j;
+            }
+        }
+  EXPECT_NEAR(nonzero_fraction(w.data(), n * k), 0.15, 0.03);
+}
+
 TEST(BatchMatMul, ProductsPerBatchIndexWithBroadcasting) {
   struct Case {
     Shape a, b, out;

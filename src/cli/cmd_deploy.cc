@@ -138,6 +138,9 @@ Runner add_deploy(CLI::App& app) {
         for (const auto& line : rep.changes) fmt::print("    back to FP32: {}\n", line);
     fmt::print("{}", r.batch_table);
     fmt::print("autotuning: {} layer(s) run a non-default kernel\n", r.tuned);
+    for (const PassReport& rep : r.reports)
+      if (rep.pass == "autotune")
+        for (const auto& line : rep.changes) fmt::print("    {}\n", line);
     fmt::print("{}", r.micro_batch_table);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);
     if (d.compress) print_coding(r.coding);

@@ -191,7 +191,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   if (fusion_.residual_sum && !sum_)
     res_.init(eng_, residual_user, residual.layout, residual.scale, /*always_copy=*/residual_in_dst_);
   // Weights, once: rounded to int8 here, then reordered into the kernel's layout. Without
-  // VNNI oneDNN halves s8 weights in that reorder (its scale_adjust), so the kernel's levels
+  // VNNI oneDNN may halve s8 weights in that reorder (its scale_adjust), so the kernel's levels
   // are a function of these: weights that round to the same levels (a bundle stored with
   // `deploy --compress`) give the same outputs.
   std::vector<int8_t> wq(static_cast<size_t>(all));

@@ -5,6 +5,9 @@
 #include "ops/matmul.h"
 #include "ops/matmul_int8.h"
 #include "ops/op.h"
+#include "ops/sparse_inner_product.h"
+
+#include <chrono>
 
 namespace bks {
 namespace {
@@ -85,7 +88,10 @@ class InnerProductDef final : public OpDef {
 class InnerProductKernel final : public Kernel {
  public:
   explicit InnerProductKernel(const OpInit& init)
-      : Kernel(init), p_(init.node.attrs.as<InnerProductAttrs>()), fusion_(init.node.deploy.fusion) {
+      : Kernel(init),
+        p_(init.node.attrs.as<InnerProductAttrs>()),
+        fusion_(init.node.deploy.fusion),
+        choice_(init.node.deploy.kernel) {
     Int8Thresholds t = int8_thresholds(context());
     int8_threshold_ = t.in;
     int8_out_threshold_ = t.out;
@@ -115,6 +121,8 @@ class InnerProductKernel final : public Kernel {
     auto& eng = static_cast<CpuBackend&>(backend_).engine();
     const bool t = p_.transpose;  // weights stored [k, n] instead of [n, k]
     int8_.reset();
+    sparse_.reset();
+    decided_ = false;
     if (int8_threshold_ > 0.f) {
       Int8MatMulSpec spec{
           m_, n_, k_, t, p_.bias_term, fusion_.relu, fusion_.relu_slope, int8_threshold_, int8_out_threshold_};
@@ -136,6 +144,8 @@ class InnerProductKernel final : public Kernel {
   void forward(OpCall& c) override {
     const float* b = p_.bias_term ? c.params[1]->f32() : nullptr;
     if (int8_) return int8_->run(stream(), c.in[0]->raw(), c.params[0]->f32(), b, c.out[0]->raw());
+    if (!decided_ && may_run_sparse()) choose_sparse_or_dense(c);
+    if (sparse_) return sparse_->run(c.in[0]->f32(), m_, b, c.out[0]->f32(), fusion_.relu, fusion_.relu_slope);
     fwd_.run(stream(), c.in[0]->f32(), c.params[0]->f32(), c.out[0]->f32(), b);
   }
 
@@ -162,19 +172,69 @@ class InnerProductKernel final : public Kernel {
 
   std::string kernel_name() const override {
     if (int8_) return "oneDNN matmul " + int8_->name();
+    if (sparse_) return fmt::format("sparse CSR ({:.1f}% of weights nonzero){}", 100 * sparse_->density(), tuning_);
     std::string n = "oneDNN matmul " + fwd_.name();
     if (phase_ == proto::TRAIN) n += " / dW " + dw_.name() + " / dx " + dx_.name();
-    return n;
+    return n + tuning_;
+  }
+  // "sparse" or "direct" once the two were weighed; "" for a layer too dense to try.
+  std::string tuning_decision() const override {
+    if (!decided_ || (!sparse_ && !timed_ && choice_.empty())) return "";
+    return sparse_ ? "sparse" : "direct";
   }
 
  private:
   dnnl::stream& stream() { return static_cast<CpuBackend&>(backend_).stream(); }
+
+  // Inference with weights that never change, in FP32, with at most a plain (leaky) ReLU.
+  bool may_run_sparse() const {
+    return constant_params_ && phase_ != proto::TRAIN && !bf16_ && !fusion_.residual_sum && !fusion_.bounded();
+  }
+
+  // Deploy's saved choice, else: a layer with at most kSparseDensity of its weights nonzero
+  // runs both kernels on this first input (three alternating rounds, each one's best time)
+  // and keeps the sparse one where it is faster.
+  void choose_sparse_or_dense(OpCall& c) {
+    constexpr double kSparseDensity = 0.3;
+    decided_ = true;
+    if (choice_ == "direct") return;
+    const float* w = c.params[0]->f32();
+    if (choice_.empty() && nonzero_fraction(w, n_ * k_) > kSparseDensity) return;
+    auto sparse = std::make_unique<SparseInnerProduct>(w, n_, k_, p_.transpose);
+    if (choice_ == "sparse") {
+      sparse_ = std::move(sparse);
+      return;
+    }
+    const float* x = c.in[0]->f32();
+    const float* b = p_.bias_term ? c.params[1]->f32() : nullptr;
+    float* y = c.out[0]->f32();
+    auto time_ms = [](auto&& f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double dense_ms = 1e300, sparse_ms = 1e300;
+    for (int round = 0; round < 3; ++round) {
+      dense_ms = std::min(dense_ms, time_ms([&] {
+                            fwd_.run(stream(), x, w, y, b);
+                            stream().wait();
+                          }));
+      sparse_ms = std::min(sparse_ms, time_ms([&] { sparse->run(x, m_, b, y, fusion_.relu, fusion_.relu_slope); }));
+    }
+    timed_ = true;
+    tuning_ = fmt::format(" (autotuned: sparse {:.4f} ms vs dense {:.4f} ms)", sparse_ms, dense_ms);
+    if (sparse_ms < dense_ms) sparse_ = std::move(sparse);
+  }
 
   InnerProductAttrs p_;
   MatMul fwd_, dw_, dx_;
   FusedPostOps fusion_;
   float int8_threshold_ = 0.f, int8_out_threshold_ = 0.f;
   std::unique_ptr<Int8MatMul> int8_;
+  std::string choice_;  // deploy.kernel: "sparse", "direct" (dense) or "" (choose at the first forward)
+  std::unique_ptr<SparseInnerProduct> sparse_;
+  bool decided_ = false, timed_ = false;
+  std::string tuning_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
   Shape out_shape_;
 };
