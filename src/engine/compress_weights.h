@@ -1,7 +1,7 @@
 // deploy --compress: a bundle's weights stored coded (formats/weight_coding.h): pruned zeros
 // as a bit mask, the rest entropy-coded, and the weights of layers that run INT8 kernels as
 // the int8 levels those kernels compute from them. The deployed network computes what it
-// computes uncompressed (to float rounding in the INT8 layers' output scales).
+// computes uncompressed.
 #pragma once
 
 #include <string>

@@ -92,11 +92,14 @@ void put_stream(std::string& out, std::string_view raw, uLong& crc) {
   out += best;
 }
 
-// Element i's byte b goes to plane b.
-std::string byte_planes(const std::vector<const uint8_t*>& elems, size_t elem) {
-  std::string p(elems.size() * elem, '\0');
-  for (size_t b = 0; b < elem; ++b)
-    for (size_t i = 0; i < elems.size(); ++i) p[b * elems.size() + i] = static_cast<char>(elems[i][b]);
+// The k-th stored element's byte b goes to plane b; element(k) points at it.
+template <class Element>
+std::string byte_planes(size_t count, size_t elem, const Element& element) {
+  std::string p(count * elem, '\0');
+  for (size_t k = 0; k < count; ++k) {
+    const uint8_t* e = element(k);
+    for (size_t b = 0; b < elem; ++b) p[b * count + k] = static_cast<char>(e[b]);
+  }
   return p;
 }
 
@@ -241,9 +244,10 @@ CodedWeights encode_weights(const Tensor& t, const ChannelGrid* grid) {
   uLong crc = crc_of(crc32(0, nullptr, 0), out);
   const size_t crc_at = out.size();
   put<uint32_t>(out, 0);
+  // The stored elements' positions (all of them when dense, without listing them).
   std::vector<int64_t> kept;
-  kept.reserve(static_cast<size_t>(n - (sparse ? zeros : 0)));
   if (sparse) {
+    kept.reserve(static_cast<size_t>(n - zeros));
     std::string mask(static_cast<size_t>((n + 7) / 8), '\0');
     for (int64_t i = 0; i < n; ++i)
       if (!zero(i)) {
@@ -251,23 +255,21 @@ CodedWeights encode_weights(const Tensor& t, const ChannelGrid* grid) {
         kept.push_back(i);
       }
     put_stream(out, mask, crc);
-  } else {
-    for (int64_t i = 0; i < n; ++i) kept.push_back(i);
   }
+  const size_t count = sparse ? kept.size() : static_cast<size_t>(n);
+  auto position = [&](size_t k) { return sparse ? static_cast<size_t>(kept[k]) : k; };
   if (on_grid) {
     put_stream(out, std::string_view(reinterpret_cast<const char*>(g.max.data()), g.max.size() * sizeof(float)),
                crc);
-    std::string q(kept.size(), '\0');
-    for (size_t k = 0; k < kept.size(); ++k) q[k] = static_cast<char>(g.q[static_cast<size_t>(kept[k])]);
+    std::string q(count, '\0');
+    for (size_t k = 0; k < count; ++k) q[k] = static_cast<char>(g.q[position(k)]);
     put_stream(out, q, crc);
   } else {
-    std::vector<const uint8_t*> elems(kept.size());
-    for (size_t k = 0; k < kept.size(); ++k) elems[k] = p + static_cast<size_t>(kept[k]) * elem;
-    put_stream(out, byte_planes(elems, elem), crc);
+    put_stream(out, byte_planes(count, elem, [&](size_t k) { return p + position(k) * elem; }), crc);
   }
   const auto crc32_value = static_cast<uint32_t>(crc);
   std::memcpy(out.data() + crc_at, &crc32_value, sizeof crc32_value);
-  c.stored = static_cast<int64_t>(kept.size());
+  c.stored = static_cast<int64_t>(count);
   c.layout = fmt::format("{} {}{}", sparse ? "sparse" : "dense", on_grid ? "int8" : dtype_name(t.dtype()),
                          on_grid ? " grid" : "");
   std::transform(c.layout.begin(), c.layout.end(), c.layout.begin(), [](char ch) { return std::tolower(ch); });
