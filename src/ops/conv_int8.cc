@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/int8_weights.h"
 #include "ops/op_def.h"
 
 namespace bks {
@@ -134,7 +135,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   for (int64_t o = 0; o < oc; ++o) {
     float m = 0.f;
     for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(wei[o * per + i]));
-    wscale[o] = m > 0.f ? int8_weight_levels() / m : 1.f;
+    wscale[o] = int8_weight_scale(m);
     oscale[o] = dst_scale_ / (src_scale_ * wscale[o]);
   }
   // The callers' layouts when oneDNN has a fast kernel for them, else its own choice with
@@ -196,8 +197,7 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   // `deploy --compress`) give the same outputs.
   std::vector<int8_t> wq(static_cast<size_t>(all));
   for (int64_t o = 0; o < oc; ++o)
-    for (int64_t i = 0; i < per; ++i)
-      wq[o * per + i] = static_cast<int8_t>(std::clamp(std::nearbyint(wei[o * per + i] * wscale[o]), -127.f, 127.f));
+    for (int64_t i = 0; i < per; ++i) wq[o * per + i] = int8_weight_level(wei[o * per + i], wscale[o]);
   memory wei_s8({spec_.wei, dt::s8, grouped(spec_) ? tag::goihw : tag::oihw}, eng_, wq.data());
   wei_q_ = memory(pd.weights_desc(), eng_);
   make_reorder(wei_s8, wei_q_).execute(s, {{DNNL_ARG_FROM, wei_s8}, {DNNL_ARG_TO, wei_q_}});

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/int8_weights.h"
+
 namespace bks {
 
 using dnnl::memory;
@@ -28,7 +30,7 @@ void Int8MatMul::build(dnnl::stream& s, const float* w, const float* bias) {
   for (int64_t j = 0; j < n; ++j) {
     float mx = 0.f;
     for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(kn ? w[i * n + j] : w[j * k + i]));
-    wscale[j] = mx > 0.f ? int8_weight_levels() / mx : 1.f;
+    wscale[j] = int8_weight_scale(mx);
     oscale[j] = dst_scale_ / (src_scale_ * wscale[j]);
   }
   memory::desc a({m, k}, src_type_, tag::ab);
@@ -54,10 +56,7 @@ void Int8MatMul::build(dnnl::stream& s, const float* w, const float* bias) {
   // every packed layout oneDNN may pick, e.g. for m = 1, is not available).
   std::vector<int8_t> wq(static_cast<size_t>(k * n));
   for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float v = std::nearbyint((kn ? w[i * n + j] : w[j * k + i]) * wscale[j]);
-      wq[i * n + j] = static_cast<int8_t>(std::clamp(v, -127.f, 127.f));
-    }
+    for (int64_t j = 0; j < n; ++j) wq[i * n + j] = int8_weight_level(kn ? w[i * n + j] : w[j * k + i], wscale[j]);
   memory w_plain({{k, n}, dt::s8, tag::ab}, eng_, wq.data());
   w_q_ = memory(pd.weights_desc(), eng_);
   make_reorder(w_plain, w_q_).execute(s, {{DNNL_ARG_FROM, w_plain}, {DNNL_ARG_TO, w_q_}});
