@@ -1,21 +1,15 @@
 // bakusoku factorize: InnerProduct and Convolution layers of a trained net replaced by low-rank pairs
 // (engine/low_rank.h), written as a new net and weights file to fine-tune, deploy or time.
-#include <google/protobuf/text_format.h>
-
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/model.h"
 #include "core/error.h"
-#include "core/file_io.h"
 #include "engine/low_rank.h"
-#include "formats/safetensors.h"
 
 namespace bks::cli {
-
-namespace fs = std::filesystem;
 
 Runner add_factorize(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
@@ -46,15 +40,8 @@ Runner add_factorize(CLI::App& app) {
       fmt::print("{:<16} {:>12} {:>6} {:>7.1f}% {:>12} {:>12}{}\n", x.name, fmt::format("{}x{}", x.outputs, x.inputs),
                  x.rank, 100 * x.energy, before, after, x.factorised ? "" : "  (kept: no smaller at this rank)");
     }
-    fs::create_directories(*out);
-    const std::string net_path = (fs::path(*out) / "net.prototxt").string();
-    const std::string weights_path = (fs::path(*out) / "weights.safetensors").string();
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(r.net, &text);
-    write_file_atomic(net_path, fmt::format("# {} with low-rank layers (bakusoku factorize)\n{}", *model, text));
-    std::vector<std::pair<std::string, const Tensor*>> blobs;
-    for (const auto& [name, t] : r.weights) blobs.emplace_back(name, &t);
-    save_safetensors(weights_path, blobs, {{"source_model", *model}, {"source_weights", *weights}});
+    const auto [net_path, weights_path] = write_rewritten_model(
+        *out, r.net, r.weights, fmt::format("{} with low-rank layers (bakusoku factorize)", *model), *model, *weights);
     fmt::print("Those layers: {} weights -> {} ({:.1f}x fewer)\nWrote {} and {}\n", before_total, after_total,
                after_total > 0 ? static_cast<double>(before_total) / after_total : 0.0, net_path, weights_path);
     fmt::print("Fine-tune it: bakusoku train --solver S --weights {} (S's net: {})\n", weights_path, net_path);

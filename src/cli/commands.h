@@ -17,6 +17,7 @@ Runner add_device_query(CLI::App& app);
 Runner add_deploy(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_factorize(CLI::App& app);
+Runner add_prune_channels(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_pack_dataset(CLI::App& app);

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   add("deploy", bks::cli::add_deploy);
   add("export", bks::cli::add_export);
   add("factorize", bks::cli::add_factorize);
+  add("prune-channels", bks::cli::add_prune_channels);
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
   add("pack-dataset", bks::cli::add_pack_dataset);

@@ -71,6 +71,7 @@ class BatchNormDef final : public OpDef {
     return f;
   }
   OpTraits traits(const Node&) const override { return traits_with({&OpTraits::per_channel_affine}); }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
   // With stored statistics: y = (x - mean * f) / sqrt(var * f + eps), f = 1 / factor
   // (Caffe's moving-average normaliser).
   bool channel_affine(const Node& n, const std::vector<const Tensor*>& blobs, int64_t channels, std::vector<double>& a,

@@ -69,6 +69,7 @@ class BNDef final : public OpDef {
     f.backward_reads_input = !learn;
     return f;
   }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
   OpTraits traits(const Node& n) const override {
     OpTraits t;
     t.per_channel_affine = n.attrs.as<BNAttrs>().mode == BNAttrs::inference;

@@ -73,6 +73,18 @@ class ConvolutionDef : public OpDef {
     const auto& pad = n.attrs.as<ConvAttrs>().pad;
     return std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
   }
+  // Ungrouped: mixes channels; depthwise (a group per channel, one filter each): per channel.
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>& in) const override {
+    const ConvAttrs& a = n.attrs.as<ConvAttrs>();
+    if (a.axis != 1 || n.deploy.fusion.residual_sum || in.empty() || in[0].size() < 2) return ChannelFlow::blocks;
+    if (a.group == 1) return ChannelFlow::mixes;
+    return a.group == in[0][1] && a.num_output == a.group ? ChannelFlow::per_channel : ChannelFlow::blocks;
+  }
+  void set_channels(Node& n, int64_t channels) const override {
+    ConvAttrs& a = n.attrs.as<ConvAttrs>();
+    if (a.group != 1) a.group = channels;
+    a.num_output = channels;
+  }
 };
 
 // ConvolutionDepthwise: the fork ignores group and num_output and makes one output channel

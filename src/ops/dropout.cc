@@ -39,6 +39,7 @@ class DropoutDef final : public OpDef {
     return f;
   }
   OpTraits traits(const Node&) const override { return traits_with({&OpTraits::training_only}); }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
 };
 
 class DropoutKernel final : public Kernel {

@@ -73,6 +73,7 @@ class EltwiseDef final : public OpDef {
                      std::all_of(a.coeff.begin(), a.coeff.end(), [](float k) { return k == 1.f; });
     return t;
   }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
 };
 
 class EltwiseKernel final : public Kernel {

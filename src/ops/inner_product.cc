@@ -83,6 +83,11 @@ class InnerProductDef final : public OpDef {
   bool weights_output_last(const Node& n) const override { return n.attrs.as<InnerProductAttrs>().transpose; }
   bool has_bias(const Node& n) const override { return n.attrs.as<InnerProductAttrs>().bias_term; }
   void set_bias_term(Node& n) const override { n.attrs.as<InnerProductAttrs>().bias_term = true; }
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>&) const override {
+    return n.attrs.as<InnerProductAttrs>().axis == 1 && !n.deploy.fusion.residual_sum ? ChannelFlow::mixes
+                                                                                      : ChannelFlow::blocks;
+  }
+  void set_channels(Node& n, int64_t channels) const override { n.attrs.as<InnerProductAttrs>().num_output = channels; }
 };
 
 class InnerProductKernel final : public Kernel {

@@ -49,6 +49,10 @@ class LRNDef final : public OpDef {
     c.expect_ndim(in[0], 4, 4, "bottom");
     out[0] = in[0];
   }
+  // Across channels, each output reads its neighbours.
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>&) const override {
+    return n.attrs.as<LRNAttrs>().region == LRNAttrs::within_channel ? ChannelFlow::per_channel : ChannelFlow::blocks;
+  }
 };
 
 class LRNKernel final : public Kernel {

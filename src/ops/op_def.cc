@@ -68,6 +68,10 @@ const OpDef& op_def(const Graph& g, int n) {
   return *d;
 }
 
+ChannelFlow OpDef::channel_flow(const Node& n, const std::vector<Shape>&) const {
+  return traits(n).elementwise ? ChannelFlow::per_channel : ChannelFlow::blocks;
+}
+
 OpTraits op_traits(const Node& n) {
   const OpDef* d = OpDefRegistry::get().find(n.type);
   return d ? d->traits(n) : OpTraits{};

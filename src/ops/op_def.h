@@ -59,6 +59,18 @@ struct OpFacts {
 };
 
 // Properties graph passes rewrite by (so no pass names an op type).
+// How an op relates its inputs' channels (axis 1) to its outputs' (structured pruning,
+// engine/channel_pruning.h, follows channels through a graph by it).
+enum class ChannelFlow {
+  blocks,       // any other way: the channels that reach it must stay as they are
+  per_channel,  // output channel c reads channel c of every input (which agree) and its
+                // blobs' entries c (a blob of one entry serves every channel)
+  mixes,        // reads every input channel through its weights' axis 1 (InnerProduct:
+                // its columns) and writes channels of its own (weights' axis 0, bias)
+  concat,       // the output's channels are the inputs' channels one after another
+  flatten,      // a 2-D output whose axis 1 is each input channel's values in turn
+};
+
 struct OpTraits {
   bool training_only = false;  // inference graphs drop it (Dropout, Accuracy, Silence)
   bool data_layer = false;     // reads a dataset; inference graphs take an Input instead
@@ -152,6 +164,13 @@ class OpDef {
   virtual float activation_slope(const Node& n) const { return 0.f; }
   // And its upper bound (ReLU6: 6); infinity for none.
   virtual float activation_max(const Node& n) const { return std::numeric_limits<float>::infinity(); }
+
+  // How the node maps channels (ChannelFlow), given its input shapes: by default,
+  // per_channel for elementwise ops, else blocks.
+  virtual ChannelFlow channel_flow(const Node& n, const std::vector<Shape>& in) const;
+  // Structured pruning left the node `channels` output channels: ops whose attributes count
+  // them (a Convolution's or InnerProduct's num_output; a depthwise convolution's group).
+  virtual void set_channels(Node& n, int64_t channels) const {}
 
   // Data layers whose source does not exist (a train_val file timed or deployed without its
   // data): the missing path and what the definition alone says of the output shapes (batch

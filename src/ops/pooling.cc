@@ -165,6 +165,7 @@ class PoolingDef final : public OpDef {
     t.max_pooling = n.attrs.as<PoolingAttrs>().method == PoolingAttrs::max;
     return t;
   }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
 };
 
 class PoolingKernel final : public Kernel {

@@ -36,6 +36,7 @@ class PReLUDef final : public OpDef {
     const PReLUAttrs& a = c.node.attrs.as<PReLUAttrs>();
     return {{{a.channel_shared ? 1 : c.split_channels(in[0]).c}, a.filler, true}};
   }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
 };
 
 class PReLUKernel final : public Kernel {

@@ -253,6 +253,14 @@ class FlattenDef final : public ViewDef {
     s.insert(s.end(), in[0].begin() + e + 1, in[0].end());
     out[0] = s;
   }
+  // From axis 1 to the last: each channel becomes a run of the output's axis 1.
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>& in) const override {
+    const FlattenAttrs& p = n.attrs.as<FlattenAttrs>();
+    const auto nd = static_cast<int64_t>(in.empty() ? 0 : in[0].size());
+    return nd >= 2 && (p.axis == 1 || p.axis == 1 - nd) && (p.end_axis == -1 || p.end_axis == nd - 1)
+               ? ChannelFlow::flatten
+               : ChannelFlow::blocks;
+  }
 };
 
 class ReshapeDef final : public ViewDef {
@@ -317,6 +325,7 @@ class SplitDef final : public OpDef {
     f.backward_reads_input = false;
     return f;
   }
+  ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }
 };
 
 class SilenceDef final : public OpDef {
@@ -337,6 +346,11 @@ class ConcatDef final : public OpDef {
     AxisParts g = concat_parts(c, in);
     out[0] = in[0];
     out[0][g.axis] = g.total();
+  }
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>& in) const override {
+    const int64_t axis = n.attrs.as<ConcatAttrs>().axis;
+    const auto nd = static_cast<int64_t>(in.empty() ? 0 : in[0].size());
+    return nd >= 2 && (axis == 1 || axis == 1 - nd) ? ChannelFlow::concat : ChannelFlow::blocks;
   }
   // With one outer block, each input is a contiguous run of the output, which the runtime
   // may place it in.

@@ -145,6 +145,12 @@ void reduce_per_dim(const Broadcast& g, float* out, F&& f) {
   }
 }
 
+// A blob over axis 1 alone (one bottom): per channel.
+ChannelFlow factor_channel_flow(const Node& n, const std::vector<Shape>& in, int64_t axis, int64_t num_axes) {
+  if (in.size() != 1 || in[0].size() < 2 || num_axes != 1) return ChannelFlow::blocks;
+  return axis == 1 || axis + static_cast<int64_t>(in[0].size()) == 1 ? ChannelFlow::per_channel : ChannelFlow::blocks;
+}
+
 class ScaleDef final : public OpDef {
  public:
   int min_inputs(const OpContext&) const override { return 1; }
@@ -160,6 +166,10 @@ class ScaleDef final : public OpDef {
     if (!f.two_bottoms) d.push_back({f.shape, a.filler, true});
     if (a.bias_term) d.push_back({f.shape, a.bias_filler, true});
     return d;
+  }
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>& in) const override {
+    const ScaleAttrs& a = n.attrs.as<ScaleAttrs>();
+    return factor_channel_flow(n, in, a.axis, a.num_axes);
   }
   // In place, the input is copied before it is overwritten (its gradient needs x). The
   // factor, when it is the second bottom, is read again for the input gradient.
@@ -199,6 +209,10 @@ class BiasDef final : public OpDef {
     FactorGeometry f = bias_geometry(c, in);
     if (f.two_bottoms) return {};
     return {{f.shape, c.node.attrs.as<BiasAttrs>().filler, true}};
+  }
+  ChannelFlow channel_flow(const Node& n, const std::vector<Shape>& in) const override {
+    const BiasAttrs& a = n.attrs.as<BiasAttrs>();
+    return factor_channel_flow(n, in, a.axis, a.num_axes);
   }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
     OpFacts f;
