@@ -11,7 +11,7 @@ import argparse
 import os
 import re
 
-from lenet_runs import LENET, ROOT, run, trained
+from fashion_runs import LENET, ROOT, run, trained
 
 
 def main():
