@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "engine/channel_groups.h"
 #include "engine/channel_pruning.h"
+#include "engine/recalibrate_statistics.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
@@ -280,9 +281,51 @@ TEST(ChannelPruning, BadOptionsAreOneClearError) {
   for (const PrunedGroup& g : prune_channels(model, weights, o).groups) EXPECT_EQ(g.kept, 4) << g.layers[0];
   o.multiple = 0;
   EXPECT_THROW(prune_channels(model, weights, o), InputError);
+  // Statistics are re-estimated from the TRAIN phase's data, which this net has none of.
+  std::map<std::string, Tensor> w;
+  try {
+    recalibrate_statistics(parse_net_text(kBranchy, model).param, model, w, 5, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              model + ": --recalibrate reads the TRAIN phase's data, and that phase has no data layer");
+  }
 }
 
 const std::string kLenet = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
+const std::string kResnet = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/resnet_train_test.prototxt";
+
+double test_accuracy(const std::string& net, const std::string& weights) {
+  CmdResult t = run_cmd("test --model " + net + " --weights " + weights + " --iterations 100");
+  std::smatch m;
+  if (t.code != 0 || !std::regex_search(t.output, m, std::regex("accuracy = ([0-9.]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+TEST(ChannelPruning, RecalibratedStatisticsRescueAPrunedResNet) {
+  const std::string run = temp_path("resnet_run"), solver = temp_path("resnet_solver.prototxt");
+  fs::remove_all(run);
+  std::ofstream(solver) << "net: \"" << kResnet << "\"\nbase_lr: 0.05 momentum: 0.9 weight_decay: 0.0001 "
+                        << "lr_policy: \"fixed\" max_iter: 150 random_seed: 1\ndisplay: 0\n";
+  ASSERT_EQ(run_cmd("train --solver " + solver + " --out " + run).code, 0);
+  const std::string weights = run + "/snapshots/iter_150.safetensors";
+  // A tenth of every group's channels removed: the BatchNorm statistics still describe the
+  // whole net, and re-estimating them over 20 training batches brings the accuracy back.
+  std::map<std::string, double> accuracy;
+  for (const std::string flag : {"", " --recalibrate 20"}) {
+    const std::string out = temp_path("resnet_pruned");
+    fs::remove_all(out);
+    CmdResult p =
+        run_cmd("prune-channels --model " + kResnet + " --weights " + weights + " --ratio 0.1" + flag + " -o " + out);
+    ASSERT_EQ(p.code, 0) << p.output;
+    EXPECT_EQ(p.output.find("Re-estimated 27 statistics blobs over 20 training batches") != std::string::npos,
+              !flag.empty())
+        << p.output;
+    accuracy[flag] = test_accuracy(out + "/net.prototxt", out + "/weights.safetensors");
+  }
+  EXPECT_GE(accuracy[" --recalibrate 20"], 0.6);
+  EXPECT_GE(accuracy[" --recalibrate 20"], accuracy[""] + 0.1) << accuracy[""];
+}
 
 TEST(ChannelPruning, LeNetLosesHalfItsConvolutionWorkAndFineTunesBack) {
   const std::string run = temp_path("lenet_run"), solver = temp_path("lenet_solver.prototxt");

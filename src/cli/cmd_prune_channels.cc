@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/model.h"
 #include "engine/channel_pruning.h"
+#include "engine/recalibrate_statistics.h"
 
 namespace bks::cli {
 
@@ -29,6 +30,8 @@ Runner add_prune_channels(CLI::App& app) {
   auto model = std::make_shared<std::string>(), weights = std::make_shared<std::string>(),
        out = std::make_shared<std::string>();
   auto o = std::make_shared<ChannelPruneOptions>();
+  auto recalibrate = std::make_shared<int>(0);
+  auto threads = std::make_shared<int>(0);
   cmd->add_option("--model", *model, "The trained net (train/test or deploy prototxt)")->required();
   cmd->add_option("--weights", *weights, "Its weights (.safetensors or .caffemodel)")->required();
   cmd->add_option("--ratio", o->ratio, "Remove this fraction of every prunable layer's output channels, in [0, 1)");
@@ -45,9 +48,19 @@ Runner add_prune_channels(CLI::App& app) {
                   "Prune only the channels these layers write, comma-separated (default: every layer whose "
                   "channels can go)")
       ->delimiter(',');
+  cmd->add_option("--recalibrate", *recalibrate,
+                  "Then estimate BatchNorm statistics anew over this many training batches (default 0: keep "
+                  "them; they then describe the unpruned net)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", *threads, "CPU threads for --recalibrate (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-o,--out", *out, "Directory for net.prototxt and weights.safetensors")->required();
   return [=] {
-    const ChannelPruneResult r = prune_channels(*model, *weights, *o);
+    ChannelPruneResult r = prune_channels(*model, *weights, *o);
+    if (*recalibrate > 0) {
+      const int blobs = recalibrate_statistics(r.net, *model, r.weights, *recalibrate, *threads);
+      fmt::print("Re-estimated {} statistics blobs over {} training batches\n", blobs, *recalibrate);
+    }
     fmt::print("Removing {:.0f}% of each layer's output channels{}:\n", 100 * r.ratio,
                o->multiple > 1 ? fmt::format(" (keeping multiples of {})", o->multiple) : "");
     fmt::print("{:<32} {:>9} {:>6}  {}\n", "layers writing the channels", "channels", "kept", "ranked by");
