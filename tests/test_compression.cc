@@ -13,6 +13,7 @@
 
 #include "backend/dnnl_util.h"
 #include "cli_util.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "engine/bundle.h"
 #include "engine/calibrate.h"
@@ -212,7 +213,7 @@ TEST(WeightFakeQuant, RoundsEachOutputChannelToItsOwnGridAndRestoresTheFloats) {
     for (int64_t i = 0; i < p.data.numel(); ++i) p.data.f32()[i] = rng.uniform(-1.f, 1.f);
   std::vector<Tensor> before;
   for (const Param& p : store.all()) before.push_back(p.data.clone());
-  WeightFakeQuant wq(store, net, 7.f);
+  WeightFakeQuant wq(store, net, WeightGrid::int8, 7.f);
   EXPECT_EQ(wq.layers(), 4);
   wq.quantize();
   int rounded = 0, untouched = 0;
@@ -228,6 +229,49 @@ TEST(WeightFakeQuant, RoundsEachOutputChannelToItsOwnGridAndRestoresTheFloats) {
   wq.restore();
   for (int k = 0; k < store.size(); ++k)
     for (int64_t i = 0; i < before[k].numel(); ++i) ASSERT_EQ(before[k].f32()[i], store.at(k).data.f32()[i]);
+}
+
+// Binary: each output channel becomes +-(its mean |w|) by sign; power of two: +-2^k with k
+// within 8 exponents of the channel's largest, the nearest in log scale, 0 below.
+TEST(WeightFakeQuant, BinaryAndPowerOfTwoGridsPerOutputChannel) {
+  Tensor w({3, 8});
+  Rng rng(4);
+  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = rng.uniform(-1.f, 1.f) * static_cast<float>(1 + i / 8);
+  w.f32()[5] = 0.f;
+  for (bool last : {false, true}) {
+    Tensor b = w.clone(), p = w.clone();
+    binarize_weights(b, last);
+    power_of_two_weights(p, last);
+    const int64_t channels = last ? 8 : 3, per = 24 / channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      auto at = [&](const Tensor& t, int64_t i) { return t.f32()[last ? i * channels + c : c * per + i]; };
+      double mean = 0;
+      float m = 0.f;
+      for (int64_t i = 0; i < per; ++i) {
+        mean += std::fabs(at(w, i)) / static_cast<double>(per);
+        m = std::max(m, std::fabs(at(w, i)));
+      }
+      const double top = std::nearbyint(std::log2(m));
+      for (int64_t i = 0; i < per; ++i) {
+        const float x = at(w, i);
+        ASSERT_FLOAT_EQ(at(b, i), x < 0.f ? -static_cast<float>(mean) : static_cast<float>(mean)) << c << " " << i;
+        // The power nearest x in log scale, clamped to [top - 7, top]; 0 half a step below.
+        const double k = std::log2(std::fabs(x));
+        const float want =
+            x == 0.f || k < top - 7.5 ? 0.f : std::copysign(std::exp2(std::clamp(std::nearbyint(k), top - 7, top)), x);
+        ASSERT_FLOAT_EQ(at(p, i), want) << c << " " << i << " " << x;
+      }
+    }
+  }
+  // Beside a weight of 1: 2^-7 is the smallest power kept, 0.003 (2^-8.4) becomes 0.
+  Tensor t({1, 4});
+  t.f32()[0] = 1.f, t.f32()[1] = -0.003f, t.f32()[2] = -0.3f, t.f32()[3] = 0.008f;
+  power_of_two_weights(t, false);
+  EXPECT_EQ(t.f32()[0], 1.f);
+  EXPECT_EQ(t.f32()[1], 0.f);
+  EXPECT_EQ(t.f32()[2], -0.25f);
+  EXPECT_EQ(t.f32()[3], 0.0078125f);
+  EXPECT_THROW(weight_grid("ternary"), InputError);
 }
 
 // End to end: LeNet trained with --qat int8 deploys to INT8 from the ranges it learnt (no
@@ -285,6 +329,42 @@ TEST(QuantizationAwareTraining, LeNetDeploysToInt8FromTheRangesItLearnt) {
                         "/snapshots/iter_1.safetensors --precision int8 -o " + temp_path("x.bks"));
   EXPECT_EQ(c.code, 2) << c.output;
   EXPECT_NE(c.output.find("train --qat int8"), std::string::npos) << c.output;
+}
+
+// train --qat binary / pow2: the test net sees the weights on their grid; the snapshot
+// keeps the floats and names the grid, and deploy rounds them alike, so the FP32 bundle
+// scores what training reported.
+TEST(QuantizationAwareTraining, BinaryAndPowerOfTwoSnapshotsDeployOnTheirGrid) {
+  for (const std::string grid : {"binary", "pow2"}) {
+    const std::string solver = temp_path(grid + "_solver.prototxt"), run = temp_path(grid + "_run");
+    fs::remove_all(run);
+    write_lenet_solver(solver, 200, 0);
+    CmdResult t = run_cmd("train --solver " + solver + " --qat " + grid + " --out " + run);
+    ASSERT_EQ(t.code, 0) << t.output;
+    const double trained = final_accuracy(t.output);
+    EXPECT_GE(trained, 0.6) << t.output;
+    const std::string weights = run + "/snapshots/iter_200.safetensors";
+    EXPECT_EQ(load_safetensors(weights).metadata.at("weight_grid"), grid);
+    const std::string bundle = temp_path(grid + ".bks");
+    CmdResult d = run_cmd("deploy --model " + kLenet + " --weights " + weights + " --batch 100 -o " + bundle);
+    ASSERT_EQ(d.code, 0) << d.output;
+    EXPECT_TRUE(std::regex_search(d.output, std::regex("pass weight-grid +4 change"))) << d.output;
+    // conv1's filters: binary, one magnitude each; pow2, every magnitude a power of two.
+    const Bundle b = load_bundle(bundle);
+    const Tensor& w = b.weights.at("conv1.0");
+    for (int64_t c = 0; c < w.dim(0); ++c)
+      for (int64_t i = 0; i < 25; ++i) {
+        const float x = std::fabs(w.f32()[c * 25 + i]);
+        if (grid == "binary")
+          ASSERT_EQ(x, std::fabs(w.f32()[c * 25])) << c << " " << i;
+        else
+          ASSERT_TRUE(x == 0.f || std::exp2(std::round(std::log2(x))) == x) << x;
+      }
+    CmdResult s = run_cmd("test --model " + bundle + " --iterations 100");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(s.output, m, std::regex("accuracy = ([0-9.]+)"))) << s.output;
+    EXPECT_NEAR(std::stod(m[1]), trained, 0.002) << grid << ": the bundle against the training's test net";
+  }
 }
 
 TEST(MagnitudePruning, ScheduleRampsCubicallyAndChecksItsOptions) {

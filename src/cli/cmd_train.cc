@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "dist/communicator.h"
+#include "ops/weight_grids.h"
 #include "train/trainer.h"
 
 namespace bks::cli {
@@ -38,8 +39,9 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--warmup-iters", opt->warmup_iters, "With --lr-scale linear: iterations to ramp up over")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--qat", opt->qat,
-                  "Quantization-aware training for int8 deployment: int8 (deploy --precision int8 then needs no "
-                  "calibration)");
+                  "Quantization-aware training: int8 (weights and inputs on the INT8 deployment's grid; deploy "
+                  "--precision int8 then needs no calibration), binary or pow2 (weights only: +-mean |w|, or "
+                  "+-powers of two, per output channel)");
   cmd->add_option("--prune", opt->prune,
                   "Magnitude pruning: the fraction of each convolution / inner product's weights to zero, in [0, 1)");
   cmd->add_option("--prune-from", opt->prune_from, "With --prune: the iteration the pruning ramp starts (default 0)");
@@ -75,8 +77,7 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
           "--dist-backend nccl: NCCL reduces gradients between GPU ranks, and this build of bakusoku has no "
           "GPU backend; use --dist-backend mpi (the default)");
     if (*backend != "mpi") input_error("--dist-backend must be mpi or nccl, got '{}'", *backend);
-    if (!opt->qat.empty() && opt->qat != "int8")
-      input_error("--qat {}: quantization-aware training supports int8 (the INT8 deployment's grid)", opt->qat);
+    if (!opt->qat.empty()) weight_grid(opt->qat);  // a clear error for an unknown grid
     if (*ranks > 0) {
       if (dist::launched_by_mpi()) input_error("--ranks: already running under an MPI launcher; drop --ranks");
       run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug, !*no_pin));

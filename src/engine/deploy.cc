@@ -11,6 +11,7 @@
 #include "engine/batch_tuning.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
+#include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "ops/shape_inference.h"
 #include "passes/stand_in_inputs.h"
@@ -124,6 +125,14 @@ std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bun
   return {fa, fb};
 }
 
+// The grid a snapshot's weights were trained on (train --qat binary / pow2), or "".
+std::string trained_weight_grid(const DeployOptions& o) {
+  if (o.random_weights || !o.weights.ends_with(".safetensors")) return "";
+  const TensorFile f = load_safetensors(o.weights);
+  auto it = f.metadata.find("weight_grid");
+  return it == f.metadata.end() ? "" : it->second;
+}
+
 }  // namespace
 
 DeployResult deploy(const DeployOptions& o,
@@ -138,7 +147,13 @@ DeployResult deploy(const DeployOptions& o,
   DeployModel m = load_deploy_model(o, nl);
   if (after_each) after_each(PassReport{"input", {}}, m);
   DeployResult r;
-  r.reports = run_deploy_passes(m, after_each);
+  // Weights trained on a binary / pow2 grid: rounded as training saw them, before BatchNorm
+  // folds into them.
+  if (const std::string grid = trained_weight_grid(o); !grid.empty()) {
+    r.reports.push_back(round_weights_to_grid(m, weight_grid(grid), grid));
+    if (after_each) after_each(r.reports.back(), m);
+  }
+  for (PassReport& p : run_deploy_passes(m, after_each)) r.reports.push_back(std::move(p));
   r.bundle.graph = bundle_graph(m);
   if (o.precision == Precision::bf16) r.reports.push_back(compute_in_bf16(r.bundle.graph));
   if (o.batch > 0) set_input_batch(r.bundle.graph, o.batch);

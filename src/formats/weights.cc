@@ -49,10 +49,13 @@ TensorFile read_caffemodel(const std::string& path) {
 
 }  // namespace
 
-void save_weights(const std::string& path, const ParamStore& store) {
+void save_weights(const std::string& path, const ParamStore& store,
+                  const std::map<std::string, std::string>& metadata) {
   std::vector<std::pair<std::string, const Tensor*>> list;
   for (auto& p : store.all()) list.emplace_back(p.key, &p.data);
-  save_safetensors(path, list, {{"format", "bakusoku-weights"}});
+  std::map<std::string, std::string> m = metadata;
+  m["format"] = "bakusoku-weights";
+  save_safetensors(path, list, m);
 }
 
 int load_weights(const std::string& path, ParamStore& store) {

@@ -9,7 +9,10 @@
 
 namespace bks {
 
-void save_weights(const std::string& path, const ParamStore& store);
+// `metadata` joins the file's own ("format"): train --qat binary / pow2 records its
+// "weight_grid" there, for deploy.
+void save_weights(const std::string& path, const ParamStore& store,
+                  const std::map<std::string, std::string>& metadata = {});
 // Copies every blob found in the file into the store. Blobs the file lacks keep their
 // initial values (as in a fine-tune whose last layer was renamed; one warning names them),
 // but a file with none of them is an InputError (another net's weights), and so is a blob

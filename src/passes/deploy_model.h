@@ -12,6 +12,7 @@
 #include "caffe.pb.h"
 #include "core/tensor.h"
 #include "graph/graph.h"
+#include "ops/weight_grids.h"
 
 namespace bks {
 
@@ -58,6 +59,10 @@ PassReport fuse_residual(DeployModel& m);
 // Convolution / InnerProduct followed by a ReLU that is its output's only reader: the ReLU
 // becomes a post-op.
 PassReport fuse_relu(DeployModel& m);
+
+// Weights trained with train --qat binary / pow2: every Convolution and InnerProduct weight
+// rounded to that grid (`name` says which, in the report), as the training net saw them.
+PassReport round_weights_to_grid(DeployModel& m, WeightGrid grid, const std::string& name);
 
 // bf16 inference: every Convolution and InnerProduct computes in bf16 (node.deploy.precision;
 // values between nodes stay f32).

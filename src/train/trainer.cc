@@ -200,7 +200,7 @@ class TrainerImpl {
   std::vector<std::unique_ptr<Net>> test_nets_;
   std::vector<int> test_iters_;
   std::unique_ptr<Solver> solver_;
-  std::unique_ptr<WeightFakeQuant> weight_quant_;  // --qat: int8-rounded weights in forward and backward
+  std::unique_ptr<WeightFakeQuant> weight_quant_;  // --qat: weights on its grid in forward and backward
   std::unique_ptr<MagnitudePruning> pruning_;      // --prune
   std::unique_ptr<Teacher> teacher_;               // --teacher
   PruningSchedule prune_schedule_;
@@ -311,7 +311,7 @@ void TrainerImpl::setup() {
   DatasetPin pin;
   auto graph_of = [&](const NetLoad& nl, const proto::NetState& state) {
     Graph g = build_caffe_graph(nl, state);
-    if (!opt_.qat.empty()) {
+    if (opt_.qat == "int8") {  // binary and pow2 round the weights only
       const PassReport r = insert_fake_quant(g);
       log::debug("{}: {} FakeQuant node(s) inserted", g.name, r.changes.size());
     }
@@ -344,9 +344,15 @@ void TrainerImpl::setup() {
               prune_schedule_.end, prune_schedule_.every);
   }
   if (!opt_.qat.empty()) {
-    weight_quant_ = std::make_unique<WeightFakeQuant>(store_, *train_net_, int8_weight_levels());
-    log::info("Quantization-aware training (--qat {}): {} layer(s) see int8 weights ({} levels per side) and inputs",
-              opt_.qat, weight_quant_->layers(), int8_weight_levels());
+    const WeightGrid grid = weight_grid(opt_.qat);
+    weight_quant_ = std::make_unique<WeightFakeQuant>(store_, *train_net_, grid, int8_weight_levels());
+    if (grid == WeightGrid::int8)
+      log::info(
+          "Quantization-aware training (--qat int8): {} layer(s) see int8 weights ({} levels per side) and inputs",
+          weight_quant_->layers(), int8_weight_levels());
+    else
+      log::info("Quantization-aware training (--qat {}): {} layer(s) see {} weights, one scale per output channel",
+                opt_.qat, weight_quant_->layers(), grid == WeightGrid::binary ? "binary (+-mean |w|)" : "power-of-two");
   }
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
   if (!opt_.teacher.empty()) attach_teacher(threads);
@@ -502,7 +508,11 @@ void TrainerImpl::snapshot() {
   std::string wname = fmt::format("iter_{}.safetensors", iter_);
   std::string sname = fmt::format("iter_{}.solverstate", iter_);
   // Weights first: the state names them, so a state never points at a missing file.
-  save_weights((dir / wname).string(), store_);
+  // Binary / pow2 weights are kept as floats: deploy rounds them as training did.
+  save_weights((dir / wname).string(), store_,
+               opt_.qat == "binary" || opt_.qat == "pow2"
+                   ? std::map<std::string, std::string>{{"weight_grid", opt_.qat}}
+                   : std::map<std::string, std::string>{});
   save_safetensors((dir / sname).string(), solver_->state(),
                    {{"format", "bakusoku-solverstate"},
                     {"iter", std::to_string(iter_)},
