@@ -330,8 +330,13 @@ TEST(ChannelPruning, RecalibratedStatisticsRescueAPrunedResNet) {
 TEST(ChannelPruning, LeNetLosesHalfItsConvolutionWorkAndFineTunesBack) {
   const std::string run = temp_path("lenet_run"), solver = temp_path("lenet_solver.prototxt");
   fs::remove_all(run);
-  std::ofstream(solver) << "net: \"" << kLenet << "\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" "
-                        << "max_iter: 200 random_seed: 1\ntest_iter: 100 test_interval: 200 display: 0\n";
+  // A fixed-rate solver for `net` that tests the whole test set at `iters`.
+  auto write_solver = [](const std::string& path, const std::string& net, int iters) {
+    std::ofstream(path) << "net: \"" << net
+                        << "\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" max_iter: " << iters
+                        << " random_seed: 1\ntest_iter: 100 test_interval: " << iters << " display: 0\n";
+  };
+  write_solver(solver, kLenet, 200);
   ASSERT_EQ(run_cmd("train --solver " + solver + " --out " + run).code, 0);
   const std::string weights = run + "/snapshots/iter_200.safetensors", out = temp_path("lenet_pruned");
   fs::remove_all(out);
@@ -349,8 +354,7 @@ TEST(ChannelPruning, LeNetLosesHalfItsConvolutionWorkAndFineTunesBack) {
   // It fine-tunes from those weights (a short run here; docs/compression.md has the real one).
   const std::string ft = temp_path("lenet_ft"), ft_solver = temp_path("lenet_ft_solver.prototxt");
   fs::remove_all(ft);
-  std::ofstream(ft_solver) << "net: \"" << out << "/net.prototxt\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" "
-                           << "max_iter: 100 random_seed: 1\ntest_iter: 100 test_interval: 100 display: 0\n";
+  write_solver(ft_solver, out + "/net.prototxt", 100);
   CmdResult t = run_cmd("train --solver " + ft_solver + " --weights " + out + "/weights.safetensors --out " + ft);
   ASSERT_EQ(t.code, 0) << t.output;
   std::smatch m;

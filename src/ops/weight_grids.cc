@@ -9,7 +9,7 @@ namespace bks {
 
 namespace {
 
-// Calls f(c, x, n) with channel c's n weights at x[i * step] for each output channel.
+// Calls f(x, step, n) for each output channel: its n weights are x[i * step].
 template <class F>
 void each_channel(Tensor& w, bool output_last, F f) {
   const int64_t all = w.numel();
