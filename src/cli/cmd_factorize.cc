@@ -8,6 +8,7 @@
 #include "cli/model.h"
 #include "core/error.h"
 #include "engine/low_rank.h"
+#include "engine/rewritten_model.h"
 
 namespace bks::cli {
 

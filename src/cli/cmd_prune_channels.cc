@@ -10,6 +10,7 @@
 #include "cli/model.h"
 #include "engine/channel_pruning.h"
 #include "engine/recalibrate_statistics.h"
+#include "engine/rewritten_model.h"
 
 namespace bks::cli {
 

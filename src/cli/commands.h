@@ -18,6 +18,7 @@ Runner add_deploy(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_factorize(CLI::App& app);
 Runner add_prune_channels(CLI::App& app);
+Runner add_optimize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_pack_dataset(CLI::App& app);

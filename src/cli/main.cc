@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   add("export", bks::cli::add_export);
   add("factorize", bks::cli::add_factorize);
   add("prune-channels", bks::cli::add_prune_channels);
+  add("optimize", bks::cli::add_optimize);
   add("bench", bks::cli::add_bench);
   add("serve", bks::cli::add_serve);
   add("pack-dataset", bks::cli::add_pack_dataset);

@@ -1,7 +1,6 @@
 // Shared by the verbs that run a model file: parse, build the net for a phase, load weights.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 
@@ -29,13 +28,5 @@ std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, i
 void add_state_options(CLI::App* cmd, StateFlags& flags);
 // --input-shape, for time and deploy of a train_val file whose data is absent.
 void add_input_shape_option(CLI::App* cmd, std::string& shape);
-
-// A rewritten model as factorize and prune-channels leave it: OUT/net.prototxt (headed by
-// `comment`) and OUT/weights.safetensors (naming the model and weights it came from).
-// Returns the two paths.
-std::pair<std::string, std::string> write_rewritten_model(const std::string& out, const proto::NetParameter& net,
-                                                          const std::map<std::string, Tensor>& weights,
-                                                          const std::string& comment, const std::string& model,
-                                                          const std::string& source_weights);
 
 }  // namespace bks::cli

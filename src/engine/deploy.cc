@@ -21,10 +21,15 @@
 
 namespace bks {
 
+bool cpu_has_bf16() {
+  const SysInfo si = query_sysinfo();
+  return si.has("avx512_bf16") || si.has("amx_bf16");
+}
+
 void require_bf16() {
-  SysInfo si = query_sysinfo();
-  if (!si.has("avx512_bf16") && !si.has("amx_bf16"))
-    input_error("--precision bf16: this CPU ({}) has neither AVX-512 BF16 nor AMX-BF16 instructions", si.cpu_model);
+  if (!cpu_has_bf16())
+    input_error("--precision bf16: this CPU ({}) has neither AVX-512 BF16 nor AMX-BF16 instructions",
+                query_sysinfo().cpu_model);
 }
 
 DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl) {

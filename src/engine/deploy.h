@@ -76,7 +76,9 @@ struct DeployResult {
   int ops = 0;
 };
 
-// InputError unless this CPU has bfloat16 instructions (AVX-512 BF16 or AMX).
+// Whether this CPU has bfloat16 instructions (AVX-512 BF16 or AMX).
+bool cpu_has_bf16();
+// InputError unless it has.
 void require_bf16();
 // Builds the TEST-phase model with its weights (the model and weights as loaded, before
 // any pass), for deploy and for comparing against the optimised graph.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/magnitude_masks.h"  // the ranking, shared with optimize
 #include "graph/param_store.h"
 #include "runtime/net.h"
 
@@ -55,12 +56,5 @@ class MagnitudePruning {
   bool have_masks_ = false;
   bool final_ = false;  // the masks hold the final sparsity
 };
-
-// The masks keeping the largest |w| of the tensors `w` ranked together: exactly
-// round(fraction * n) zeros over their n weights (ties broken by tensor, then position, so the
-// count is exact), zeros of w counted among the smallest.
-std::vector<std::vector<uint8_t>> magnitude_masks(const std::vector<const Tensor*>& w, double fraction);
-// The same for one tensor.
-std::vector<uint8_t> magnitude_mask(const Tensor& w, double fraction);
 
 }  // namespace bks

@@ -1,0 +1,166 @@
+// bakusoku optimize (engine/optimize.h): the search keeps the candidates within the accuracy
+// budget apart from those outside it, marks the Pareto front and the best candidate truthfully,
+// writes the best bundle and its report, honours the time budget, and refuses bad options with
+// one clear line.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "cli_util.h"
+
+namespace bks::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kLenet = std::string(BKS_SOURCE_DIR) + "/examples/fashion_mnist/lenet_train_test.prototxt";
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("bks_optimize_" + name)).string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// LeNet trained for 300 iterations at a fixed rate, once for every test here.
+const std::string& trained_lenet() {
+  static const std::string weights = [] {
+    const std::string run = temp_path("lenet_run"), solver = temp_path("lenet_solver.prototxt");
+    fs::remove_all(run);
+    std::ofstream(solver) << "net: \"" << kLenet
+                          << "\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" max_iter: 300 random_seed: 1\n"
+                             "display: 0\n";
+    const CmdResult t = run_cmd("train --solver " + solver + " --out " + run);
+    EXPECT_EQ(t.code, 0) << t.output;
+    return run + "/snapshots/iter_300.safetensors";
+  }();
+  return weights;
+}
+
+// The optimize run's JSON report, after checking it exited 0.
+nlohmann::json optimize(const std::string& name, const std::string& flags) {
+  const std::string out = temp_path(name);
+  fs::remove_all(out);
+  fs::create_directories(out);
+  const CmdResult r =
+      run_cmd("optimize --model " + kLenet + " --weights " + trained_lenet() + " -o " + out + "/best.bks " + flags);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return nlohmann::json::parse(slurp(out + "/best.json"));
+}
+
+TEST(Optimize, KeepsTheBestCandidateWithinTheAccuracyBudget) {
+  const double drop = 0.3;
+  const nlohmann::json j = optimize("search", "--max-accuracy-drop 0.3 --budget-minutes 2");
+  const nlohmann::json& cs = j.at("candidates");
+  ASSERT_GE(cs.size(), 4u) << j.dump(1);
+  const nlohmann::json& base = cs[0];
+  EXPECT_EQ(base.at("name"), "unoptimised (fp32)");
+  const double floor = base.at("accuracy").get<double>() - drop / 100;
+  EXPECT_GT(base.at("accuracy").get<double>(), 0.7);
+  // Every measured candidate is on the right side of the budget line, and some fell outside it
+  // (90% of LeNet's weights pruned without fine-tuning loses more than 0.3 points).
+  int over = 0, measured = 0;
+  for (const auto& c : cs) {
+    if (c.contains("error")) continue;
+    ++measured;
+    EXPECT_EQ(c.at("fits").get<bool>(), c.at("accuracy").get<double>() >= floor - 1e-12) << c.dump();
+    over += !c.at("fits").get<bool>();
+  }
+  EXPECT_GE(measured, 4);
+  EXPECT_GE(over, 1) << j.dump(1);
+  // The best is the fastest of those that fit; the best single technique joins at most one.
+  const int best = j.at("best").get<int>(), single = j.at("best_single").get<int>();
+  for (const auto& c : cs) {
+    if (c.contains("error") || !c.at("fits").get<bool>()) continue;
+    EXPECT_LE(cs[best].at("latency_ms").get<double>(), c.at("latency_ms").get<double>()) << c.dump();
+    if (c.at("techniques").get<int>() <= 1) {
+      EXPECT_LE(cs[single].at("latency_ms").get<double>(), c.at("latency_ms").get<double>()) << c.dump();
+    }
+  }
+  EXPECT_LE(cs[single].at("techniques").get<int>(), 1);
+  // Pareto: no candidate is at least as accurate, fast and small, and better in one.
+  for (const auto& c : cs) {
+    if (c.contains("error")) continue;
+    bool dominated = false;
+    for (const auto& d : cs) {
+      if (d.contains("error") || &d == &c) continue;
+      const double ca = c.at("accuracy"), da = d.at("accuracy"), cm = c.at("latency_ms"), dm = d.at("latency_ms");
+      const int64_t cb = c.at("bytes"), db = d.at("bytes");
+      dominated |= da >= ca && dm <= cm && db <= cb && (da > ca || dm < cm || db < cb);
+    }
+    EXPECT_EQ(c.at("pareto").get<bool>(), !dominated) << c.dump();
+  }
+  // The bundle written is the best candidate's, and scores what the search measured.
+  const std::string out = temp_path("search");
+  EXPECT_EQ(slurp(out + "/best.bks"), slurp(cs[best].at("bundle").get<std::string>()));
+  const CmdResult t = run_cmd("test --model " + out + "/best.bks --iterations 100");
+  ASSERT_EQ(t.code, 0) << t.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(t.output, m, std::regex("\naccuracy = ([0-9.]+)"))) << t.output;
+  EXPECT_NEAR(std::stod(m[1]), cs[best].at("accuracy").get<double>(), 1e-4) << t.output;
+  // The report beside it: the table and the plot name the choice.
+  const std::string md = slurp(out + "/best.md"), svg = slurp(out + "/best.svg");
+  EXPECT_NE(md.find("| " + cs[best].at("name").get<std::string>() + " |"), std::string::npos) << md;
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find(cs[best].at("name").get<std::string>()), std::string::npos);
+  EXPECT_NE(svg.find("accuracy budget (0.30 points)"), std::string::npos);
+}
+
+TEST(Optimize, StopsWhenTheTimeBudgetIsSpentAndSizeCountsCodedBundles) {
+  // No time at all: the unoptimised net is still measured and written, the rest listed.
+  const nlohmann::json lat = optimize("no_time", "--budget-minutes 0.0001");
+  ASSERT_EQ(lat.at("candidates").size(), 1u) << lat.dump(1);
+  EXPECT_EQ(lat.at("best"), 0);
+  EXPECT_GE(lat.at("not_tried").size(), 4u) << lat.dump(1);
+  EXPECT_EQ(slurp(temp_path("no_time") + "/best.bks"), slurp(lat.at("candidates")[0].at("bundle").get<std::string>()));
+  // The size objective stores weights coded: the same net's bundle is smaller.
+  const nlohmann::json size = optimize("size", "--budget-minutes 0.0001 --objective size");
+  EXPECT_LT(size.at("candidates")[0].at("bytes").get<int64_t>(), lat.at("candidates")[0].at("bytes").get<int64_t>());
+  EXPECT_EQ(size.at("batch"), 1);
+  const nlohmann::json tp = optimize("throughput", "--budget-minutes 0.0001 --objective throughput");
+  EXPECT_EQ(tp.at("batch"), 64);
+}
+
+TEST(Optimize, BadOptionsAreOneClearError) {
+  const std::string w = trained_lenet(), out = temp_path("bad") + "/best.bks";
+  fs::create_directories(temp_path("bad"));
+  const std::string head = "optimize --model " + kLenet + " --weights " + w + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--objective fast -o " + out, "--objective must be latency, throughput or size, got 'fast'"},
+      {"--max-accuracy-drop -1 -o " + out, "--max-accuracy-drop must be in [0, 100] percentage points, got -1"},
+      {"--budget-minutes 0 -o " + out, "--budget-minutes must be positive, got 0"},
+      {"-o " + temp_path("bad") + "/best.onnx", "the best bundle's file name must end in .bks"},
+      {"--allow-training -o " + out, "--allow-training needs --solver"},
+      {"--solver " + kLenet + " -o " + out, "--solver is for --allow-training"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const CmdResult r = run_cmd(head + flags);
+    EXPECT_EQ(r.code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+  }
+  const CmdResult missing = run_cmd("optimize --model " + kLenet + " --weights /nonexistent.safetensors -o " + out);
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--weights /nonexistent.safetensors: no such file"), std::string::npos)
+      << missing.output;
+  // A deploy prototxt has no test data to score candidates on.
+  const std::string deploy = temp_path("bad") + "/deploy.prototxt";
+  std::ofstream(deploy) << "name: \"d\"\nlayer { name: \"data\" type: \"Input\" top: \"data\" input_param { shape { "
+                           "dim: 1 dim: 800 } } }\nlayer { name: \"ip1\" type: \"InnerProduct\" bottom: \"data\" "
+                           "top: \"ip1\" inner_product_param { num_output: 500 } }\n";
+  const CmdResult d = run_cmd("optimize --model " + deploy + " --weights " + w + " -o " + out);
+  EXPECT_EQ(d.code, 2) << d.output;
+  EXPECT_NE(d.output.find(deploy + ": no TEST-phase data layer to score the candidates on"), std::string::npos)
+      << d.output;
+}
+
+}  // namespace
+}  // namespace bks::test
