@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -105,9 +104,8 @@ struct Variant {
   std::string name;
   int techniques;
   std::string model, weights;
-  bool qat = false;           // trained with --qat int8: deploys INT8 from its learned ranges only
-  double fp32_accuracy = -1;  // once measured
-  double fp32_cost = 0;
+  bool qat = false;      // trained with --qat int8: deploys INT8 from its learned ranges only
+  double fp32_cost = 0;  // its objective's figure in FP32, once measured
 };
 
 class Search {
@@ -220,7 +218,6 @@ bool Search::measure_fp32(Variant& v) {
   if (v.qat) c.precision = "int8", c.calibration = "qat";
   if (!measure(c)) return false;
   const Candidate& m = r_.candidates.back();
-  v.fp32_accuracy = m.accuracy;
   v.fp32_cost = objective_cost(r_, m);
   return m.fits;
 }
@@ -408,16 +405,17 @@ OptimizeResult Search::run() {
 // slows a run, so each keeps the lowest of its medians.
 void Search::retime() {
   if (o_.objective == "size") return;
-  std::map<size_t, Bundle> bundles;
+  std::vector<size_t> measured;
   for (size_t i = 0; i < r_.candidates.size(); ++i)
-    if (r_.candidates[i].error.empty()) bundles[i] = load_bundle(r_.candidates[i].bundle);
+    if (r_.candidates[i].error.empty()) measured.push_back(i);
   constexpr int kRounds = 2;
   if (progress_)
-    progress_(fmt::format("Timing the {} candidates again, in {} alternating rounds", bundles.size(), kRounds));
+    progress_(fmt::format("Timing the {} candidates again, in {} alternating rounds", measured.size(), kRounds));
+  // One bundle in memory at a time: a large net's candidates would not all fit.
   for (int round = 0; round < kRounds; ++round)
-    for (auto& [i, b] : bundles) {
+    for (size_t i : measured) {
       Candidate& c = r_.candidates[i];
-      c.ms = std::min(c.ms, time_bundle(b, c.bundle, o_.threads, r_.batch));
+      c.ms = std::min(c.ms, time_bundle(load_bundle(c.bundle), c.bundle, o_.threads, r_.batch));
       c.items_per_s = static_cast<double>(r_.batch) * 1e3 / c.ms;
     }
 }
