@@ -2,14 +2,12 @@
 // candidate as it is measured, then the table, and writes the best bundle with the table as
 // Markdown and JSON and the plot as SVG beside it. --allow-training fine-tunes by running
 // `bakusoku train` (this same binary) on a copy of the user's solver.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <google/protobuf/text_format.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -21,8 +19,7 @@
 #include "engine/optimize.h"
 #include "engine/optimize_report.h"
 #include "formats/caffe_upgrade.h"
-
-extern char** environ;
+#include "server/process.h"
 
 namespace bks::cli {
 
@@ -30,23 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs argv with stdout and stderr into `log`; its exit code (128 + signal when killed).
+// Runs argv (the dashboard's child-process launcher: output to `log`, interrupted if this
+// process dies) in this directory to its end; its wait status.
 int run_logged(const std::vector<std::string>& argv, const std::string& log) {
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&files, 1, 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int err = posix_spawn(&pid, args[0], &files, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&files);
-  if (err != 0) runtime_error("could not start {}: {}", argv[0], std::strerror(err));
+  const pid_t pid = server::spawn(argv, fs::current_path().string(), log);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return status;
 }
 
 // A fine-tune as `bakusoku train` does it: the user's solver with its net swapped for the
@@ -83,8 +71,9 @@ std::string fine_tune(const FineTune& f, const std::string& solver, int64_t iter
   std::istringstream flags(f.flags);
   for (std::string w; flags >> w;) argv.push_back(w);
   const std::string log = (fs::path(f.dir) / "train.log").string();
-  const int code = run_logged(argv, log);
-  if (code != 0) runtime_error("fine-tuning failed (exit code {}); its log: {}", code, log);
+  const int status = run_logged(argv, log);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    runtime_error("fine-tuning failed: {}; its log: {}", server::exit_reason(status, server::tail_file(log)), log);
   const fs::path snapshot = fs::path(f.dir) / "run" / "snapshots" / fmt::format("iter_{}.safetensors", iterations);
   if (!fs::exists(snapshot)) runtime_error("fine-tuning wrote no {}; its log: {}", snapshot.string(), log);
   return snapshot.string();
