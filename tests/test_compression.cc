@@ -1,6 +1,7 @@
 // Model compression: quantization-aware training (FakeQuant, its graph pass, int8-rounded
-// weights, and deploy taking the learnt ranges instead of calibrating), magnitude pruning and
-// knowledge distillation (DistillationLoss, its graph pass, train --teacher).
+// weights, and deploy taking the learnt ranges instead of calibrating), binary networks
+// (Binarize, train --qat xnor and its XNOR kernels), magnitude pruning and knowledge
+// distillation (DistillationLoss, its graph pass, train --teacher).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "formats/caffe_net.h"
 #include "formats/safetensors.h"
 #include "op_harness.h"
+#include "passes/insert_binarize.h"
 #include "passes/insert_distillation.h"
 #include "passes/insert_fake_quant.h"
 #include "runtime/net.h"
@@ -365,6 +367,61 @@ TEST(QuantizationAwareTraining, BinaryAndPowerOfTwoSnapshotsDeployOnTheirGrid) {
     ASSERT_TRUE(std::regex_search(s.output, m, std::regex("accuracy = ([0-9.]+)"))) << s.output;
     EXPECT_NEAR(std::stod(m[1]), trained, 0.002) << grid << ": the bundle against the training's test net";
   }
+}
+
+// XNOR-Net's activations: +-1 by sign forward; backward passes the gradient where |x| <= 1
+// (hard tanh's straight-through estimator) and stops it elsewhere.
+TEST(Binarize, ForwardIsTheSignAndBackwardTheHardTanhStraightThroughEstimator) {
+  OpHarness h("type: 'Binarize'", {{3, 4, 5}});
+  h.randomize_inputs(-2.f, 2.f);
+  h.in[0].f32()[0] = 0.f;  // zero is +1, as the kernels' bits take it
+  h.forward();
+  h.backward();
+  int passed = 0, stopped = 0;
+  for (int64_t i = 0; i < h.in[0].numel(); ++i) {
+    const float x = h.in[0].f32()[i];
+    ASSERT_EQ(h.out[0].f32()[i], x >= 0.f ? 1.f : -1.f) << x;
+    const bool inside = std::fabs(x) <= 1.f;
+    ASSERT_EQ(h.in_grad[0].f32()[i], inside ? h.out_grad[0].f32()[i] : 0.f) << x;
+    (inside ? passed : stopped)++;
+  }
+  EXPECT_GT(passed, 0);
+  EXPECT_GT(stopped, 0);
+}
+
+// train --qat xnor: LeNet's inner layers (conv2, ip1) read signs and learn binary weights;
+// deploy makes them BinaryConvolution / BinaryInnerProduct on the XNOR + popcount kernels,
+// keeps conv1 and ip2 in float, and the bundle scores what training reported.
+TEST(QuantizationAwareTraining, XnorLeNetDeploysOntoTheXnorKernelsAndScoresAsTrained) {
+  const std::string solver = temp_path("xnor_solver.prototxt"), run = temp_path("xnor_run");
+  fs::remove_all(run);
+  write_lenet_solver(solver, 300, 0);
+  CmdResult t = run_cmd("train --solver " + solver + " --qat xnor --out " + run);
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("2 of them binary inputs"), std::string::npos) << t.output;
+  const double trained = final_accuracy(t.output);
+  EXPECT_GE(trained, 0.6) << t.output;
+  const std::string weights = run + "/snapshots/iter_300.safetensors";
+  EXPECT_EQ(load_safetensors(weights).metadata.at("weight_grid"), "xnor");
+  const std::string bundle = temp_path("xnor.bks");
+  CmdResult d = run_cmd("deploy --model " + kLenet + " --weights " + weights + " --batch 100 -o " + bundle);
+  ASSERT_EQ(d.code, 0) << d.output;
+  EXPECT_TRUE(std::regex_search(d.output, std::regex("pass insert-binarize +2 change"))) << d.output;
+  EXPECT_TRUE(std::regex_search(d.output, std::regex("pass binarize-layers +2 change"))) << d.output;
+  const Bundle b = load_bundle(bundle);
+  std::map<std::string, std::string> types;
+  for (const Node& n : b.graph.nodes) types[n.name] = n.type;
+  EXPECT_EQ(types["conv1"], "Convolution");
+  EXPECT_EQ(types["conv2"], "BinaryConvolution");
+  EXPECT_EQ(types["ip1"], "BinaryInnerProduct");
+  EXPECT_EQ(types["ip2"], "InnerProduct");
+  for (const auto& [name, type] : types) EXPECT_NE(type, "Binarize") << name << ": its readers took its input";
+  CmdResult s = run_cmd("test --model " + bundle + " --iterations 100");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(s.output, m, std::regex("accuracy = ([0-9.]+)"))) << s.output;
+  EXPECT_NEAR(std::stod(m[1]), trained, 0.003) << "the XNOR bundle against the training's test net";
+  CmdResult k = run_cmd("bench " + bundle + " --iterations 2 --layers");
+  EXPECT_NE(k.output.find("XNOR + popcount"), std::string::npos) << k.output;
 }
 
 TEST(MagnitudePruning, ScheduleRampsCubicallyAndChecksItsOptions) {

@@ -91,6 +91,51 @@ Oracle inner_product(int64_t num_output, int axis, bool transpose, bool bias) {
   };
 }
 
+// Signs of x (+1 where x >= 0, as Binarize and the XNOR kernels take them).
+Tensor signs_of(const Tensor& x) {
+  Tensor s(x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) s.f32()[i] = x.f32()[i] >= 0.f ? 1.f : -1.f;
+  return s;
+}
+
+// Weights on the binary grid: each output channel (axis 0, or the last axis when
+// output_last) becomes +-(its mean |w|) by sign.
+Tensor binary_weights(const Tensor& w, bool output_last) {
+  Tensor b(w.shape());
+  const int64_t channels = output_last ? w.shape().back() : w.shape()[0], per = w.numel() / channels;
+  for (int64_t c = 0; c < channels; ++c) {
+    auto at = [&](int64_t i) { return output_last ? i * channels + c : c * per + i; };
+    double a = 0;
+    for (int64_t i = 0; i < per; ++i) a += std::fabs(w.f32()[at(i)]);
+    a /= static_cast<double>(per);
+    for (int64_t i = 0; i < per; ++i) b.f32()[at(i)] = static_cast<float>(w.f32()[at(i)] >= 0.f ? a : -a);
+  }
+  return b;
+}
+
+// XNOR-Net's layers: the float layer on the signs of x and the binary-grid weights.
+Oracle binary_convolution(ConvSpec k) {
+  return [k](const OpHarness& h) {
+    return std::vector<Tensor>{
+        naive_conv(signs_of(h.in[0]), binary_weights(h.params[0], false), k.bias ? &h.params[1] : nullptr, k)};
+  };
+}
+Oracle binary_inner_product(int64_t num_output, bool transpose) {
+  return [=](const OpHarness& h) {
+    const Tensor x = signs_of(h.in[0]), w = binary_weights(h.params[0], transpose);
+    const int64_t m = x.shape()[0], k = x.numel() / m;
+    Tensor y({m, num_output});
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t o = 0; o < num_output; ++o) {
+        double s = h.params[1].f32()[o];
+        for (int64_t f = 0; f < k; ++f)
+          s += static_cast<double>(x.f32()[i * k + f]) * w.f32()[transpose ? f * num_output + o : o * k + f];
+        y.f32()[i * num_output + o] = static_cast<float>(s);
+      }
+    return std::vector<Tensor>{y};
+  };
+}
+
 // Caffe's pooling. Output size: ceil (or floor) of (in + 2 pad - k) / s, plus 1, minus 1
 // when the last window would start in the right padding. AVE divides by the window clipped
 // to the padded input; MAX takes the largest value inside the input.
@@ -897,6 +942,52 @@ std::vector<SweepCase> build_cases() {
                .oracle = copies({4, 5}),
                .no_gradient = "TEST phase passes data through and builds no mask; the TRAIN case checks gradients",
                .phase = proto::TEST});
+
+  // XNOR-Net: Binarize (its backward is the straight-through estimator), and the binary
+  // layers deploy makes, with enough channels for several words a tap and for the vector
+  // popcount, padding, stride and dilation, and a transposed inner product.
+  t.push_back({.name = "Binarize",
+               .layer = "type: 'Binarize'",
+               .in = {{2, 3, 4, 5}},
+               .oracle = [](const OpHarness& h) { return std::vector<Tensor>{signs_of(h.in[0])}; },
+               .no_gradient = "a step function: its backward is the straight-through estimator (hard tanh's), "
+                              "which test_compression checks (finite differences would say 0)",
+               .lo = -2,
+               .hi = 2,
+               .setup = off_zero});
+  {
+    const char* const kInference = "inference only (bakusoku deploy makes it): no backward";
+    ConvSpec a{5, 3, 3, 2, 2, 1, 1, 1, 1, 1, true};
+    t.push_back({.name = "BinaryConvolution",
+                 .layer = conv_layer("BinaryConvolution", a),
+                 .in = {{2, 70, 7, 6}},
+                 .oracle = binary_convolution(a),
+                 .no_gradient = kInference,
+                 .phase = proto::TEST,
+                 .fwd_tol = 1e-4f});
+    ConvSpec b{3, 5, 3, 1, 1, 2, 1, 2, 1, 1, false};
+    t.push_back({.name = "BinaryConvolution_dilation_nobias",
+                 .layer = conv_layer("BinaryConvolution", b),
+                 .in = {{1, 3, 9, 8}},
+                 .oracle = binary_convolution(b),
+                 .no_gradient = kInference,
+                 .phase = proto::TEST,
+                 .fwd_tol = 1e-4f});
+    t.push_back({.name = "BinaryInnerProduct",
+                 .layer = "type: 'BinaryInnerProduct' inner_product_param { num_output: 7 }",
+                 .in = {{3, 10, 6, 10}},
+                 .oracle = binary_inner_product(7, false),
+                 .no_gradient = kInference,
+                 .phase = proto::TEST,
+                 .fwd_tol = 1e-4f});
+    t.push_back({.name = "BinaryInnerProduct_transpose",
+                 .layer = "type: 'BinaryInnerProduct' inner_product_param { num_output: 5 transpose: true }",
+                 .in = {{2, 70}},
+                 .oracle = binary_inner_product(5, true),
+                 .no_gradient = kInference,
+                 .phase = proto::TEST,
+                 .fwd_tol = 1e-4f});
+  }
 
   // FakeQuant with a trained range (TEST phase keeps it): x rounded to 127 steps per side of
   // [-0.6, 0.6], clipped outside.

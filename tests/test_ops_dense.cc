@@ -1,4 +1,5 @@
-// InnerProduct (both weight layouts, any axis), BatchMatMul and Embed.
+// InnerProduct (both weight layouts, any axis), BatchMatMul, Embed, and the XNOR kernels' bit
+// arithmetic.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -6,6 +7,7 @@
 #include "core/rng.h"
 #include "op_harness.h"
 #include "ops/sparse_inner_product.h"
+#include "ops/xnor_kernels.h"
 
 namespace bks::test {
 namespace {
@@ -145,6 +147,50 @@ TEST(Embed, RejectsOutOfRangeIndex) {
   OpHarness h("type: 'Embed' embed_param { num_output: 3 input_dim: 5 }", {{1}});
   h.in[0].f32()[0] = 5;
   EXPECT_THROW(h.forward(), RuntimeError);
+}
+
+// Packed signs: bit i set where x[i * stride] >= 0, bits past n zero. The popcount GEMM
+// counts where each row's signs differ from each filter's, on the vector path (where the CPU
+// has it) and the scalar one alike, for lengths of 1 to 16 words and filter counts that fill
+// one to nine groups of 8 (a second block of 64 included).
+TEST(XnorKernels, PopcountGemmCountsSignDisagreementsOnEveryPath) {
+  Rng rng(5);
+  for (int64_t n : {1, 63, 64, 65, 130, 600, 1000}) {
+    std::vector<float> a(static_cast<size_t>(2 * n));
+    for (float& v : a) v = rng.gaussian(0.f, 1.f);
+    a[0] = 0.f;  // zero counts as positive
+    const int64_t words = sign_words(n);
+    std::vector<uint64_t> pa(static_cast<size_t>(words) + 1, ~uint64_t{0});
+    pack_signs(a.data(), n, 2, pa.data());  // every second element
+    EXPECT_EQ(pa.back(), ~uint64_t{0}) << "wrote past its words";
+    EXPECT_EQ(pa[static_cast<size_t>(words) - 1] >> 1 >> ((n - 1) % 64), 0u) << "bits past n are zero";
+    for (int64_t filters : {1, 8, 13, 70}) {
+      const int64_t pad = padded_filters(filters);
+      std::vector<float> f(static_cast<size_t>(filters * n));
+      for (float& v : f) v = rng.gaussian(0.f, 1.f);
+      std::vector<uint64_t> bt(static_cast<size_t>(words * pad), 0), one(static_cast<size_t>(words));
+      for (int64_t j = 0; j < filters; ++j) {
+        pack_signs(f.data() + j * n, n, 1, one.data());
+        for (int64_t w = 0; w < words; ++w) bt[w * pad + j] = one[w];
+      }
+      // Two rows: the packed a, and its complement within n (every sign differs).
+      std::vector<uint64_t> rows(pa.begin(), pa.begin() + words);
+      for (int64_t w = 0; w < words; ++w)
+        rows.push_back(~pa[w] & (w + 1 < words || n % 64 == 0 ? ~uint64_t{0} : (uint64_t{1} << (n % 64)) - 1));
+      for (bool scalar : {false, true}) {
+        force_scalar_popcount(scalar);
+        std::vector<int32_t> counts(static_cast<size_t>(2 * pad), -1);
+        xor_popcount_gemm(rows.data(), 2, words, bt.data(), pad, counts.data());
+        for (int64_t j = 0; j < filters; ++j) {
+          int64_t differ = 0;
+          for (int64_t i = 0; i < n; ++i) differ += (a[2 * i] >= 0.f) != (f[j * n + i] >= 0.f);
+          ASSERT_EQ(counts[j], differ) << n << " " << filters << " " << j << " " << popcount_path();
+          ASSERT_EQ(counts[pad + j], n - differ) << n << " " << filters << " " << j << " " << popcount_path();
+        }
+      }
+      force_scalar_popcount(false);
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // writes the best bundle and its report, honours the time budget, and refuses bad options with
 // one clear line.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "cli_util.h"
+#include "engine/optimize_report.h"
 
 namespace bks::test {
 namespace {
@@ -31,10 +33,12 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// LeNet trained for 300 iterations at a fixed rate, once for every test here.
+// LeNet trained for 300 iterations at a fixed rate, once per test process (CTest runs this
+// file's tests as parallel processes: each trains into its own directory).
 const std::string& trained_lenet() {
   static const std::string weights = [] {
-    const std::string run = temp_path("lenet_run"), solver = temp_path("lenet_solver.prototxt");
+    const std::string tag = std::to_string(getpid());
+    const std::string run = temp_path("lenet_run_" + tag), solver = temp_path("lenet_solver_" + tag + ".prototxt");
     fs::remove_all(run);
     std::ofstream(solver) << "net: \"" << kLenet
                           << "\"\nbase_lr: 0.01 momentum: 0.9 lr_policy: \"fixed\" max_iter: 300 random_seed: 1\n"
@@ -160,6 +164,39 @@ TEST(Optimize, BadOptionsAreOneClearError) {
   EXPECT_EQ(d.code, 2) << d.output;
   EXPECT_NE(d.output.find(deploy + ": no TEST-phase data layer to score the candidates on"), std::string::npos)
       << d.output;
+}
+
+// The plot keeps every mark inside its frame: a candidate far below the budget sits on the
+// bottom edge, and the front's line goes to that mark, not past the frame.
+TEST(Optimize, PlotDrawsCandidatesFarBelowTheBudgetOnItsBottomEdge) {
+  OptimizeResult r;
+  r.objective = "latency";
+  r.max_accuracy_drop = 0.5;
+  auto add = [&](const std::string& name, double accuracy, double ms) {
+    Candidate c;
+    c.name = name;
+    c.accuracy = accuracy;
+    c.ms = ms;
+    c.bytes = 1000;
+    c.fits = accuracy >= 0.9 - 0.005;
+    r.candidates.push_back(c);
+  };
+  add("base", 0.90, 1.0);
+  add("fast but wrong", 0.40, 0.2);  // on the two-way front: nothing is faster
+  add("int8", 0.899, 0.5);
+  r.best = 2;
+  const std::string svg = optimize_svg(r);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("<polyline[^>]* points=\"([^\"]*)\""))) << svg;
+  std::istringstream points(m[1].str());
+  int n = 0;
+  for (std::string xy; points >> xy; ++n) {
+    const double y = std::stod(xy.substr(xy.find(',') + 1));
+    EXPECT_GE(y, 40.0) << xy;        // the frame's top (kTop)
+    EXPECT_LE(y, 460.0 - 60) << xy;  // its bottom (kH - kBottom)
+  }
+  EXPECT_EQ(n, 3) << svg;
+  EXPECT_NE(svg.find("below the plot"), std::string::npos) << svg;
 }
 
 }  // namespace

@@ -584,6 +584,94 @@ TEST(ServerScheduler, SlotsForProcesses) {
 
 // The server stopped mid-job (killed outright): on restart the job is failed and
 // resumable, and resuming continues from its last snapshot.
+// bakusoku optimize from the dashboard: started from a finished training job (refused while
+// it trains, and for bad settings, naming the field), run as a job of its own, its report,
+// plot and chosen bundle served when it is done; abort stops it and says resume starts again.
+TEST(ServerApi, OptimizeATrainedJobServesItsReportPlotAndBundle) {
+  const std::string dir = temp_dir("optimize");
+  Server s(dir);
+  auto c = s.client();
+  int64_t ds = fashion_dataset(c);
+  const int64_t train = model(c, ds, 0.3, 0)["jobs"][0]["id"];
+  const std::string tj = "/api/jobs/" + std::to_string(train);
+  int st = 0;
+  json r = call(c, "POST", tj + "/optimize", json::object(), st);
+  EXPECT_EQ(st, 409) << r.dump();
+  EXPECT_NE(r.value("error", "").find("still training"), std::string::npos) << r.dump();
+  ASSERT_TRUE(wait_for([&] { return job_state(c, train) == "done"; }, 180)) << get(c, tj).dump();
+  const std::pair<json, std::string> bad[] = {
+      {{{"objective", "fast"}}, "objective"},
+      {{{"max_accuracy_drop", -1}}, "max_accuracy_drop"},
+      {{{"budget_minutes", 0}}, "budget_minutes"},
+      {{{"allow_training", "yes"}}, "allow_training"},
+      {{{"allow_training", true}, {"fine_tune_iterations", 0}}, "fine_tune_iterations"},
+  };
+  for (const auto& [body, field] : bad) {
+    r = call(c, "POST", tj + "/optimize", body, st);
+    EXPECT_EQ(st, 400) << body.dump() << " " << r.dump();
+    EXPECT_EQ(r.value("field", ""), field) << body.dump() << " " << r.dump();
+  }
+  for (const json& j : get(c, "/api/jobs")) EXPECT_NE(j["kind"], "optimize") << "a refused request leaves no job";
+
+  json opt =
+      post(c, tj + "/optimize", {{"objective", "latency"}, {"max_accuracy_drop", 1}, {"budget_minutes", 0.2}}, 201);
+  const int64_t id = opt["id"];
+  const std::string oj = "/api/jobs/" + std::to_string(id);
+  EXPECT_EQ(opt["kind"], "optimize");
+  EXPECT_EQ(opt["source_job"], train);
+  EXPECT_EQ(opt["spec"]["max_accuracy_drop"], 1.0);
+  call(c, "GET", oj + "/optimize/report.json", {}, st);
+  EXPECT_EQ(st, 404) << "no report before the search ends";
+  ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "done"; }, 300)) << get(c, oj).dump();
+  EXPECT_DOUBLE_EQ(get(c, oj)["progress"].get<double>(), 1.0);
+  json report = get(c, oj + "/optimize/report.json");
+  ASSERT_GE(report["candidates"].size(), 2u) << report.dump(1);
+  EXPECT_EQ(report["candidates"][0]["name"], "unoptimised (fp32)");
+  EXPECT_EQ(report["objective"], "latency");
+  EXPECT_DOUBLE_EQ(report["max_accuracy_drop"].get<double>(), 1.0);
+  ASSERT_TRUE(report["best"].is_number()) << report.dump(1);
+  const json& best = report["candidates"][report["best"].get<size_t>()];
+  EXPECT_GT(best["accuracy"].get<double>(), 0.6) << best.dump();
+  EXPECT_NE(report["summary"].get<std::string>().find("Best latency: " + best["name"].get<std::string>()),
+            std::string::npos)
+      << report["summary"];
+  // The bundle served is the chosen candidate's, and the search ran in the job's directory.
+  const std::string bundle = best["bundle"];
+  EXPECT_EQ(bundle.rfind((fs::path(dir) / "jobs" / std::to_string(id)).string(), 0), 0u) << bundle;
+  auto bks = c.Get(oj + "/optimize/best.bks");
+  ASSERT_TRUE(bks);
+  EXPECT_EQ(bks->status, 200);
+  std::ifstream in(bundle, std::ios::binary);
+  EXPECT_EQ(bks->body, std::string(std::istreambuf_iterator<char>(in), {}));
+  EXPECT_NE(bks->get_header_value("Content-Disposition").find("job" + std::to_string(id) + "_best.bks"),
+            std::string::npos);
+  auto svg = c.Get(oj + "/optimize/plot.svg");
+  ASSERT_TRUE(svg);
+  EXPECT_EQ(svg->status, 200);
+  EXPECT_EQ(svg->get_header_value("Content-Type"), "image/svg+xml");
+  EXPECT_EQ(svg->body.rfind("<svg", 0), 0u);
+  // Only training jobs are optimized; only optimize jobs have reports.
+  r = call(c, "POST", oj + "/optimize", json::object(), st);
+  EXPECT_EQ(st, 409) << r.dump();
+  r = call(c, "GET", tj + "/optimize/report.json", {}, st);
+  EXPECT_EQ(st, 404) << r.dump();
+
+  // A long search, aborted while it runs: its process is gone and resume starts it again.
+  const int64_t second = post(c, tj + "/optimize", {{"budget_minutes", 30}}, 201)["id"];
+  const std::string sj = "/api/jobs/" + std::to_string(second);
+  ASSERT_TRUE(wait_for([&] { return get(c, sj).contains("pid"); }, 60)) << get(c, sj).dump();
+  const pid_t pid = get(c, sj)["pid"].get<pid_t>();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  post(c, sj + "/abort", json::object());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, second) == "aborted"; }, 30)) << get(c, sj).dump();
+  EXPECT_EQ(get(c, sj).value("reason", ""), "aborted on request; resume starts the search again");
+  EXPECT_NE(kill(pid, 0), 0) << "the search process is gone";
+  EXPECT_EQ(post(c, sj + "/resume", json::object())["reason"], "starts the search again");
+  call(c, "DELETE", sj, {}, st);
+  EXPECT_EQ(st, 200);
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "jobs" / std::to_string(second)));
+}
+
 TEST(ServerApi, RestartAfterTheServerDiedMidJob) {
   std::string dir = temp_dir("restart");
   int64_t id = 0, last = 0;

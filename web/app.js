@@ -143,7 +143,23 @@ async function jobPage(id) {
       <div id="layers"></div>
       <div id="evaluation"></div>
     </div>
-    <h2>Downloads</h2><div class="card" id="downloads"></div>` : ''}
+    <h2>Downloads</h2><div class="card" id="downloads"></div>
+    <h2>Optimize for deployment</h2>
+    <form id="optimize-form" class="card">
+      <p class="muted">Searches INT8/BF16, pruning, low-rank and their combinations on the latest snapshot; every candidate is deployed, scored on the whole validation set and timed here (<code>bakusoku optimize</code>).</p>
+      <div class="row">
+        <div><label>Objective</label><select name="objective"><option value="latency">latency (batch 1)</option><option value="throughput">throughput (batch 64)</option><option value="size">bundle size</option></select>
+          <div class="error" data-error-for="objective"></div></div>
+        <div><label>Accuracy it may lose (points)</label><input type="number" step="any" name="max_accuracy_drop" value="0.5"><div class="error" data-error-for="max_accuracy_drop"></div></div>
+        <div><label>Time budget (minutes)</label><input type="number" step="any" name="budget_minutes" value="15"><div class="error" data-error-for="budget_minutes"></div></div>
+        <div><label><input type="checkbox" name="allow_training"> Also fine-tune (QAT, pruning)</label>
+          <input type="number" step="1" name="fine_tune_iterations" value="1000" title="iterations per fine-tune"><div class="error" data-error-for="fine_tune_iterations"></div></div>
+      </div>
+      <div class="error" data-error-for=""></div><div class="error" data-error-for="allow_training"></div>
+      <button type="submit" id="start-optimize">Start optimize</button>
+      <div id="optimize-runs"></div>
+    </form>` : ''}
+    ${job.kind === 'optimize' ? `<h2>Search</h2><div class="card" id="search"></div>` : ''}
     <h2>Log</h2><pre class="log" id="log"></pre>`;
   let current = job;
   const head = () => {
@@ -155,7 +171,8 @@ async function jobPage(id) {
     const can = { abort: ['queued', 'running'].includes(j.state), resume: ['aborted', 'failed'].includes(j.state) };
     document.getElementById('job-actions').innerHTML =
       (can.abort ? '<button id="abort">Abort</button>' : '') + (can.resume ? '<button id="resume">Resume</button>' : '') +
-      (j.kind === 'train' ? '<button id="clone" class="secondary">Clone</button><button id="delete" class="secondary">Delete</button>' : '');
+      (j.kind === 'train' ? '<button id="clone" class="secondary">Clone</button>' : '') +
+      (j.kind !== 'dataset' ? '<button id="delete" class="secondary">Delete</button>' : '');
     const act = (name, method, path, after) => {
       const b = document.getElementById(name);
       if (b) b.onclick = async () => { try { const r = await api(method, path, {}); after(r); } catch (e) { alert(e.message); } };
@@ -170,10 +187,22 @@ async function jobPage(id) {
   head();
   api('GET', `/api/jobs/${id}/log`).then(r => { document.getElementById('log').textContent = r.lines.join('\n'); }).catch(() => {});
   if (job.kind !== 'train') {
-    const timer = setInterval(async () => { current = await api('GET', `/api/jobs/${id}`); head(); }, 1000);
+    let shown = false;
+    const tick = async () => {
+      current = await api('GET', `/api/jobs/${id}`);
+      head();
+      if (current.kind === 'optimize' && !shown && !['queued', 'running'].includes(current.state)) {
+        shown = true;
+        searchReport(id, current);
+        api('GET', `/api/jobs/${id}/log`).then(r => { document.getElementById('log').textContent = r.lines.join('\n'); }).catch(() => {});
+      }
+    };
+    await tick();
+    const timer = setInterval(() => tick().catch(() => {}), 1000);
     cleanup.push(() => clearInterval(timer));
     return;
   }
+  optimizeForm(id);
   // Charts, filled from the event stream (which starts with every record so far).
   const byEpoch = document.getElementById('by-epoch');
   const charts = {
@@ -300,6 +329,49 @@ async function jobPage(id) {
           <td>${(100 * r.per_class[i].accuracy).toFixed(1)}%</td></tr>`).join('')}</table>`;
     } catch (e) { failed('evaluation', e); }
   };
+}
+
+// ---- optimize -----------------------------------------------------------------------
+// The form on a training job's page that starts `bakusoku optimize` on its latest snapshot,
+// and links to the searches already made from it.
+function optimizeForm(id) {
+  const form = document.getElementById('optimize-form');
+  const runs = async () => {
+    const mine = (await api('GET', '/api/jobs')).filter(j => j.kind === 'optimize' && j.source_job === Number(id));
+    document.getElementById('optimize-runs').innerHTML = mine.length
+      ? `<p>Searches: ${mine.map(j => `<a href="#/jobs/${j.id}">job ${j.id}</a> (${esc(j.spec.objective)}) ${state(j.state)}`).join(' · ')}</p>` : '';
+  };
+  runs().catch(() => {});
+  form.onsubmit = async e => {
+    e.preventDefault();
+    const body = { objective: form.objective.value, max_accuracy_drop: Number(form.max_accuracy_drop.value),
+      budget_minutes: Number(form.budget_minutes.value), allow_training: form.allow_training.checked };
+    if (body.allow_training) body.fine_tune_iterations = Number(form.fine_tune_iterations.value);
+    try { const j = await api('POST', `/api/jobs/${id}/optimize`, body); location.hash = `#/jobs/${j.id}`; } catch (err) { showError(form, err); }
+  };
+}
+
+// A finished search: its summary, the plot, every candidate with the front and the choice
+// marked, and the chosen bundle to download.
+async function searchReport(id, job) {
+  const slot = document.getElementById('search');
+  const spec = job.spec;
+  const asked = `<p class="muted">From <a href="#/jobs/${job.source_job}">job ${job.source_job}</a> (snapshot at iteration ${job.source_iter}) · ${esc(spec.objective)} · may lose ${spec.max_accuracy_drop} points · ${spec.budget_minutes} minutes${spec.allow_training ? ` · fine-tunes of ${spec.fine_tune_iterations} iterations` : ''}</p>`;
+  if (job.state !== 'done') { slot.innerHTML = asked + '<p class="muted">No report: the search did not finish.</p>'; return; }
+  let r;
+  try { r = await api('GET', `/api/jobs/${id}/optimize/report.json`); } catch (e) { slot.innerHTML = asked + `<div class="error">${esc(e.message)}</div>`; return; }
+  const base = r.candidates[0];
+  const speed = r.objective === 'throughput' ? 'items/s' : 'ms per batch';
+  const rows = r.candidates.map((c, i) => c.error
+    ? `<tr><td>${i + 1}</td><td>${esc(c.name)}</td><td colspan="5" class="error">failed: ${esc(c.error)}</td></tr>`
+    : `<tr class="${i === r.best ? 'best' : ''}"><td>${i + 1}</td><td>${esc(c.name)}</td><td>${(100 * c.accuracy).toFixed(2)}%</td>
+      <td>${(100 * (c.accuracy - base.accuracy)).toFixed(2)}</td><td>${r.objective === 'throughput' ? Math.round(c.items_per_s) : c.latency_ms.toFixed(4)}</td>
+      <td>${(c.bytes / 1e3).toFixed(1)}</td><td>${[i === r.best ? 'chosen' : '', c.pareto ? 'front' : '', c.fits ? '' : 'over budget'].filter(x => x).join(', ')}</td></tr>`).join('');
+  slot.innerHTML = `${asked}<p id="search-summary">${esc(r.summary || '')}</p>
+    ${r.best !== null ? `<p><a class="btn" id="best-bundle" href="${withToken(`/api/jobs/${id}/optimize/best.bks`)}">Download the chosen bundle (best.bks)</a></p>` : ''}
+    <div class="graph"><img id="search-plot" src="${withToken(`/api/jobs/${id}/optimize/plot.svg`)}" alt="accuracy against ${esc(r.objective)}"></div>
+    <table id="candidates"><tr><th>#</th><th>candidate</th><th>accuracy</th><th>change (points)</th><th>${speed}</th><th>KB</th><th></th></tr>${rows}
+    ${r.not_tried.map(n => `<tr class="untried"><td></td><td>${esc(n)}</td><td colspan="5" class="muted">not tried: the time budget ran out</td></tr>`).join('')}</table>`;
 }
 
 // ---- datasets -----------------------------------------------------------------------

@@ -41,7 +41,8 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--qat", opt->qat,
                   "Quantization-aware training: int8 (weights and inputs on the INT8 deployment's grid; deploy "
                   "--precision int8 then needs no calibration), binary or pow2 (weights only: +-mean |w|, or "
-                  "+-powers of two, per output channel)");
+                  "+-powers of two, per output channel), or xnor (binary weights, and binary inputs to every "
+                  "convolution / inner product but the first and the last: XNOR-Net)");
   cmd->add_option("--prune", opt->prune,
                   "Magnitude pruning: the fraction of each convolution / inner product's weights to zero, in [0, 1)");
   cmd->add_option("--prune-from", opt->prune_from, "With --prune: the iteration the pruning ramp starts (default 0)");

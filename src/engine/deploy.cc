@@ -14,6 +14,7 @@
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "ops/shape_inference.h"
+#include "passes/insert_binarize.h"
 #include "passes/stand_in_inputs.h"
 #include "profile/profiler.h"
 #include "runtime/net.h"
@@ -154,11 +155,22 @@ DeployResult deploy(const DeployOptions& o,
   DeployResult r;
   // Weights trained on a binary / pow2 grid: rounded as training saw them, before BatchNorm
   // folds into them.
-  if (const std::string grid = trained_weight_grid(o); !grid.empty()) {
+  // XNOR-Net weights (--qat xnor) also had binary inputs: the same Binarize nodes first.
+  const std::string grid = trained_weight_grid(o);
+  if (grid == "xnor") {
+    r.reports.push_back(insert_binarize(m.graph));
+    if (after_each) after_each(r.reports.back(), m);
+  }
+  if (!grid.empty()) {
     r.reports.push_back(round_weights_to_grid(m, weight_grid(grid), grid));
     if (after_each) after_each(r.reports.back(), m);
   }
   for (PassReport& p : run_deploy_passes(m, after_each)) r.reports.push_back(std::move(p));
+  // Then the binarized layers onto the XNOR + popcount kernels.
+  if (grid == "xnor") {
+    r.reports.push_back(binarize_layers(m));
+    if (after_each) after_each(r.reports.back(), m);
+  }
   r.bundle.graph = bundle_graph(m);
   if (o.precision == Precision::bf16) r.reports.push_back(compute_in_bf16(r.bundle.graph));
   if (o.batch > 0) set_input_batch(r.bundle.graph, o.batch);

@@ -149,6 +149,7 @@ nlohmann::json optimize_json(const OptimizeResult& r) {
                       {"candidates", cs},           {"not_tried", r.not_tried}};
   j["best"] = r.best >= 0 ? nlohmann::json(r.best) : nlohmann::json(nullptr);
   j["best_single"] = r.best_single >= 0 ? nlohmann::json(r.best_single) : nlohmann::json(nullptr);
+  j["summary"] = optimize_summary(r);
   return j;
 }
 
@@ -176,6 +177,8 @@ std::string optimize_svg(const OptimizeResult& r) {
   x0 = std::max(0.0, x0 - xpad), x1 += xpad, y0 -= clipped ? 0 : ypad, y1 += ypad;
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * (kW - kLeft - kRight); };
   auto py = [&](double y) { return kH - kBottom - (y - y0) / (y1 - y0) * (kH - kTop - kBottom); };
+  // Where a candidate is drawn: one below the plot sits on its bottom edge.
+  auto point_y = [&](const Candidate& c) { return 100 * c.accuracy < y0 ? kH - kBottom : py(100 * c.accuracy); };
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
@@ -222,14 +225,14 @@ std::string optimize_svg(const OptimizeResult& r) {
   if (front.size() > 1) {
     s += "<polyline fill=\"none\" stroke=\"#39c\" stroke-width=\"1.5\" points=\"";
     for (size_t i : front)
-      s += fmt::format("{:.1f},{:.1f} ", px(plotted(r, r.candidates[i])), py(100 * r.candidates[i].accuracy));
+      s += fmt::format("{:.1f},{:.1f} ", px(plotted(r, r.candidates[i])), point_y(r.candidates[i]));
     s += "\"/>\n";
   }
   // Points carry their row number in the table (names would overlap); hovering shows the name.
   for (size_t i : shown) {
     const Candidate& c = r.candidates[i];
     const bool best = static_cast<int>(i) == r.best, below = 100 * c.accuracy < y0;
-    const double x = px(plotted(r, c)), y = below ? kH - kBottom : py(100 * c.accuracy);
+    const double x = px(plotted(r, c)), y = point_y(c);
     const char* fill = best ? "#e80" : c.fits ? "#393" : "#aaa";
     const std::string title =
         fmt::format("<title>{} {}: {:.4f}, {:.4g}</title>", i + 1, escape_xml(c.name), c.accuracy, plotted(r, c));

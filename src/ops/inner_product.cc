@@ -10,7 +10,6 @@
 #include <chrono>
 
 namespace bks {
-namespace {
 
 void inner_product_from_caffe(const proto::LayerParameter& l, InnerProductAttrs& a, const std::string&) {
   const proto::InnerProductParameter& p = l.inner_product_param();
@@ -31,6 +30,8 @@ void inner_product_to_caffe(const InnerProductAttrs& a, proto::LayerParameter& l
   p->set_transpose(a.transpose);
 }
 BKS_REGISTER_ATTRS("InnerProduct", InnerProductAttrs, inner_product_from_caffe, inner_product_to_caffe);
+
+namespace {
 
 // Checks the layer's attributes: inner_product_param, fused post-ops (set by bakusoku
 // deploy, inference only) and INT8 thresholds.

@@ -23,4 +23,8 @@ struct InnerProductAttrs final : AttrsOf<InnerProductAttrs> {
   }
 };
 
+// Caffe's inner_product_param and back (BinaryInnerProduct shares them).
+void inner_product_from_caffe(const proto::LayerParameter& l, InnerProductAttrs& a, const std::string& where);
+void inner_product_to_caffe(const InnerProductAttrs& a, proto::LayerParameter& l);
+
 }  // namespace bks

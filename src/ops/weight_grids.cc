@@ -29,7 +29,9 @@ WeightGrid weight_grid(const std::string& name) {
   if (name == "int8") return WeightGrid::int8;
   if (name == "binary") return WeightGrid::binary;
   if (name == "pow2") return WeightGrid::pow2;
-  input_error("--qat {}: the weight grids are int8 (the INT8 deployment's), binary and pow2", name);
+  if (name == "xnor") return WeightGrid::binary;  // and binary activations (passes/insert_binarize.h)
+  input_error("--qat {}: the grids are int8 (the INT8 deployment's), binary, pow2 and xnor (binary weights and inputs)",
+              name);
 }
 
 void fake_quantize_weights(Tensor& w, bool output_last, float levels) {

@@ -14,7 +14,8 @@
 namespace bks {
 
 enum class WeightGrid { int8, binary, pow2 };
-// "int8", "binary" or "pow2"; InputError naming --qat otherwise.
+// "int8", "binary" or "pow2" ("xnor": binary, its activations binarized too); InputError
+// naming --qat otherwise.
 WeightGrid weight_grid(const std::string& name);
 
 // The int8 grid: `levels` steps per side of zero.

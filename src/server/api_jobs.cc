@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -136,6 +137,12 @@ json describe_job(Context& c, json job, bool full) {
       }
       job["snapshots"] = snaps;
     }
+  }
+  if (job.value("kind", "") == "optimize" && job.value("state", "") == "running" && job.contains("started")) {
+    // The search starts no candidate after its budget: time spent against it (an upper bound
+    // on the work left; the search may end sooner).
+    const double budget = 60 * job["spec"].value("budget_minutes", 15.0);
+    job["progress"] = std::clamp((now_seconds() - job.value("started", 0.0)) / budget, 0.0, 0.99);
   }
   if (full && job.value("state", "") == "running")
     job["log_tail"] = last_lines(tail_file((dir / "output.txt").string(), 8192), 20);

@@ -67,6 +67,8 @@ void add_job_routes(httplib::Server& s, Context& c);
 // At most `max_viewers` event streams at once; one more gets 503 with Retry-After.
 void add_event_routes(httplib::Server& s, Context& c, int max_viewers);
 void add_classify_routes(httplib::Server& s, Context& c);
+// POST /api/jobs/<id>/optimize and the finished search's report, plot and bundle.
+void add_optimize_routes(httplib::Server& s, Context& c);
 void add_static_routes(httplib::Server& s);
 
 }  // namespace bks::server

@@ -31,6 +31,10 @@ constexpr int kSlurmUnknownPolls = 5;      // then a job no Slurm command knows 
 
 }  // namespace
 
+std::string resume_note(const std::string& kind) {
+  return kind == "optimize" ? "resume starts the search again" : "resume continues from its last snapshot";
+}
+
 int slots_for(int processes, const ServerConfig& config) {
   const int per_slot = std::max(1, config.threads_per_job);
   return std::clamp((std::max(1, processes) + per_slot - 1) / per_slot, 1, std::max(1, config.slots));
@@ -54,7 +58,7 @@ Scheduler::Scheduler(Store& store, ServerConfig config, DatasetWork dataset_work
     job["state"] = "failed";
     job["finished"] = now_seconds();
     job["reason"] = state == "new" ? "the server stopped while it created this job; clone it to try again"
-                                   : "the server stopped while this job ran; resume continues from its last snapshot";
+                                   : "the server stopped while this job ran; " + resume_note(job.value("kind", ""));
     job.erase("pid");
     store_.put("jobs", job);
   }
@@ -88,7 +92,7 @@ void Scheduler::stop_children() {
     if (auto job = store_.get("jobs", id)) {
       (*job)["state"] = "failed";
       (*job)["finished"] = now_seconds();
-      (*job)["reason"] = "the server stopped while this job ran; resume continues from its last snapshot";
+      (*job)["reason"] = "the server stopped while this job ran; " + resume_note(r->kind);
       job->erase("pid");
       store_.put("jobs", *job);
     }
@@ -114,6 +118,11 @@ void Scheduler::interrupt(const Running& r) {
     return;
   }
   if (r.pid <= 0) return;
+  // optimize stops at once; a fine-tune it runs gets its death signal and stops too.
+  if (r.kind == "optimize") {
+    kill(r.pid, SIGINT);
+    return;
+  }
   // SIGINT to the trainer or, under mpirun, to every rank but not to mpirun: each rank
   // snapshots (rank 0 writes), they agree to stop, and mpirun ends with their exit code
   // (130). mpirun itself would take SIGINT as "abort the job" and exit 1.
@@ -149,7 +158,7 @@ void Scheduler::wait_for_change(uint64_t seen, int timeout_ms) {
                       [&] { return version_.load() != seen || stop_.load(); });
 }
 
-int64_t Scheduler::submit(json job) {
+int64_t Scheduler::submit(json job, const std::function<void(const std::string& dir)>& prepare) {
   json files = job.value("files", json::object());
   job.erase("files");
   job["state"] = "new";  // not yet "queued": the scheduler must not start it before its files exist
@@ -158,6 +167,16 @@ int64_t Scheduler::submit(json job) {
   int64_t id = store_.insert("jobs", job);
   fs::create_directories(job_dir(id));
   for (auto& [name, text] : files.items()) std::ofstream(fs::path(job_dir(id)) / name) << text.get<std::string>();
+  if (prepare) {
+    try {
+      prepare(job_dir(id));
+    } catch (...) {
+      store_.remove("jobs", id);
+      std::error_code ec;
+      fs::remove_all(job_dir(id), ec);
+      throw;
+    }
+  }
   job["state"] = "queued";
   store_.put("jobs", job);
   touch();
@@ -180,6 +199,31 @@ std::vector<std::string> Scheduler::train_command(const json& job, int threads) 
   if (job.value("processes", 1) > 1) argv.push_back("--global-batch");
   std::string from = job.value("resume_from", "");
   if (!from.empty()) argv.insert(argv.end(), {"--snapshot", from});
+  return argv;
+}
+
+std::vector<std::string> Scheduler::optimize_command(const json& job, int threads) const {
+  const fs::path dir = job_dir(job["id"].get<int64_t>());
+  const json& spec = job.at("spec");
+  std::vector<std::string> argv{config_.binary,
+                                "optimize",
+                                "--model",
+                                (dir / "net.prototxt").string(),
+                                "--weights",
+                                (dir / "weights.safetensors").string(),
+                                "--objective",
+                                spec.at("objective").get<std::string>(),
+                                "--max-accuracy-drop",
+                                fmt::format("{}", spec.at("max_accuracy_drop").get<double>()),
+                                "--budget-minutes",
+                                fmt::format("{}", spec.at("budget_minutes").get<double>()),
+                                "--threads",
+                                std::to_string(threads),
+                                "-o",
+                                (dir / "best.bks").string()};
+  if (spec.value("allow_training", false))
+    argv.insert(argv.end(), {"--allow-training", "--solver", (dir / "solver.prototxt").string(),
+                             "--fine-tune-iterations", std::to_string(spec.at("fine_tune_iterations").get<int64_t>())});
   return argv;
 }
 
@@ -246,8 +290,16 @@ bool Scheduler::reap_slurm(int64_t id, Running& r) {
 void Scheduler::start_job(json& job) {
   const int64_t id = job["id"].get<int64_t>();
   auto r = std::make_unique<Running>();
+  r->kind = job.value("kind", "");
   const fs::path dir = job_dir(id);
-  if (job.value("kind", "") == "train" && config_.slurm) {
+  if (r->kind == "optimize") {
+    // Here even under Slurm: it reads the source job's files and measures this machine.
+    const std::vector<std::string> argv = optimize_command(job, std::max(1, config_.threads_per_job));
+    std::ofstream((dir / "output.txt").string(), std::ios::app)
+        << fmt::format("--- bakusoku serve: attempt {}: {}\n", job.value("attempts", 0) + 1, fmt::join(argv, " "));
+    r->pid = spawn(argv, dir.string(), (dir / "output.txt").string());
+    job["pid"] = r->pid;
+  } else if (r->kind == "train" && config_.slurm) {
     submit_to_slurm(job, *r);
   } else if (job.value("kind", "") == "train") {
     const int processes = job.value("processes", 1);
@@ -327,7 +379,7 @@ void Scheduler::reap() {
         std::string tail = tail_file((fs::path(job_dir(id)) / "output.txt").string(), 8192);
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
         if (r.abort_requested && (was_interrupted(st) || WIFSIGNALED(st)))
-          finish(id, "aborted", "aborted on request; resume continues from its last snapshot", code);
+          finish(id, "aborted", "aborted on request; " + resume_note(r.kind), code);
         else if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
           finish(id, "done", "", 0);
         else
@@ -419,8 +471,9 @@ json Scheduler::resume(int64_t id) {
   }
   (*job)["resume_from"] = from;
   (*job)["state"] = "queued";
-  (*job)["reason"] = from.empty() ? "no snapshot yet: starts from the beginning"
-                                  : "resumes from " + fs::path(from).filename().string();
+  (*job)["reason"] = job->value("kind", "") == "optimize" ? "starts the search again"
+                     : from.empty()                       ? "no snapshot yet: starts from the beginning"
+                                                          : "resumes from " + fs::path(from).filename().string();
   if (from.empty() && job->value("kind", "") == "train") fs::remove_all(fs::path(job_dir(id)) / "run");
   store_.put("jobs", *job);
   touch();

@@ -1,5 +1,7 @@
 // The job queue. A training job runs `bakusoku train` as a child process in its own
-// directory (<data>/jobs/<id>/: net.prototxt, solver.prototxt, output.txt, run/); a dataset
+// directory (<data>/jobs/<id>/: net.prototxt, solver.prototxt, output.txt, run/); an optimize
+// job runs `bakusoku optimize` on a trained job's net and snapshot the same way (best.bks and
+// its report in its directory, optimize_command below); a dataset
 // job is a server thread that runs its work (a `bakusoku pack-dataset` child, dataset_job.h)
 // in the same kind of directory. Jobs wait for a free slot (CPU slots now; one per GPU later)
 // and move queued -> running -> done | failed | aborted. Aborted and failed training jobs
@@ -51,9 +53,10 @@ class Scheduler {
   ~Scheduler();  // interrupts running jobs (they snapshot) and waits for them
   const ServerConfig& config() const { return config_; }
 
-  // Queues a job document (kind "train": its net and solver text in job["files"]; kind
-  // "dataset"); returns its id.
-  int64_t submit(json job);
+  // Queues a job document (kind "train" or "optimize": its net and solver text in
+  // job["files"]; kind "dataset") after `prepare` (when given) has put anything else its
+  // directory needs there; returns its id. When `prepare` throws, nothing is left.
+  int64_t submit(json job, const std::function<void(const std::string& dir)>& prepare = {});
   // Each returns the job as it now is; ApiError-free: throws InputError when the job's
   // state does not allow it (the message says why).
   json abort(int64_t id);
@@ -70,6 +73,7 @@ class Scheduler {
 
  private:
   struct Running {
+    std::string kind;  // the job's: "train", "optimize" or "dataset"
     pid_t pid = -1;
     std::thread thread;  // dataset jobs
     std::atomic<bool> cancel{false}, finished{false};
@@ -91,6 +95,7 @@ class Scheduler {
   void interrupt(const Running& r);  // asks a training job to snapshot and stop
   void kill_job(const Running& r);   // ends it at once
   std::vector<std::string> train_command(const json& job, int threads) const;
+  std::vector<std::string> optimize_command(const json& job, int threads) const;
   void submit_to_slurm(json& job, Running& r);
   bool reap_slurm(int64_t id, Running& r);  // true when the job has ended
   int slots_in_use() const;
@@ -108,5 +113,8 @@ class Scheduler {
 };
 
 double now_seconds();  // wall clock, seconds since the epoch
+
+// What resuming a job of `kind` does, in words (appended to why it stopped).
+std::string resume_note(const std::string& kind);
 
 }  // namespace bks::server

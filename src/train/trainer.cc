@@ -26,6 +26,7 @@
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "ops/op_def.h"
+#include "passes/insert_binarize.h"
 #include "passes/insert_distillation.h"
 #include "passes/insert_fake_quant.h"
 #include "runtime/evaluate.h"
@@ -309,11 +310,17 @@ void TrainerImpl::setup() {
   // Distillation: the train net also learns the teacher's scores (its pass infers shapes,
   // which reads the data: the pin keeps it for the net built next).
   DatasetPin pin;
+  size_t binarized_inputs = 0;
   auto graph_of = [&](const NetLoad& nl, const proto::NetState& state) {
     Graph g = build_caffe_graph(nl, state);
     if (opt_.qat == "int8") {  // binary and pow2 round the weights only
       const PassReport r = insert_fake_quant(g);
       log::debug("{}: {} FakeQuant node(s) inserted", g.name, r.changes.size());
+    }
+    if (opt_.qat == "xnor") {  // and binary inputs to the layers between the first and the last
+      const PassReport r = insert_binarize(g);
+      for (const std::string& line : r.changes) log::debug("{}: {}", g.name, line);
+      if (state.phase() == proto::TRAIN) binarized_inputs = r.changes.size();
     }
     if (!opt_.teacher.empty() && state.phase() == proto::TRAIN)
       for (const std::string& line : insert_distillation(g, opt_.temperature, opt_.alpha).changes)
@@ -351,8 +358,11 @@ void TrainerImpl::setup() {
           "Quantization-aware training (--qat int8): {} layer(s) see int8 weights ({} levels per side) and inputs",
           weight_quant_->layers(), int8_weight_levels());
     else
-      log::info("Quantization-aware training (--qat {}): {} layer(s) see {} weights, one scale per output channel",
-                opt_.qat, weight_quant_->layers(), grid == WeightGrid::binary ? "binary (+-mean |w|)" : "power-of-two");
+      log::info("Quantization-aware training (--qat {}): {} layer(s) see {} weights, one scale per output channel{}",
+                opt_.qat, weight_quant_->layers(), grid == WeightGrid::binary ? "binary (+-mean |w|)" : "power-of-two",
+                opt_.qat == "xnor"
+                    ? fmt::format("; {} of them binary inputs (sign, straight-through gradient)", binarized_inputs)
+                    : "");
   }
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
   if (!opt_.teacher.empty()) attach_teacher(threads);
@@ -510,7 +520,7 @@ void TrainerImpl::snapshot() {
   // Weights first: the state names them, so a state never points at a missing file.
   // Binary / pow2 weights are kept as floats: deploy rounds them as training did.
   save_weights((dir / wname).string(), store_,
-               opt_.qat == "binary" || opt_.qat == "pow2"
+               opt_.qat == "binary" || opt_.qat == "pow2" || opt_.qat == "xnor"
                    ? std::map<std::string, std::string>{{"weight_grid", opt_.qat}}
                    : std::map<std::string, std::string>{});
   save_safetensors((dir / sname).string(), solver_->state(),

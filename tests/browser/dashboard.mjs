@@ -1,6 +1,7 @@
 // Browser test of the dashboard, in Debian's Chromium (headless) driven by playwright-core:
 // create a dataset from Fashion-MNIST, start a short LeNet job, see the loss chart grow while
-// it runs and the job finish, classify a test image and read the top-1 label on the page.
+// it runs and the job finish, classify a test image and read the top-1 label on the page,
+// optimize the job (bakusoku optimize as a job of its own) and read its table and plot.
 // Saves a screenshot of each page.
 // Usage: node dashboard.mjs BAKUSOKU_BINARY SCREENSHOT_DIR
 import { spawn } from 'node:child_process';
@@ -117,19 +118,38 @@ try {
   if (!(acc > 70)) throw new Error(`validation accuracy ${acc}% after 3 epochs`);
   await shot('08-layers-and-confusion');
 
+  step('optimize the job from its page: the search runs as a job and shows its table and plot');
+  const trainHash = await page.evaluate(() => location.hash);
+  await page.fill('#optimize-form input[name=budget_minutes]', '0.3');
+  await page.fill('#optimize-form input[name=max_accuracy_drop]', '1');
+  await page.click('#start-optimize');
+  await page.waitForFunction(h => location.hash !== h, trainHash);
+  await page.waitForSelector('#search');
+  await page.waitForSelector('#candidates', { timeout: 300000 });
+  await page.waitForFunction(() => document.getElementById('search-plot').naturalWidth > 0, null, { timeout: 30000 });
+  const chosen = await page.textContent('#candidates tr.best td:nth-child(2)');
+  const rows = await page.$$eval('#candidates tr:not(.untried)', r => r.length - 1);
+  const bundle = await page.getAttribute('#best-bundle', 'href');
+  const got = await fetch(url + bundle.replace(/^\//, ''));
+  if (got.status !== 200 || (await got.arrayBuffer()).byteLength < 1000) throw new Error(`the chosen bundle did not download (${got.status})`);
+  await shot('09-optimize');
+  console.log(`  ${rows} candidates; chosen: ${chosen}`);
+  await page.goto(url + trainHash);
+  await page.waitForSelector('#optimize-runs a');
+
   step('the model page draws the network');
   await page.click('header >> text=Models');
   await page.waitForSelector('h1:has-text("Models")');
-  await shot('09-models');
+  await shot('10-models');
   await page.click('text=lenet-browser');
   await page.waitForSelector('#graph');
   await page.waitForFunction(() => document.getElementById('graph').naturalWidth > 0, null, { timeout: 30000 });
-  await shot('10-model');
+  await shot('11-model');
 
   step('the datasets page');
   await page.click('header >> text=Datasets');
   await page.waitForSelector('h1:has-text("Datasets")');
-  await shot('11-datasets');
+  await shot('12-datasets');
 } catch (e) {
   failed = true;
   console.error('FAILED:', e.message);
