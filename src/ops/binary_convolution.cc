@@ -1,9 +1,9 @@
 // BinaryConvolution: XNOR-Net's convolution, made by bakusoku deploy from a Convolution
-// that read a Binarize (passes/binarize_layers.cc). It has Convolution's attributes and
-// blobs (group 1) and computes y[o] = alpha[o] * (sign(x) * sign(W[o])) + b[o], alpha[o]
-// the mean |W[o]|, where padding adds nothing (as zero padding of the binarized input
-// does). Weights already on the binary grid (+-alpha) so give exactly the Convolution of
-// the binarized input. Inference only.
+// that read a Binarize (binarize_layers, passes/insert_binarize.h). It has Convolution's
+// attributes and blobs (group 1) and computes y[o] = alpha[o] * (sign(x) * sign(W[o])) +
+// b[o], alpha[o] the mean |W[o]|, where padding adds nothing (as zero padding of the
+// binarized input does). Weights already on the binary grid (+-alpha) so give exactly the
+// Convolution of the binarized input. Inference only.
 //
 // The kernel packs each input pixel's channel signs into words, gathers every output
 // position's window into one bit vector (an im2col of bits), and takes each filter's dot

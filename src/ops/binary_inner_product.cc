@@ -1,10 +1,10 @@
 // BinaryInnerProduct: XNOR-Net's inner product, made by bakusoku deploy from an
-// InnerProduct that read a Binarize (passes/binarize_layers.cc). It has InnerProduct's
-// attributes and blobs and computes y = alpha[j] * (sign(x) . sign(W[j])) + b[j], with
-// alpha[j] the mean |W[j]| (so weights already on the binary grid, +-alpha, give exactly
-// the InnerProduct of the binarized input). Inference only. The kernel packs both sides'
-// signs into bits and counts agreements with XOR and popcount (ops/xnor_kernels.h); the
-// reference kernel multiplies floats.
+// InnerProduct that read a Binarize (binarize_layers, passes/insert_binarize.h). It has
+// InnerProduct's attributes and blobs and computes y = alpha[j] * (sign(x) . sign(W[j])) +
+// b[j], with alpha[j] the mean |W[j]| (so weights already on the binary grid, +-alpha, give
+// exactly the InnerProduct of the binarized input). Inference only. The kernel packs both
+// sides' signs into bits and counts disagreements with XOR and popcount
+// (ops/xnor_kernels.h); the reference kernel multiplies floats.
 #include <algorithm>
 #include <cmath>
 

@@ -48,9 +48,10 @@ std::string read_job_file(const fs::path& dir, const std::string& name) {
 fs::path search_output(Context& c, const httplib::Request& req, const std::string& name) {
   const json job = row(c, "jobs", req);
   if (job.value("kind", "") != "optimize") throw ApiError(404, "", "this is not an optimize job");
+  // Only a finished search's (a resumed one would still show its last attempt's).
+  if (job.value("state", "") != "done") throw ApiError(404, "", "the search has not finished");
   const fs::path p = fs::path(c.scheduler.job_dir(job["id"])) / name;
   if (fs::exists(p)) return p;
-  if (job.value("state", "") != "done") throw ApiError(404, "", "the search has not finished");
   throw ApiError(404, "", name == "best.bks" ? "no candidate kept the accuracy budget" : "the search wrote no " + name);
 }
 
