@@ -149,14 +149,14 @@ json describe_job(Context& c, json job, bool full) {
   return job;
 }
 
-namespace {
-
 void send_file(httplib::Response& res, const fs::path& p, const std::string& type, const std::string& download_name) {
   std::ifstream in(p, std::ios::binary);
   if (!in) throw ApiError(404, "", "no file " + p.filename().string());
   res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), type);
-  res.set_header("Content-Disposition", "attachment; filename=\"" + download_name + "\"");
+  if (!download_name.empty()) res.set_header("Content-Disposition", "attachment; filename=\"" + download_name + "\"");
 }
+
+namespace {
 
 // GET /api/jobs, which every open jobs page polls: its body (about 1 KB per job) is sent
 // again as it is until a job changes in the store or a running job's metrics file changes;

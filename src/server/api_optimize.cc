@@ -55,13 +55,6 @@ fs::path search_output(Context& c, const httplib::Request& req, const std::strin
   throw ApiError(404, "", name == "best.bks" ? "no candidate kept the accuracy budget" : "the search wrote no " + name);
 }
 
-void send(httplib::Response& res, const fs::path& p, const std::string& type, const std::string& download_name = "") {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw ApiError(404, "", "no file " + p.filename().string());
-  res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), type);
-  if (!download_name.empty()) res.set_header("Content-Disposition", "attachment; filename=\"" + download_name + "\"");
-}
-
 }  // namespace
 
 void add_optimize_routes(httplib::Server& s, Context& c) {
@@ -103,15 +96,15 @@ void add_optimize_routes(httplib::Server& s, Context& c) {
         201);
   });
   s.Get(R"(/api/jobs/(\d+)/optimize/report\.json)", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle_raw(res, [&] { send(res, search_output(c, req, "best.json"), "application/json"); });
+    handle_raw(res, [&] { send_file(res, search_output(c, req, "best.json"), "application/json"); });
   });
   s.Get(R"(/api/jobs/(\d+)/optimize/plot\.svg)", [&c](const httplib::Request& req, httplib::Response& res) {
-    handle_raw(res, [&] { send(res, search_output(c, req, "best.svg"), "image/svg+xml"); });
+    handle_raw(res, [&] { send_file(res, search_output(c, req, "best.svg"), "image/svg+xml"); });
   });
   s.Get(R"(/api/jobs/(\d+)/optimize/best\.bks)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle_raw(res, [&] {
       const fs::path p = search_output(c, req, "best.bks");
-      send(res, p, "application/octet-stream", fmt::format("job{}_best.bks", req.matches[1].str()));
+      send_file(res, p, "application/octet-stream", fmt::format("job{}_best.bks", req.matches[1].str()));
     });
   });
 }

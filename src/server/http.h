@@ -61,6 +61,11 @@ std::filesystem::path metrics_file(Context& c, int64_t job);
 // and with `full` the end of its log while it runs and its snapshots.
 json describe_job(Context& c, json job, bool full);
 
+// The file at `p` as the response (ApiError 404 when it cannot be read), offered for download
+// as `download_name` when that is given (else shown inline).
+void send_file(httplib::Response& res, const std::filesystem::path& p, const std::string& type,
+               const std::string& download_name = "");
+
 void add_dataset_routes(httplib::Server& s, Context& c);
 void add_model_routes(httplib::Server& s, Context& c);
 void add_job_routes(httplib::Server& s, Context& c);

@@ -118,15 +118,11 @@ void Scheduler::interrupt(const Running& r) {
     return;
   }
   if (r.pid <= 0) return;
-  // optimize stops at once; a fine-tune it runs gets its death signal and stops too.
-  if (r.kind == "optimize") {
-    kill(r.pid, SIGINT);
-    return;
-  }
-  // SIGINT to the trainer or, under mpirun, to every rank but not to mpirun: each rank
-  // snapshots (rank 0 writes), they agree to stop, and mpirun ends with their exit code
-  // (130). mpirun itself would take SIGINT as "abort the job" and exit 1.
-  const std::vector<pid_t> ranks = descendants(r.pid);
+  // SIGINT to the child (a trainer snapshots and stops; optimize stops, and a fine-tune it
+  // runs gets its death signal) or, under mpirun, to every rank but not to mpirun: each
+  // rank snapshots (rank 0 writes), they agree to stop, and mpirun ends with their exit
+  // code (130). mpirun itself would take SIGINT as "abort the job" and exit 1.
+  const std::vector<pid_t> ranks = r.ranks ? descendants(r.pid) : std::vector<pid_t>{};
   if (ranks.empty()) kill(r.pid, SIGINT);
   for (pid_t p : ranks) kill(p, SIGINT);
 }
@@ -292,23 +288,23 @@ void Scheduler::start_job(json& job) {
   auto r = std::make_unique<Running>();
   r->kind = job.value("kind", "");
   const fs::path dir = job_dir(id);
-  if (r->kind == "optimize") {
-    // Here even under Slurm: it reads the source job's files and measures this machine.
-    const std::vector<std::string> argv = optimize_command(job, std::max(1, config_.threads_per_job));
-    std::ofstream((dir / "output.txt").string(), std::ios::app)
-        << fmt::format("--- bakusoku serve: attempt {}: {}\n", job.value("attempts", 0) + 1, fmt::join(argv, " "));
-    r->pid = spawn(argv, dir.string(), (dir / "output.txt").string());
-    job["pid"] = r->pid;
-  } else if (r->kind == "train" && config_.slurm) {
+  if (r->kind == "train" && config_.slurm) {
     submit_to_slurm(job, *r);
-  } else if (job.value("kind", "") == "train") {
-    const int processes = job.value("processes", 1);
-    r->slots = slots_for(processes, config_);
-    std::vector<std::string> argv = train_command(job, std::max(1, config_.threads_per_job / processes));
-    if (processes > 1) {
-      // Its ranks share the machine with other jobs: unpinned unless alone.
-      argv.insert(argv.end(), {"--ranks", std::to_string(processes)});
-      if (config_.slots > 1) argv.push_back("--no-pin");
+  } else if (r->kind == "train" || r->kind == "optimize") {
+    std::vector<std::string> argv;
+    if (r->kind == "optimize") {
+      // Here even under Slurm: it reads the source job's files and measures this machine.
+      argv = optimize_command(job, std::max(1, config_.threads_per_job));
+    } else {
+      const int processes = job.value("processes", 1);
+      r->slots = slots_for(processes, config_);
+      argv = train_command(job, std::max(1, config_.threads_per_job / processes));
+      if (processes > 1) {
+        // Its ranks share the machine with other jobs: unpinned unless alone.
+        argv.insert(argv.end(), {"--ranks", std::to_string(processes)});
+        if (config_.slots > 1) argv.push_back("--no-pin");
+        r->ranks = true;
+      }
     }
     std::ofstream((dir / "output.txt").string(), std::ios::app)
         << fmt::format("--- bakusoku serve: attempt {}: {}\n", job.value("attempts", 0) + 1, fmt::join(argv, " "));

@@ -75,6 +75,7 @@ class Scheduler {
   struct Running {
     std::string kind;  // the job's: "train", "optimize" or "dataset"
     pid_t pid = -1;
+    bool ranks = false;  // pid is mpirun: interrupts go to its ranks
     std::thread thread;  // dataset jobs
     std::atomic<bool> cancel{false}, finished{false};
     std::string error;  // dataset jobs: why they failed
@@ -91,7 +92,7 @@ class Scheduler {
   void reap();
   void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
   void touch();
-  void stop_children();  // interrupts every running job and marks it failed (server stopping)
+  void stop_children();              // interrupts every running job and marks it failed (server stopping)
   void interrupt(const Running& r);  // asks a training job to snapshot and stop
   void kill_job(const Running& r);   // ends it at once
   std::vector<std::string> train_command(const json& job, int threads) const;
