@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <map>
 
 #include "graph/graph_edit.h"
 #include "ops/conv_attrs.h"
 #include "ops/op_def.h"
+#include "passes/insert_before_readers.h"
 
 namespace bks {
 namespace {
@@ -42,33 +42,9 @@ PassReport insert_binarize(Graph& g) {
   if (linear.size() < 3) return r;  // nothing between the first and the last
   std::vector<bool> binarized(g.nodes.size(), false);
   for (size_t i = 1; i + 1 < linear.size(); ++i) binarized[linear[i]] = true;
-  std::vector<Node> nodes;
-  std::map<int, int> signs;  // value -> the Binarize output replacing it for these readers
-  for (int k = 0; k < static_cast<int>(g.nodes.size()); ++k) {
-    Node& n = g.nodes[k];
-    if (binarized[k]) {
-      const int v = n.inputs[0];
-      auto it = signs.find(v);
-      if (it == signs.end()) {
-        const std::string name = g.values[v].name + kSuffix;
-        Node b;
-        b.name = name;
-        b.type = "Binarize";
-        b.where = n.where;
-        b.inputs = {v};
-        b.propagate_down = {true};
-        b.outputs = {g.add_value(name)};
-        g.values[b.outputs[0]].shape = g.values[v].shape;
-        nodes.push_back(std::move(b));
-        it = signs.emplace(v, nodes.back().outputs[0]).first;
-      }
-      n.inputs[0] = it->second;
-      r.changes.push_back(fmt::format("{} '{}' reads the signs of '{}'", n.type, n.name, g.values[v].name));
-    }
-    nodes.push_back(std::move(n));
-  }
-  g.nodes = std::move(nodes);
-  relink(g);
+  insert_before_readers(g, binarized, "Binarize", kSuffix, [&](const Node& reader, const std::string& value, bool) {
+    r.changes.push_back(fmt::format("{} '{}' reads the signs of '{}'", reader.type, reader.name, value));
+  });
   verify_graph(g, r.pass);
   return r;
 }

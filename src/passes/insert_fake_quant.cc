@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
-#include <map>
 #include <string_view>
 
 #include "graph/graph_edit.h"
 #include "ops/op_def.h"
+#include "passes/insert_before_readers.h"
 
 namespace bks {
 namespace {
@@ -18,32 +18,11 @@ constexpr const char kKeySuffix[] = "/fake_quant.0";
 
 PassReport insert_fake_quant(Graph& g) {
   PassReport r{"insert-fake-quant", {}};
-  std::vector<Node> nodes;
-  std::map<int, int> quantized;  // value -> the FakeQuant output replacing it for these readers
-  for (Node& n : g.nodes) {
-    if (op_traits(n).weighted_linear && !n.inputs.empty()) {
-      const int v = n.inputs[0];
-      auto it = quantized.find(v);
-      if (it == quantized.end()) {
-        const std::string name = g.values[v].name + kSuffix;
-        Node q;
-        q.name = name;
-        q.type = "FakeQuant";
-        q.where = n.where;
-        q.attrs = default_attrs("FakeQuant");
-        q.inputs = {v};
-        q.propagate_down = {true};
-        q.outputs = {g.add_value(name)};
-        nodes.push_back(std::move(q));
-        it = quantized.emplace(v, nodes.back().outputs[0]).first;
-        r.changes.push_back(fmt::format("'{}' quantized before {} '{}'", g.values[v].name, n.type, n.name));
-      }
-      n.inputs[0] = it->second;
-    }
-    nodes.push_back(std::move(n));
-  }
-  g.nodes = std::move(nodes);
-  relink(g);
+  std::vector<bool> linear(g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n) linear[n] = op_traits(g.nodes[n]).weighted_linear;
+  insert_before_readers(g, linear, "FakeQuant", kSuffix, [&](const Node& reader, const std::string& value, bool made) {
+    if (made) r.changes.push_back(fmt::format("'{}' quantized before {} '{}'", value, reader.type, reader.name));
+  });
   verify_graph(g, r.pass);
   return r;
 }
