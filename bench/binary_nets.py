@@ -13,14 +13,8 @@ The FP32 model and each fine-tune are trained once into WORK and reused.
 import argparse
 import json
 import os
-import re
 
-from fashion_runs import LENET, ROOT, run, trained
-
-
-def accuracy(bks, bundle):
-    text = run([bks, "test", "--model", bundle, "--iterations", "100"])
-    return float(re.search(r"accuracy = ([0-9.]+)", text).group(1))
+from fashion_runs import LENET, ROOT, run, tested_accuracy, trained
 
 
 def layer_times(bks, bundle, batch, threads):
@@ -58,7 +52,7 @@ def main():
         for flags, suffix in (([], ".bks"), (["--compress"], "_compressed.bks")):
             run([bks, "deploy", "--model", LENET, "--weights", weights, "--batch", "1", *flags, "-o", stem + suffix])
         bundles[name] = stem + ".bks"
-        acc = accuracy(bks, stem + ".bks")
+        acc = tested_accuracy(bks, stem + ".bks")
         control = control if control is not None else acc
         plain, small = os.path.getsize(stem + ".bks"), os.path.getsize(stem + "_compressed.bks")
         print(f"| {name} | {acc:.4f} ({100 * (acc - control):+.2f}) | {plain:,} bytes | {small:,} bytes |", flush=True)

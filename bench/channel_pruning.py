@@ -18,12 +18,7 @@ import os
 import re
 import statistics
 
-from fashion_runs import NETS, ROOT, run, trained
-
-
-def accuracy(bks, net, weights):
-    text = run([bks, "test", "--model", net, "--weights", weights, "--iterations", "100"])
-    return float(re.search(r"accuracy = ([0-9.]+)", text).group(1))
+from fashion_runs import NETS, ROOT, run, tested_accuracy, trained
 
 
 def main():
@@ -56,7 +51,7 @@ def main():
         net, pruned = os.path.join(out, "net.prototxt"), os.path.join(out, "weights.safetensors")
         widths = ", ".join(f"{m[0]} {m[2]}/{m[1]}" for m in
                            re.findall(r"^(\S.*?)\s{2,}(\d+)\s+(\d+)\s", text, re.M))
-        before = accuracy(bks, net, pruned)
+        before = tested_accuracy(bks, net, pruned)
         tuned = trained(bks, a.work, f"{tag}_{a.ft_iters}", a.ft_iters, ["--weights", pruned], net, a.net)
         name = f"--flops {f:g}" + (f" --multiple {m}" if m > 1 else "") + f": {conv.group(3)}% fewer conv multiply-adds"
         models[name] = (net, tuned, widths, f"{before:.4f}")
@@ -66,7 +61,7 @@ def main():
         bundle = os.path.join(a.work, re.sub(r"[^A-Za-z0-9]+", "_", name) + ".bks")
         run([bks, "deploy", "--model", net, "--weights", weights, "-o", bundle])
         bundles[name] = bundle
-        accuracies[name] = accuracy(bks, net, weights)
+        accuracies[name] = tested_accuracy(bks, net, weights)
     batches = [int(b) for b in a.batch.split(",")]
     times = {name: {b: [] for b in batches} for name in bundles}
     for r in range(a.rounds):

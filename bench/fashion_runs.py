@@ -43,3 +43,9 @@ def trained(bks, work, name, iters, extra, net=LENET, kind="lenet"):
         acc = re.search(r"Final test:\s+accuracy ([0-9.]+)", text).group(1)
         print(f"trained {name}: accuracy {acc}", flush=True)
     return weights
+
+
+def tested_accuracy(bks, model, weights=None):
+    """Top-1 over the whole test set as `bakusoku test` prints it: of a bundle, or of a net with its weights."""
+    cmd = [bks, "test", "--model", model, *(["--weights", weights] if weights else []), "--iterations", "100"]
+    return float(re.search(r"accuracy = ([0-9.]+)", run(cmd)).group(1))

@@ -9,9 +9,8 @@ The FP32 model and each fine-tune are trained once into WORK and reused.
 """
 import argparse
 import os
-import re
 
-from fashion_runs import LENET, ROOT, run, trained
+from fashion_runs import LENET, ROOT, run, tested_accuracy, trained
 
 
 def main():
@@ -38,8 +37,7 @@ def main():
         for variant, flags in variants.items():
             bundle = os.path.join(a.work, f"{model}_{variant}.bks".replace(" ", "_").replace("%", ""))
             run([bks, "deploy", "--model", LENET, "--weights", weights, "--batch", "100", *flags, "-o", bundle])
-            text = run([bks, "test", "--model", bundle, "--iterations", "100"])
-            acc = float(re.search(r"accuracy = ([0-9.]+)", text).group(1))
+            acc = tested_accuracy(bks, bundle)
             size = os.path.getsize(bundle)
             reference = reference or size
             rows.append((model, variant, acc, size))

@@ -20,7 +20,6 @@ import io
 import json
 import os
 import re
-import time
 
 import torch
 import torch.ao.quantization as q
@@ -28,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.nn.utils.prune as prune
 
-from fashion_runs import LENET, ROOT, run, trained
-from torch_models import LeNet, caffe_sgd, fashion_mnist, set_lr
+from fashion_runs import LENET, ROOT, run, tested_accuracy, trained
+from torch_models import LeNet, caffe_sgd, eager_times_ms, fashion_mnist, set_lr
 
 SCALE = 0.00390625  # Caffe's transform_param scale
 
@@ -81,16 +80,8 @@ def accuracy(model, data):
 
 
 def median_ms(model, batch, iters=200):
-    x = torch.rand(batch, 1, 28, 28)
-    with torch.no_grad():
-        for _ in range(20):
-            model(x)
-        ms = []
-        for _ in range(iters):
-            t = time.perf_counter()
-            model(x)
-            ms.append((time.perf_counter() - t) * 1000)
-    return sorted(ms)[len(ms) // 2]
+    ms = eager_times_ms(model, torch.rand(batch, 1, 28, 28), iters, 20)
+    return ms[len(ms) // 2]
 
 
 def saved_bytes(model):
@@ -174,9 +165,7 @@ def main():
         plain, packed = saved_bytes(model)
         rows[("PyTorch", name)] = {"accuracy": accuracy(model, test_data), "bytes": f"{plain:,} ({packed:,} gzipped)"}
     for name, bundle in bundles.items():
-        text = run([bks, "test", "--model", bundle, "--iterations", "100"])
-        rows[("bakusoku", name)] = {"accuracy": float(re.search(r"accuracy = ([0-9.]+)", text).group(1)),
-                                    "bytes": f"{os.path.getsize(bundle):,}"}
+        rows[("bakusoku", name)] = {"accuracy": tested_accuracy(bks, bundle), "bytes": f"{os.path.getsize(bundle):,}"}
     for batch in (1, 64):
         for _ in range(a.rounds):
             for name, model in torch_models.items():

@@ -2,11 +2,10 @@
 Prints one JSON line: latency percentiles (ms) and throughput per batch size."""
 import json
 import sys
-import time
 
 import torch
 
-from torch_models import LeNet, Cifar10Quick, ResNet18Cifar
+from torch_models import LeNet, Cifar10Quick, ResNet18Cifar, eager_times_ms
 
 
 def int8(model, shape):
@@ -33,19 +32,10 @@ def main():
     if len(sys.argv) > 5 and sys.argv[5] == "int8":
         model = int8(model, shape)
     out = {}
-    with torch.no_grad():
-        for b in batches:
-            x = torch.rand(b, *shape)
-            for _ in range(max(5, iters // 10)):
-                model(x)
-            ms = []
-            for _ in range(iters):
-                t = time.perf_counter()
-                model(x)
-                ms.append((time.perf_counter() - t) * 1000)
-            ms.sort()
-            mean = sum(ms) / len(ms)
-            out[str(b)] = {"median_ms": ms[len(ms) // 2], "mean_ms": mean, "throughput_per_s": b / (mean / 1000)}
+    for b in batches:
+        ms = eager_times_ms(model, torch.rand(b, *shape), iters, max(5, iters // 10))
+        mean = sum(ms) / len(ms)
+        out[str(b)] = {"median_ms": ms[len(ms) // 2], "mean_ms": mean, "throughput_per_s": b / (mean / 1000)}
     print(json.dumps(out))
 
 

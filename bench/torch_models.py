@@ -2,6 +2,7 @@
 user would, trained with the same data, batch, schedule and threads as bakusoku."""
 import gzip
 import math
+import time
 import numpy as np
 import torch
 import torch.nn as nn
@@ -24,6 +25,19 @@ def fashion_mnist(split):
     y = read_idx(f"{FMNIST}/{prefix}-labels-idx1-ubyte.gz")
     # Kept as uint8 in memory, like bakusoku; converted per batch.
     return torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
+
+
+def eager_times_ms(model, x, iters, warmup):
+    """Sorted wall times (ms) of model(x), `iters` runs after `warmup` untimed ones, without autograd."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            model(x)
+        ms = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            model(x)
+            ms.append((time.perf_counter() - t) * 1000)
+    return sorted(ms)
 
 
 def caffe_xavier(t):
