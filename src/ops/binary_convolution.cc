@@ -10,12 +10,13 @@
 // product with XOR and popcount (ops/xnor_kernels.h). Windows that reach into the padding
 // count the taps inside only.
 #include <algorithm>
-#include <cmath>
 
 #include "core/parallel.h"
 #include "ops/conv_attrs.h"
 #include "ops/conv_kernels.h"
+#include "ops/fused_post_ops.h"
 #include "ops/op.h"
+#include "ops/weight_grids.h"
 #include "ops/xnor_kernels.h"
 
 namespace bks {
@@ -60,20 +61,11 @@ class BinaryConvolutionDef final : public OpDef {
   bool has_bias(const Node& n) const override { return n.attrs.as<ConvAttrs>().bias_term; }
 };
 
-float post_op(float y, const FusedPostOps& f) {
-  if (f.relu && y < 0.f) y *= f.relu_slope;
-  return y;
-}
-
-// Mean |w| of each output channel's c * kh * kw weights.
+// Each output channel's binary magnitude (the mean |w| of its c * kh * kw weights).
 std::vector<float> channel_alpha(const float* w, const ConvGeometry& g) {
   const int64_t per = g.c * g.kh * g.kw;
   std::vector<float> alpha(static_cast<size_t>(g.oc));
-  for (int64_t o = 0; o < g.oc; ++o) {
-    double s = 0;
-    for (int64_t i = 0; i < per; ++i) s += std::fabs(w[o * per + i]);
-    alpha[o] = static_cast<float>(s / static_cast<double>(per));
-  }
+  for (int64_t o = 0; o < g.oc; ++o) alpha[o] = binary_scale(w + o * per, 1, per);
   return alpha;
 }
 
@@ -106,7 +98,7 @@ class BinaryConvolutionReference final : public Kernel {
                          sign(w[((o * g.c + ci) * g.kh + ky) * g.kw + kx]);
                 }
             y[((n * g.oc + o) * g.oh + oy) * g.ow + ox] =
-                post_op(static_cast<float>(alpha[o] * dot + (b ? b[o] : 0.0)), fusion_);
+                apply_fused_relu(static_cast<float>(alpha[o] * dot + (b ? b[o] : 0.0)), fusion_);
           }
   }
 
@@ -215,17 +207,8 @@ class BinaryConvolutionKernel final : public Kernel {
     const float* alpha = alpha_.data();
     const float* bias = b ? b : zeros_.data();
     float* out = y + n * g_.oc * positions_ + p;
-    const int64_t stride = positions_;
-    if (!fusion_.relu) {
-      for (int64_t o = 0; o < g_.oc; ++o)
-        out[o * stride] = alpha[o] * (inside - 2.f * static_cast<float>(cnt[o])) + bias[o];
-      return;
-    }
-    const float slope = fusion_.relu_slope;
-    for (int64_t o = 0; o < g_.oc; ++o) {
-      const float v = alpha[o] * (inside - 2.f * static_cast<float>(cnt[o])) + bias[o];
-      out[o * stride] = v < 0.f ? v * slope : v;
-    }
+    for (int64_t o = 0; o < g_.oc; ++o)
+      out[o * positions_] = apply_fused_relu(alpha[o] * (inside - 2.f * static_cast<float>(cnt[o])) + bias[o], fusion_);
   }
 
   // Image n's pixels as channel-sign words, then each output position's window of them.

@@ -6,11 +6,12 @@
 // sides' signs into bits and counts disagreements with XOR and popcount
 // (ops/xnor_kernels.h); the reference kernel multiplies floats.
 #include <algorithm>
-#include <cmath>
 
 #include "core/parallel.h"
+#include "ops/fused_post_ops.h"
 #include "ops/inner_product_attrs.h"
 #include "ops/op.h"
+#include "ops/weight_grids.h"
 #include "ops/xnor_kernels.h"
 
 namespace bks {
@@ -53,11 +54,6 @@ class BinaryInnerProductDef final : public OpDef {
   bool has_bias(const Node& n) const override { return n.attrs.as<InnerProductAttrs>().bias_term; }
 };
 
-float post_op(float y, const FusedPostOps& f) {
-  if (f.relu && y < 0.f) y *= f.relu_slope;
-  return y;
-}
-
 // W[j]'s values: row j of an (n, k) matrix, or column j of a (k, n) one.
 struct WeightRow {
   const float* first;
@@ -81,14 +77,12 @@ class BinaryInnerProductReference final : public Kernel {
     float* y = c.out[0]->f32();
     for (int64_t j = 0; j < g_.n; ++j) {
       const WeightRow r = weight_row(w, j, g_.n, g_.k, p_.transpose);
-      double alpha = 0;
-      for (int64_t t = 0; t < g_.k; ++t) alpha += std::fabs(r.first[t * r.stride]);
-      alpha /= static_cast<double>(g_.k);
+      const double alpha = binary_scale(r.first, r.stride, g_.k);
       for (int64_t i = 0; i < g_.m; ++i) {
         double dot = 0;
         for (int64_t t = 0; t < g_.k; ++t)
           dot += (x[i * g_.k + t] >= 0.f ? 1.0 : -1.0) * (r.first[t * r.stride] >= 0.f ? 1.0 : -1.0);
-        y[i * g_.n + j] = post_op(static_cast<float>(alpha * dot + (b ? b[j] : 0.0)), fusion_);
+        y[i * g_.n + j] = apply_fused_relu(static_cast<float>(alpha * dot + (b ? b[j] : 0.0)), fusion_);
       }
     }
   }
@@ -130,11 +124,16 @@ class BinaryInnerProductKernel final : public Kernel {
           for (int64_t i = lo; i < hi; ++i) pack_signs(x + i * g_.k, g_.k, 1, x_bits_.data() + i * words_);
           xor_popcount_gemm(x_bits_.data() + lo * words_, hi - lo, words_, w_bits_.data(), n_pad_,
                             counts_.data() + lo * n_pad_);
-          for (int64_t i = lo; i < hi; ++i)
-            for (int64_t j = 0; j < g_.n; ++j) {
-              const int64_t dot = g_.k - 2 * int64_t{counts_[i * n_pad_ + j]};
-              y[i * g_.n + j] = post_op(alpha_[j] * static_cast<float>(dot) + (b ? b[j] : 0.f), fusion_);
-            }
+          // Locals, so the loop over outputs sees nothing it writes could change them.
+          const int64_t n = g_.n, k = g_.k, pad = n_pad_;
+          const float* alpha = alpha_.data();
+          const FusedPostOps f = fusion_;
+          for (int64_t i = lo; i < hi; ++i) {
+            const int32_t* differ = counts_.data() + i * pad;
+            float* out = y + i * n;
+            for (int64_t j = 0; j < n; ++j)
+              out[j] = apply_fused_relu(alpha[j] * static_cast<float>(k - 2 * differ[j]) + (b ? b[j] : 0.f), f);
+          }
         },
         std::max<int64_t>(2, kSerialBelow / std::max<int64_t>(1, words_ * n_pad_)));
   }
@@ -146,9 +145,7 @@ class BinaryInnerProductKernel final : public Kernel {
     uint64_t* row = row_.data();
     for (int64_t j = 0; j < g_.n; ++j) {
       const WeightRow r = weight_row(w, j, g_.n, g_.k, p_.transpose);
-      double sum = 0;
-      for (int64_t t = 0; t < g_.k; ++t) sum += std::fabs(r.first[t * r.stride]);
-      alpha_[j] = static_cast<float>(sum / static_cast<double>(g_.k));
+      alpha_[j] = binary_scale(r.first, r.stride, g_.k);
       pack_signs(r.first, g_.k, r.stride, row);
       for (int64_t v = 0; v < words_; ++v) w_bits_[v * n_pad_ + j] = row[v];
     }

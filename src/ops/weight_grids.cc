@@ -45,11 +45,15 @@ void fake_quantize_weights(Tensor& w, bool output_last, float levels) {
   });
 }
 
+float binary_scale(const float* x, int64_t step, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::fabs(x[i * step]);
+  return static_cast<float>(sum / static_cast<double>(n));
+}
+
 void binarize_weights(Tensor& w, bool output_last) {
   each_channel(w, output_last, [](float* x, int64_t step, int64_t n) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += std::fabs(x[i * step]);
-    const auto a = static_cast<float>(sum / static_cast<double>(n));
+    const float a = binary_scale(x, step, n);
     for (int64_t i = 0; i < n; ++i) x[i * step] = x[i * step] < 0.f ? -a : a;
   });
 }

@@ -22,6 +22,9 @@ WeightGrid weight_grid(const std::string& name);
 void fake_quantize_weights(Tensor& w, bool output_last, float levels);
 // The binary grid: each output channel's weights become +-(its mean |w|) by their sign.
 void binarize_weights(Tensor& w, bool output_last);
+// That magnitude for one channel's n weights x[0], x[step], ...: their mean |x| (the binary
+// layers' per-channel alpha, ops/binary_convolution.cc, ops/binary_inner_product.cc).
+float binary_scale(const float* x, int64_t step, int64_t n);
 // The power-of-two grid: +-2^k for k in [kmax - 7, kmax], kmax rounding log2 of the channel's
 // largest |w|; each weight to the nearest in log scale, 0 below 2^(kmax - 7.5).
 void power_of_two_weights(Tensor& w, bool output_last);
