@@ -4,8 +4,9 @@ and INT8, each bundle's accuracy over the whole test set and its size against th
 bundle of the same network fine-tuned without pruning.
 
 Usage: python3 bench/pruned_size.py [--bakusoku build/src/bakusoku] [--fp32-iters 2000]
-       [--ft-iters 4000] [--sparsity 0.9 ...] [--work /tmp/bks_pruned_size]
-The FP32 model and each fine-tune are trained once into WORK and reused.
+       [--ft-iters 4000] [--sparsity 0.9 ...] [--weight-bits 5 ...] [--work /tmp/bks_pruned_size]
+The FP32 model and each fine-tune are trained once into WORK and reused. Each --weight-bits B
+adds an INT8 bundle whose weights are stored on B-bit grids (deploy --compress --weight-bits B).
 """
 import argparse
 import os
@@ -19,6 +20,7 @@ def main():
     p.add_argument("--fp32-iters", type=int, default=2000)
     p.add_argument("--ft-iters", type=int, default=4000)
     p.add_argument("--sparsity", type=float, nargs="+", default=[0.9])
+    p.add_argument("--weight-bits", type=int, nargs="*", default=[5])
     p.add_argument("--work", default="/tmp/bks_pruned_size")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -32,6 +34,8 @@ def main():
 
     int8 = ["--precision", "int8", "--calib", "test", "--int8-layers", "all"]
     variants = {"FP32": [], "FP32 --compress": ["--compress"], "INT8": int8, "INT8 --compress": int8 + ["--compress"]}
+    for b in a.weight_bits:
+        variants[f"INT8 --compress --weight-bits {b}"] = int8 + ["--compress", "--weight-bits", str(b)]
     rows, reference = [], None
     for model, weights in models.items():
         for variant, flags in variants.items():
@@ -41,7 +45,7 @@ def main():
             size = os.path.getsize(bundle)
             reference = reference or size
             rows.append((model, variant, acc, size))
-            print(f"{model:<16} {variant:<16} accuracy {acc:.4f}  {size:>9} bytes  {reference / size:5.1f}x", flush=True)
+            print(f"{model:<16} {variant:<34} accuracy {acc:.4f}  {size:>9} bytes  {reference / size:5.1f}x", flush=True)
 
     print("\n| model | bundle | accuracy | bytes | smaller than the dense FP32 bundle |")
     print("|---|---|---|---|---|")

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -637,6 +638,38 @@ TEST(CompressedBundle, PrunedLeNetIsSmallAndScoresAsTheDenseBundle) {
   EXPECT_NE(said8.find("sparse int8 grid"), std::string::npos) << said8;
   EXPECT_LT(fs::file_size(packed8) * 15, fs::file_size(dense8)) << fs::file_size(packed8);
   EXPECT_EQ(bundle_scores(packed8), bundle_scores(dense8));
+
+  // --weight-bits 5 (lossy, as Deep Compression's weight sharing): each output channel's
+  // weights on 15 levels each side of zero, the INT8 layers' too. Smaller again, and about
+  // as accurate. At 8 bits the channels hold more distinct values than 5 bits allow.
+  const std::string bits5 = temp_path("bits5.bks");
+  const std::string said5 = deploy(int8 + " --compress --weight-bits 5", bits5);
+  EXPECT_NE(said5.find("weights on 5-bit per-channel grids: lossy"), std::string::npos) << said5;
+  EXPECT_LT(fs::file_size(bits5), fs::file_size(packed8));
+  // The most distinct nonzero magnitudes in one output channel of `t` (`outputs` channels).
+  auto most_levels = [](const Tensor& t, int64_t outputs) {
+    const bool first = t.shape()[0] == outputs;  // else channels are the last axis (transposed)
+    std::vector<std::set<float>> seen(static_cast<size_t>(outputs));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (t.f32()[i] != 0.f)
+        seen[static_cast<size_t>(first ? i / (t.numel() / outputs) : i % outputs)].insert(std::fabs(t.f32()[i]));
+    size_t most = 0;
+    for (const auto& s : seen) most = std::max(most, s.size());
+    return most;
+  };
+  const Bundle q5 = load_bundle(bits5), q8 = load_bundle(packed8);
+  for (const auto& [layer, outputs] : {std::pair<std::string, int64_t>{"conv2.0", 50}, {"ip1.0", 500}}) {
+    EXPECT_LE(most_levels(q5.weights.at(layer), outputs), 15u) << layer;
+    EXPECT_GT(most_levels(q8.weights.at(layer), outputs), 15u) << layer;
+  }
+  EXPECT_NEAR(std::stod(bundle_scores(bits5).first), std::stod(bundle_scores(packed8).first), 0.01);
+  for (const auto& [flags, message] :
+       {std::pair<std::string, std::string>{"--compress --weight-bits 9", "--weight-bits must be in [2, 8], got 9"},
+        {"--weight-bits 5", "--weight-bits is for --compress"}}) {
+    CmdResult bad = run_cmd("deploy --model " + kLenet + " --weights " + weights + " " + flags + " -o " + bits5);
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << bad.output;
+  }
 
   // A changed byte in a coded tensor: one line naming the file and the tensor, exit code 2.
   std::string bytes;

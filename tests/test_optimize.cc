@@ -5,14 +5,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include "cli_util.h"
+#include "engine/bundle.h"
 #include "engine/optimize_report.h"
 
 namespace bks::test {
@@ -126,12 +129,73 @@ TEST(Optimize, StopsWhenTheTimeBudgetIsSpentAndSizeCountsCodedBundles) {
   EXPECT_EQ(lat.at("best"), 0);
   EXPECT_GE(lat.at("not_tried").size(), 4u) << lat.dump(1);
   EXPECT_EQ(slurp(temp_path("no_time") + "/best.bks"), slurp(lat.at("candidates")[0].at("bundle").get<std::string>()));
-  // The size objective stores weights coded: the same net's bundle is smaller.
-  const nlohmann::json size = optimize("size", "--budget-minutes 0.0001 --objective size");
-  EXPECT_LT(size.at("candidates")[0].at("bytes").get<int64_t>(), lat.at("candidates")[0].at("bytes").get<int64_t>());
+  // The size objective stores weights coded: the same net's bundle is smaller. It also
+  // tries fewer bits per stored weight, which is smaller again.
+  const nlohmann::json size = optimize("size", "--budget-minutes 0.3 --objective size");
+  const nlohmann::json& coded = size.at("candidates")[0];
+  EXPECT_LT(coded.at("bytes").get<int64_t>(), lat.at("candidates")[0].at("bytes").get<int64_t>());
   EXPECT_EQ(size.at("batch"), 1);
+  bool five_bits = false;
+  for (const auto& c : size.at("candidates")) {
+    if (c.at("name") != "5-bit weights") continue;
+    five_bits = true;
+    ASSERT_FALSE(c.contains("error")) << c.dump();
+    EXPECT_EQ(c.at("weight_bits"), 5);
+    EXPECT_LT(c.at("bytes").get<int64_t>(), coded.at("bytes").get<int64_t>());
+    EXPECT_EQ(load_bundle(c.at("bundle").get<std::string>()).info.at("weight_bits"), "5");
+  }
+  EXPECT_TRUE(five_bits) << size.dump(1);
+  // Throughput tunes each candidate's batch unless one is given; items/s is that batch's.
   const nlohmann::json tp = optimize("throughput", "--budget-minutes 0.0001 --objective throughput");
-  EXPECT_EQ(tp.at("batch"), 64);
+  EXPECT_EQ(tp.at("batch"), "auto");
+  const nlohmann::json& tuned = tp.at("candidates")[0];
+  // The batch is the one deploy --batch auto chose for the bundle (which one depends on timing).
+  const Bundle tuned_bundle = load_bundle(tuned.at("bundle").get<std::string>());
+  EXPECT_NE(
+      tuned_bundle.info.at("batch_tuning").find(fmt::format("chosen: batch {}\n", tuned.at("batch").get<int64_t>())),
+      std::string::npos)
+      << tuned_bundle.info.at("batch_tuning");
+  EXPECT_NEAR(tuned.at("items_per_s").get<double>(),
+              tuned.at("batch").get<double>() * 1e3 / tuned.at("latency_ms").get<double>(), 1e-6);
+  EXPECT_NE(slurp(temp_path("throughput") + "/best.md").find("| batch |"), std::string::npos);
+  const nlohmann::json fixed = optimize("throughput", "--budget-minutes 0.0001 --objective throughput --batch 16");
+  EXPECT_EQ(fixed.at("batch"), 16);
+  EXPECT_EQ(fixed.at("candidates")[0].at("batch"), 16);
+  EXPECT_EQ(slurp(temp_path("throughput") + "/best.md").find("| batch |"), std::string::npos);
+}
+
+// With fine-tuning, each channel-pruned net is fine-tuned plainly and distilled from the
+// given net, and its QAT run trains the way that recovered more.
+TEST(Optimize, AllowTrainingDistilsPrunedNetsFromTheGivenNet) {
+  const std::string solver = temp_path("ft_solver.prototxt");
+  std::ofstream(solver) << "net: \"" << kLenet
+                        << "\"\nbase_lr: 0.005 momentum: 0.9 lr_policy: \"fixed\" random_seed: 1 display: 0\n";
+  const nlohmann::json j =
+      optimize("training", "--allow-training --solver " + solver + " --fine-tune-iterations 40 --budget-minutes 10");
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& c : j.at("candidates")) by_name[c.at("name").get<std::string>()] = c;
+  int pruned_nets = 0;
+  for (const auto& [name, c] : by_name) {
+    if (!name.ends_with(", distilled") || name.find("QAT") != std::string::npos) continue;
+    ++pruned_nets;
+    const std::string net = name.substr(0, name.size() - std::string(", distilled").size());
+    ASSERT_TRUE(by_name.contains(net + ", fine-tuned")) << j.dump(1);
+    const nlohmann::json& plain = by_name[net + ", fine-tuned"];
+    ASSERT_FALSE(c.contains("error")) << c.dump();
+    EXPECT_EQ(c.at("techniques"), 2);
+    // The distilled fine-tune trained against the given net's scores; the plain one did not.
+    const fs::path taught = fs::path(c.at("weights").get<std::string>()).parent_path().parent_path().parent_path();
+    const fs::path alone = fs::path(plain.at("weights").get<std::string>()).parent_path().parent_path().parent_path();
+    EXPECT_NE(slurp((taught / "train.log").string()).find("Teacher " + kLenet), std::string::npos) << taught;
+    EXPECT_EQ(slurp((alone / "train.log").string()).find("Teacher "), std::string::npos) << alone;
+    EXPECT_NE(slurp(c.at("weights")), slurp(plain.at("weights")));
+    // QAT follows the better of the two.
+    const bool distil = c.at("accuracy").get<double>() > plain.at("accuracy").get<double>();
+    EXPECT_TRUE(by_name.contains(net + " + QAT int8" + (distil ? ", distilled" : ""))) << j.dump(1);
+  }
+  EXPECT_GE(pruned_nets, 1) << j.dump(1);
+  EXPECT_TRUE(by_name.contains("unoptimised, fine-tuned (control)")) << j.dump(1);
+  EXPECT_TRUE(by_name.contains("QAT int8")) << j.dump(1);
 }
 
 TEST(Optimize, BadOptionsAreOneClearError) {
@@ -145,6 +209,8 @@ TEST(Optimize, BadOptionsAreOneClearError) {
       {"-o " + temp_path("bad") + "/best.onnx", "the best bundle's file name must end in .bks"},
       {"--allow-training -o " + out, "--allow-training needs --solver"},
       {"--solver " + kLenet + " -o " + out, "--solver is for --allow-training"},
+      {"--batch auto -o " + out, "--batch auto is for --objective throughput; latency is measured at a batch you give"},
+      {"--batch 8x -o " + out, "--batch must be a positive integer or 'auto', got '8x'"},
   };
   for (const auto& [flags, message] : cases) {
     const CmdResult r = run_cmd(head + flags);

@@ -187,11 +187,16 @@ async function jobPage(id) {
   head();
   api('GET', `/api/jobs/${id}/log`).then(r => { document.getElementById('log').textContent = r.lines.join('\n'); }).catch(() => {});
   if (job.kind !== 'train') {
-    let shown = false;
+    let shown = false, searching = false;
     const tick = async () => {
       current = await api('GET', `/api/jobs/${id}`);
       head();
-      if (current.kind === 'optimize' && !shown && !['queued', 'running'].includes(current.state)) {
+      const live = ['queued', 'running'].includes(current.state);
+      if (current.kind === 'optimize' && live && !searching) {
+        searching = true;
+        searchReport(id, current);
+      }
+      if (current.kind === 'optimize' && !shown && !live) {
         shown = true;
         searchReport(id, current);
         api('GET', `/api/jobs/${id}/log`).then(r => { document.getElementById('log').textContent = r.lines.join('\n'); }).catch(() => {});
@@ -357,21 +362,28 @@ async function searchReport(id, job) {
   const slot = document.getElementById('search');
   const spec = job.spec;
   const asked = `<p class="muted">From <a href="#/jobs/${job.source_job}">job ${job.source_job}</a> (snapshot at iteration ${job.source_iter}) · ${esc(spec.objective)} · may lose ${spec.max_accuracy_drop} points · ${spec.budget_minutes} minutes${spec.allow_training ? ` · fine-tunes of ${spec.fine_tune_iterations} iterations` : ''}</p>`;
+  if (job.state === 'queued' || job.state === 'running') {
+    slot.innerHTML = asked + '<p class="muted">Searching: each candidate gets a line in the log below as it is measured; the table and the plot come when the search is done.</p>';
+    return;
+  }
   if (job.state !== 'done') { slot.innerHTML = asked + '<p class="muted">No report: the search did not finish.</p>'; return; }
   let r;
   try { r = await api('GET', `/api/jobs/${id}/optimize/report.json`); } catch (e) { slot.innerHTML = asked + `<div class="error">${esc(e.message)}</div>`; return; }
   const base = r.candidates[0];
   const speed = r.objective === 'throughput' ? 'items/s' : 'ms per batch';
+  // Throughput with the batch tuned: each candidate ran at its own batch.
+  const batches = r.batch === 'auto';
+  const span = batches ? 6 : 5;
   const rows = r.candidates.map((c, i) => c.error
-    ? `<tr><td>${i + 1}</td><td>${esc(c.name)}</td><td colspan="5" class="error">failed: ${esc(c.error)}</td></tr>`
+    ? `<tr><td>${i + 1}</td><td>${esc(c.name)}</td><td colspan="${span}" class="error">failed: ${esc(c.error)}</td></tr>`
     : `<tr class="${i === r.best ? 'best' : ''}"><td>${i + 1}</td><td>${esc(c.name)}</td><td>${(100 * c.accuracy).toFixed(2)}%</td>
       <td>${(100 * (c.accuracy - base.accuracy)).toFixed(2)}</td><td>${r.objective === 'throughput' ? Math.round(c.items_per_s) : c.latency_ms.toFixed(4)}</td>
-      <td>${(c.bytes / 1e3).toFixed(1)}</td><td>${[i === r.best ? 'chosen' : '', c.pareto ? 'front' : '', c.fits ? '' : 'over budget'].filter(x => x).join(', ')}</td></tr>`).join('');
+      ${batches ? `<td>${c.batch}</td>` : ''}<td>${(c.bytes / 1e3).toFixed(1)}</td><td>${[i === r.best ? 'chosen' : '', c.pareto ? 'front' : '', c.fits ? '' : 'over budget'].filter(x => x).join(', ')}</td></tr>`).join('');
   slot.innerHTML = `${asked}<p id="search-summary">${esc(r.summary || '')}</p>
     ${r.best !== null ? `<p><a class="btn" id="best-bundle" href="${withToken(`/api/jobs/${id}/optimize/best.bks`)}">Download the chosen bundle (best.bks)</a></p>` : ''}
     <div class="graph"><img id="search-plot" src="${withToken(`/api/jobs/${id}/optimize/plot.svg`)}" alt="accuracy against ${esc(r.objective)}"></div>
-    <table id="candidates"><tr><th>#</th><th>candidate</th><th>accuracy</th><th>change (points)</th><th>${speed}</th><th>KB</th><th></th></tr>${rows}
-    ${r.not_tried.map(n => `<tr class="untried"><td></td><td>${esc(n)}</td><td colspan="5" class="muted">not tried: the time budget ran out</td></tr>`).join('')}</table>`;
+    <table id="candidates"><tr><th>#</th><th>candidate</th><th>accuracy</th><th>change (points)</th><th>${speed}</th>${batches ? '<th>batch</th>' : ''}<th>KB</th><th></th></tr>${rows}
+    ${r.not_tried.map(n => `<tr class="untried"><td></td><td>${esc(n)}</td><td colspan="${span}" class="muted">not tried: the time budget ran out</td></tr>`).join('')}</table>`;
 }
 
 // ---- datasets -----------------------------------------------------------------------

@@ -41,7 +41,7 @@ Runner add_deploy(CLI::App& app) {
   struct Opts {
     std::string model, weights, out, precision = "fp32", batch;
     bool print_graph = false, random_weights = false, compress = false;
-    int threads = 0;
+    int threads = 0, weight_bits = 0;
     double memory_cap_mb = 1024;
     std::string calib, calib_method = "entropy", calib_from, input_shape, int8_layers = "faster";
     int calib_batches = 10;
@@ -76,6 +76,9 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_flag("--compress", o->compress,
                 "Store the weights coded: pruned zeros as a bit mask, the rest entropy-coded (lossless); layers "
                 "running INT8 store their int8 weights");
+  cmd->add_option("--weight-bits", o->weight_bits,
+                  "With --compress: store every convolution's and inner product's weights on a per-channel grid of "
+                  "this many bits (2-8), as Deep Compression does; lossy, so score the bundle with bakusoku test");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
   add_input_shape_option(cmd, o->input_shape);
@@ -91,15 +94,10 @@ Runner add_deploy(CLI::App& app) {
     d.output = o->out;
     d.precision = parse_precision(o->precision, "--precision");
     d.threads = o->threads;
-    d.auto_batch = o->batch == "auto";
     d.memory_cap_bytes = o->memory_cap_mb * 1e6;
-    if (!o->batch.empty() && !d.auto_batch) {
-      try {
-        d.batch = std::stoll(o->batch);
-      } catch (const std::exception&) {
-        d.batch = 0;
-      }
-      if (d.batch <= 0) input_error("--batch must be a positive integer or 'auto', got '{}'", o->batch);
+    if (!o->batch.empty()) {
+      d.batch = parse_batch(o->batch, "--batch");
+      d.auto_batch = d.batch == 0;
     }
     d.calibration.dataset = o->calib;
     d.calibration.from_bundle = o->calib_from;
@@ -107,6 +105,7 @@ Runner add_deploy(CLI::App& app) {
     d.calibration.method = o->calib_method;
     d.int8_where_faster = o->int8_layers == "faster";
     d.compress = o->compress;
+    d.weight_bits = o->weight_bits;
     auto show = [&](const PassReport& r, const DeployModel& m) {
       if (r.pass == "input") {
         fmt::print("{} before optimisation ({})\n", o->model, op_counts(m));
@@ -144,6 +143,11 @@ Runner add_deploy(CLI::App& app) {
     fmt::print("{}", r.micro_batch_table);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);
     if (d.compress) print_coding(r.coding);
+    if (d.weight_bits > 0)
+      fmt::print(
+          "    convolution and inner product weights on {}-bit per-channel grids: lossy, score the bundle "
+          "(bakusoku test)\n",
+          d.weight_bits);
     save_bundle(o->out, r.bundle);
     auto micro = r.bundle.info.find("micro_batch");
     fmt::print("wrote {} ({:.3f} MB): {} precision, batch {}{}, {} ops, activation arena {:.2f} MB\n", o->out,

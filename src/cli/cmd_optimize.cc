@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/model.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/log.h"
@@ -68,8 +68,7 @@ std::string fine_tune(const FineTune& f, const std::string& solver, int64_t iter
                                    (fs::path(f.dir) / "run").string(),
                                    "--threads",
                                    std::to_string(threads)};
-  std::istringstream flags(f.flags);
-  for (std::string w; flags >> w;) argv.push_back(w);
+  argv.insert(argv.end(), f.flags.begin(), f.flags.end());
   const std::string log = (fs::path(f.dir) / "train.log").string();
   const int status = run_logged(argv, log);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -87,7 +86,7 @@ Runner add_optimize(CLI::App& app) {
       "Search compression techniques and their combinations for the fastest bundle within an accuracy budget");
   struct Opts {
     OptimizeOptions o;
-    std::string out, solver;
+    std::string out, solver, batch;
     double budget_minutes = 15;
     int64_t iterations = 1000;
     bool allow_training = false;
@@ -102,7 +101,9 @@ Runner add_optimize(CLI::App& app) {
   cmd->add_option("--objective", p->o.objective,
                   "latency (ms per batch; the default), throughput (items/s) or size (bundle bytes, weights "
                   "stored coded)");
-  cmd->add_option("--batch", p->o.batch, "Batch the candidates run at (default: 1; 64 for throughput)");
+  cmd->add_option("--batch", p->batch,
+                  "Batch the candidates run at (default 1; for throughput 'auto', the default: each candidate at "
+                  "the batch that gives it the most items/s)");
   cmd->add_option("--budget-minutes", p->budget_minutes, "No candidate starts after this many minutes (default 15)");
   cmd->add_option("--threads", p->o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--allow-training", p->allow_training,
@@ -123,6 +124,11 @@ Runner add_optimize(CLI::App& app) {
     const std::string stem = (out.parent_path() / out.stem()).string();
     if (o.work_dir.empty()) o.work_dir = stem + ".candidates";
     o.budget_seconds = p->budget_minutes * 60;
+    if (!p->batch.empty()) {
+      o.batch = parse_batch(p->batch, "--batch");
+      if (o.batch == 0 && o.objective != "throughput")
+        input_error("--batch auto is for --objective throughput; {} is measured at a batch you give", o.objective);
+    }
     if (p->allow_training) {
       if (p->solver.empty()) input_error("--allow-training needs --solver (the solver the net was trained with)");
       if (!fs::exists(p->solver)) input_error("--solver {}: no such file", p->solver);

@@ -1,6 +1,7 @@
 #include "cli/model.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "core/log.h"
 #include "formats/caffe_net.h"
@@ -36,6 +37,16 @@ std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, i
   m->net = std::make_unique<Net>(std::move(g), phase, m->store, *m->backend, seed, opt);
   if (!nl.weights.empty()) load_weights(nl.weights, m->store, model);
   return m;
+}
+
+int64_t parse_batch(const std::string& text, const std::string& option) {
+  if (text == "auto") return 0;
+  int64_t batch = 0;
+  const char* end = text.data() + text.size();
+  const auto [rest, ec] = std::from_chars(text.data(), end, batch);
+  if (ec != std::errc() || rest != end || batch <= 0)
+    input_error("{} must be a positive integer or 'auto', got '{}'", option, text);
+  return batch;
 }
 
 void add_input_shape_option(CLI::App* cmd, std::string& shape) {

@@ -26,6 +26,9 @@ std::unique_ptr<LoadedModel> load_model(const std::string& model, Phase phase, i
                                         const std::string& input_shape = "");
 // --stage (repeatable, or comma-separated) and --level, as `caffe time/test` take them.
 void add_state_options(CLI::App* cmd, StateFlags& flags);
+// A --batch value: a positive integer, or 'auto' (0, the batch that gives the most items/s).
+// InputError naming `option` otherwise.
+int64_t parse_batch(const std::string& text, const std::string& option);
 // --input-shape, for time and deploy of a train_val file whose data is absent.
 void add_input_shape_option(CLI::App* cmd, std::string& shape);
 

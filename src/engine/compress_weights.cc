@@ -6,6 +6,7 @@
 #include <map>
 
 #include "backend/dnnl_util.h"
+#include "core/error.h"
 #include "formats/weight_coding.h"
 #include "ops/op_def.h"
 
@@ -13,17 +14,21 @@ namespace bks {
 
 namespace {
 
-// The grid each INT8 layer's kernel rounds its weights (blob 0) to.
-std::map<std::string, ChannelGrid> int8_weight_grids(const Graph& g) {
+// The grid each layer's weights (blob 0) are stored on: an INT8 layer's is the one its
+// kernel rounds them to; with `weight_bits` every layer's has at most 2^(bits-1) - 1 levels.
+std::map<std::string, ChannelGrid> weight_grids(const Graph& g, int weight_bits) {
+  const int cap = weight_bits > 0 ? (1 << (weight_bits - 1)) - 1 : 0;
   std::map<std::string, ChannelGrid> grids;
   for (const Node& n : g.nodes) {
-    if (!op_traits(n).weighted_linear || !(n.deploy.int8_input_threshold > 0.f)) continue;
+    const bool int8 = n.deploy.int8_input_threshold > 0.f;
+    if (!op_traits(n).weighted_linear || (!int8 && cap == 0)) continue;
     const OpDef* def = OpDefRegistry::get().find(n.type);
     if (!def) continue;
     ChannelGrid grid;
     grid.channels = def->output_channels(n);
     grid.channel_last = def->weights_output_last(n);
-    grid.levels = static_cast<int>(int8_weight_levels());
+    grid.levels = int8 ? static_cast<int>(int8_weight_levels()) : cap;
+    if (cap > 0) grid.levels = std::min(grid.levels, cap);
     grids[n.name + ".0"] = grid;
   }
   return grids;
@@ -31,8 +36,9 @@ std::map<std::string, ChannelGrid> int8_weight_grids(const Graph& g) {
 
 }  // namespace
 
-std::vector<CodedTensorReport> compress_weights(Bundle& b) {
-  const std::map<std::string, ChannelGrid> grids = int8_weight_grids(b.graph);
+std::vector<CodedTensorReport> compress_weights(Bundle& b, int weight_bits) {
+  BKS_CHECK(weight_bits == 0 || (weight_bits >= 2 && weight_bits <= 8), "weight bits outside [2, 8]");
+  const std::map<std::string, ChannelGrid> grids = weight_grids(b.graph, weight_bits);
   std::vector<CodedTensorReport> rows;
   b.coded.clear();
   for (auto& [name, t] : b.weights) {

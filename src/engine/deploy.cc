@@ -84,6 +84,9 @@ void check_options(const DeployOptions& o, bool learned) {
         "or weights trained with train --qat int8");
   if (!c.dataset.empty() && !c.from_bundle.empty()) input_error("give --calib or --calib-from, not both");
   if (o.auto_batch && o.batch > 0) input_error("--batch: give a batch size or 'auto', not both");
+  if (o.weight_bits != 0 && !o.compress) input_error("--weight-bits is for --compress (the weights are stored coded)");
+  if (o.weight_bits != 0 && (o.weight_bits < 2 || o.weight_bits > 8))
+    input_error("--weight-bits must be in [2, 8], got {}", o.weight_bits);
 }
 
 // The bundle's graph must still build after every step that changed it: a session of it, or
@@ -214,8 +217,11 @@ DeployResult deploy(const DeployOptions& o,
   }
   // Last of the passes that change weights or which layers run INT8.
   if (o.compress) {
-    r.coding = compress_weights(r.bundle);
+    r.coding = compress_weights(r.bundle, o.weight_bits);
+    if (o.weight_bits > 0) r.bundle.info["weight_bits"] = std::to_string(o.weight_bits);
     PassReport rep{"compress-weights", {coding_summary(r.coding)}};
+    if (o.weight_bits > 0)
+      rep.changes.push_back(fmt::format("weights on {}-bit per-channel grids (lossy)", o.weight_bits));
     for (const CodedTensorReport& t : r.coding)
       rep.changes.push_back(fmt::format("{}: {} of {} elements stored, {}, {} -> {} bytes", t.name, t.stored,
                                         t.elements, t.layout, t.dense_bytes, t.coded_bytes));

@@ -54,6 +54,9 @@ struct DeployOptions {
   // Store the weights coded (engine/compress_weights.h): pruned zeros as a bit mask, the
   // rest entropy-coded, INT8 layers' weights as their int8 levels.
   bool compress = false;
+  // With compress: store every convolution's and inner product's weights on a grid of this
+  // many bits per channel (2-8; 0: only INT8 layers', on their kernels' grid). Lossy.
+  int weight_bits = 0;
   // Data layers whose source is absent stand in as Input layers of this shape (empty: the
   // shape the layer implies; passes/stand_in_inputs.h).
   Shape input_shape;

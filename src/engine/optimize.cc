@@ -36,6 +36,10 @@ constexpr double kLowRankEnergy[] = {0.95, 0.9, 0.8};
 // With fine-tuning: structured pruning deep enough to pay, and the sparsity of docs/compression.md.
 constexpr double kTunedChannelFlops[] = {0.5, 0.7};
 constexpr double kTunedSparsity = 0.9;
+// Distillation from the unoptimised net: the temperature and soft-target weight that helped
+// most in docs/compression.md's measurements.
+constexpr const char* kDistillTemperature = "4";
+constexpr const char* kDistillAlpha = "0.8";
 // Channels kept in multiples of the AVX2 vector (8 floats): ragged counts waste the padding.
 constexpr int64_t kChannelMultiple = 8;
 // Training batches that re-estimate a channel-pruned net's BatchNorm statistics.
@@ -47,10 +51,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median milliseconds of one run of the bundle at `batch`, on uniform inputs, after warm-up:
-// at least 10 runs and 0.3 s of them.
-double time_bundle(const Bundle& b, const std::string& path, int threads, int64_t batch) {
+// Median milliseconds of one run of the bundle at `batch` (0: its own, which `batch` then
+// gets), on uniform inputs, after warm-up: at least 10 runs and 0.3 s of them.
+double time_bundle(const Bundle& b, const std::string& path, int threads, int64_t& batch) {
   InferenceSession s(b, path, threads, batch);
+  batch = s.batch();
   fill_inputs_uniform(s, 1234);
   for (int i = 0; i < 3; ++i) s.run();
   std::vector<double> ms;
@@ -114,7 +119,7 @@ class Search {
       : o_(o), progress_(progress), start_(now_us()) {
     r_.objective = o.objective;
     r_.max_accuracy_drop = o.max_accuracy_drop;
-    r_.batch = o.batch > 0 ? o.batch : o.objective == "throughput" ? 64 : 1;
+    r_.batch = o.batch > 0 ? o.batch : o.objective == "throughput" ? 0 : 1;
     r_.threads = CpuBackend(o.threads).threads();
     nl_ = load_net_file(o.model);
     const proto::NetState test = net_state(nl_, proto::TEST, {});
@@ -176,8 +181,10 @@ bool Search::measure(Candidate c) {
     d.weights = c.weights;
     d.precision = parse_precision(c.precision, "precision");
     d.batch = r_.batch;
+    d.auto_batch = r_.batch == 0;
     d.threads = o_.threads;
     d.compress = o_.objective == "size";
+    d.weight_bits = c.weight_bits;
     if (d.precision == Precision::int8 && c.calibration != "qat") {
       d.calibration.dataset = calibration_data_.empty() ? "test" : calibration_data_;
       d.calibration.method = c.calibration;
@@ -188,8 +195,9 @@ bool Search::measure(Candidate c) {
     save_bundle(c.bundle, dr.bundle);
     c.bytes = static_cast<int64_t>(fs::file_size(c.bundle));
     c.accuracy = score_bundle(dr.bundle, c.bundle, o_.threads, r_.test_items);
-    c.ms = time_bundle(dr.bundle, c.bundle, o_.threads, r_.batch);
-    c.items_per_s = static_cast<double>(r_.batch) * 1e3 / c.ms;
+    c.batch = r_.batch;
+    c.ms = time_bundle(dr.bundle, c.bundle, o_.threads, c.batch);
+    c.items_per_s = static_cast<double>(c.batch) * 1e3 / c.ms;
   } catch (const std::exception& e) {
     if (r_.candidates.empty()) throw;  // the unoptimised net must deploy and score
     c.error = e.what();
@@ -202,7 +210,7 @@ bool Search::measure(Candidate c) {
     const Candidate& base = r_.candidates[0];
     const std::string line = ok ? fmt::format("accuracy {:.4f} ({:+.2f}){}, {:.3f} ms at batch {}, {:.1f} KB",
                                               c.accuracy, 100 * (c.accuracy - base.accuracy),
-                                              c.fits ? "" : " outside the budget", c.ms, r_.batch, c.bytes / 1e3)
+                                              c.fits ? "" : " outside the budget", c.ms, c.batch, c.bytes / 1e3)
                                 : "failed: " + c.error;
     progress_(fmt::format("[{}] {}: {} ({:.1f} s)", r_.candidates.size(), c.name, line, c.seconds));
   }
@@ -230,6 +238,10 @@ Candidate Search::with_precision(const Variant& v, const std::string& p) const {
   c.techniques = v.techniques + 1;
   c.model = v.model;
   c.weights = v.weights;
+  if (p.ends_with("-bit weights")) {  // FP32, the weights stored on a grid of that many bits
+    c.weight_bits = std::stoi(p);
+    return c;
+  }
   c.precision = p.starts_with("int8") ? "int8" : p;
   if (c.precision == "int8") c.calibration = p.substr(p.find('(') + 1, p.find(')') - p.find('(') - 1);
   return c;
@@ -288,11 +300,17 @@ void Search::magnitude_prune(const Variant& from, double sparsity, Variant& v) {
 OptimizeResult Search::run() {
   Variant base{"unoptimised (fp32)", 0, o_.model, o_.weights};
   measure_fp32(base);
-  // Precisions alone: those that keep the accuracy are tried on every model that fits.
+  // Precisions alone: those that keep the accuracy and beat FP32 on the objective are tried
+  // on every model that fits (BF16 without native BF16 dot products is slower than FP32).
   std::vector<std::string> precisions = {"int8 (entropy)", "int8 (percentile)"};
   if (cpu_has_bf16()) precisions.push_back("bf16");
+  // For size, fewer bits per stored weight (deploy --weight-bits): INT8 layers would store
+  // the same levels, so FP32 with them is as small.
+  if (o_.objective == "size") precisions.insert(precisions.end(), {"6-bit weights", "5-bit weights", "4-bit weights"});
   for (const std::string& p : precisions)
-    if (measure(with_precision(base, p)) && r_.candidates.back().fits) fitting_precisions_.push_back(p);
+    if (measure(with_precision(base, p)) && r_.candidates.back().fits &&
+        objective_cost(r_, r_.candidates.back()) < base.fp32_cost)
+      fitting_precisions_.push_back(p);
 
   std::vector<Variant> fitting;  // model rewrites within budget in FP32 (or their own precision)
   // Outcome of one rewrite: a family of levels stops at the first outside the budget, and
@@ -347,14 +365,23 @@ OptimizeResult Search::run() {
       break;
 
   if (o_.fine_tune) {
-    auto tuned = [&](const Variant& from, const std::string& flags, Variant& v) {
+    using Flags = std::vector<std::string>;
+    auto tuned = [&](const Variant& from, const Flags& flags, Variant& v) {
       const std::string snapshot = o_.fine_tune({from.model, from.weights, flags, dir("train")});
       v.model = from.model;
       v.weights = snapshot;
     };
+    // Distillation: a pruned net relearns from the soft targets of the net it was cut from.
+    const Flags distilled = {"--teacher",         o_.model,  "--teacher-weights", o_.weights, "--temperature",
+                             kDistillTemperature, "--alpha", kDistillAlpha};
+    // The accuracy of the candidate just tried if it is `name` and was measured, else -1.
+    auto last_accuracy = [&](const std::string& name) {
+      const Candidate& c = r_.candidates.back();
+      return c.name == name && c.error.empty() ? c.accuracy : -1.0;
+    };
     // The control: the net given the same training, unchanged. Fine-tuned candidates owe
     // part of their accuracy to the extra iterations; this row shows how much.
-    try_variant(base, {"unoptimised, fine-tuned (control)", 0}, [&](Variant& v) { tuned(base, "", v); });
+    try_variant(base, {"unoptimised, fine-tuned (control)", 0}, [&](Variant& v) { tuned(base, {}, v); });
     std::set<std::string> pruned_nets;
     for (double f : kTunedChannelFlops) {
       Variant pruned{fmt::format("channels -{} FLOPs", percent(f)), 1};
@@ -366,16 +393,25 @@ OptimizeResult Search::run() {
           }))
         continue;
       if (!pruned_nets.insert(pruned.name).second) continue;
-      try_variant(pruned, {pruned.name + ", fine-tuned", 1}, [&](Variant& v) { tuned(pruned, "", v); });
-      Variant qat{pruned.name + " + QAT int8", 2};
+      const std::string plain_name = pruned.name + ", fine-tuned", taught_name = pruned.name + ", distilled";
+      try_variant(pruned, {plain_name, 1}, [&](Variant& v) { tuned(pruned, {}, v); });
+      const double plain = last_accuracy(plain_name);
+      try_variant(pruned, {taught_name, 2}, [&](Variant& v) { tuned(pruned, distilled, v); });
+      const double taught = last_accuracy(taught_name);
+      // QAT trains the way that recovered more.
+      const bool distil = taught > plain;
+      Variant qat{pruned.name + " + QAT int8" + (distil ? ", distilled" : ""), distil ? 3 : 2};
       qat.qat = true;
-      try_variant(pruned, qat, [&](Variant& v) { tuned(pruned, "--qat int8", v); });
+      Flags flags = distil ? distilled : Flags{};
+      flags.insert(flags.end(), {"--qat", "int8"});
+      try_variant(pruned, qat, [&](Variant& v) { tuned(pruned, flags, v); });
     }
-    try_variant(base, {fmt::format("sparsity {}, fine-tuned", percent(kTunedSparsity)), 1},
-                [&](Variant& v) { tuned(base, fmt::format("--prune {}", kTunedSparsity), v); });
+    try_variant(base, {fmt::format("sparsity {}, fine-tuned", percent(kTunedSparsity)), 1}, [&](Variant& v) {
+      tuned(base, {"--prune", fmt::format("{}", kTunedSparsity)}, v);
+    });
     Variant qat{"QAT int8", 1};
     qat.qat = true;
-    try_variant(base, qat, [&](Variant& v) { tuned(base, "--qat int8", v); });
+    try_variant(base, qat, [&](Variant& v) { tuned(base, {"--qat", "int8"}, v); });
   }
 
   // Each model that fits, with each precision that fits, most promising first.
@@ -415,8 +451,8 @@ void Search::retime() {
   for (int round = 0; round < kRounds; ++round)
     for (size_t i : measured) {
       Candidate& c = r_.candidates[i];
-      c.ms = std::min(c.ms, time_bundle(load_bundle(c.bundle), c.bundle, o_.threads, r_.batch));
-      c.items_per_s = static_cast<double>(r_.batch) * 1e3 / c.ms;
+      c.ms = std::min(c.ms, time_bundle(load_bundle(c.bundle), c.bundle, o_.threads, c.batch));
+      c.items_per_s = static_cast<double>(c.batch) * 1e3 / c.ms;
     }
 }
 

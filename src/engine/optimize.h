@@ -3,12 +3,14 @@
 // is a real bundle: deployed like `bakusoku deploy` makes it, scored on the net's whole test
 // set and timed with the session that runs it, never judged by FLOPs.
 //
-// Without training it tries INT8 (entropy and percentile calibration on the training data) and
-// BF16 where the CPU has it, unstructured magnitude pruning, structured channel pruning (with
-// BatchNorm statistics re-estimated) and low-rank factorisation, each from mild to aggressive
+// Without training it tries INT8 (entropy and percentile calibration on the training data),
+// BF16 where the CPU has it and, for size, fewer bits per stored weight, unstructured magnitude pruning, structured
+// channel pruning (with BatchNorm statistics re-estimated) and low-rank factorisation, each from mild to aggressive
 // until a level falls outside the budget, then the precisions on every model that fits, and
 // channel pruning joined by magnitude pruning. With a fine-tune hook (optimize
-// --allow-training) it also fine-tunes the pruned nets and trains INT8 with QAT.
+// --allow-training) it also fine-tunes the pruned nets, plainly and distilled from the
+// unoptimised net, and trains INT8 with QAT. For throughput each candidate runs at the batch
+// that gives it the most items/s, unless a batch is given.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,11 @@
 namespace bks {
 
 // A fine-tune optimize asks for: train `model` from `weights` with the extra `train` flags
-// (e.g. "--qat int8") into directory `dir`; the hook returns the final snapshot's path.
+// (e.g. {"--qat", "int8"}) into directory `dir`; the hook returns the final snapshot's path.
 struct FineTune {
-  std::string model, weights, flags, dir;
+  std::string model, weights;
+  std::vector<std::string> flags;
+  std::string dir;
 };
 
 struct OptimizeOptions {
@@ -29,7 +33,7 @@ struct OptimizeOptions {
   std::string work_dir;               // candidates' models and bundles
   double max_accuracy_drop = 0.5;     // percentage points of top-1 below the unoptimised bundle's
   std::string objective = "latency";  // latency (ms per batch), throughput (items/s) or size (bytes)
-  int64_t batch = 0;                  // 0: 64 for throughput, else 1
+  int64_t batch = 0;                  // 0: 1, or for throughput each candidate's best (deploy --batch auto)
   double budget_seconds = 600;        // no candidate starts after this
   int threads = 0;
   std::function<std::string(const FineTune&)> fine_tune;  // empty: no training
@@ -40,9 +44,11 @@ struct Candidate {
   int techniques = 0;                           // how many it joins (0: the unoptimised net)
   std::string model, weights;                   // the net it deploys
   std::string precision = "fp32", calibration;  // calibration: INT8's method
+  int weight_bits = 0;                          // weights stored on a grid of this many bits (size only)
   std::string bundle;                           // where it was written
   std::string error;                            // why it was not measured ("" when it was)
   double accuracy = 0;                          // top-1 over the whole test set
+  int64_t batch = 0;                            // the batch it was timed at
   double ms = 0;                                // median time of one batch
   double items_per_s = 0;
   int64_t bytes = 0;    // the bundle file
@@ -54,7 +60,7 @@ struct Candidate {
 struct OptimizeResult {
   std::string objective;
   double max_accuracy_drop = 0;
-  int64_t batch = 0;
+  int64_t batch = 0;  // every candidate's; 0: each timed at the batch that gives it the most items/s
   int threads = 0;
   int64_t test_items = 0;              // scored per candidate
   std::vector<Candidate> candidates;   // [0]: the unoptimised net in FP32

@@ -10,7 +10,16 @@ namespace bks {
 
 namespace {
 
-std::string speed_header(const OptimizeResult& r) { return fmt::format("ms (batch {})", r.batch); }
+// Each candidate at its own batch (throughput, batch tuned): the tables get a batch column.
+bool tuned_batch(const OptimizeResult& r) { return r.batch == 0; }
+
+std::string speed_header(const OptimizeResult& r) {
+  return tuned_batch(r) ? "ms per batch" : fmt::format("ms (batch {})", r.batch);
+}
+
+std::string timed_at(const OptimizeResult& r) {
+  return tuned_batch(r) ? "at the batch that gives it the most items/s" : fmt::format("at batch {}", r.batch);
+}
 
 // The objective's figure as the plot's x axis shows it.
 double plotted(const OptimizeResult& r, const Candidate& c) {
@@ -20,7 +29,9 @@ double plotted(const OptimizeResult& r, const Candidate& c) {
 }
 
 std::string axis_name(const OptimizeResult& r) {
-  if (r.objective == "throughput") return fmt::format("items/s at batch {} (higher is better)", r.batch);
+  if (r.objective == "throughput")
+    return tuned_batch(r) ? "items/s, each at its best batch (higher is better)"
+                          : fmt::format("items/s at batch {} (higher is better)", r.batch);
   if (r.objective == "size") return "bundle KB (lower is better)";
   return fmt::format("ms per batch of {} (lower is better)", r.batch);
 }
@@ -71,30 +82,35 @@ std::vector<double> ticks(double lo, double hi) {
 
 std::string optimize_table(const OptimizeResult& r, bool markdown) {
   const Candidate& base = r.candidates.at(0);
+  const bool batches = tuned_batch(r);
+  // A row of a message fills the cells after the accuracy's with blanks.
+  const std::string empty_cells = batches ? " | | | | | |" : " | | | | |";
   std::string s;
   if (markdown) {
-    s += fmt::format("| # | candidate | accuracy | change (points) | {} | items/s | bundle KB | |\n", speed_header(r));
-    s += "|---|---|---|---|---|---|---|---|\n";
+    s += fmt::format("| # | candidate | accuracy | change (points) | {} |{} items/s | bundle KB | |\n", speed_header(r),
+                     batches ? " batch |" : "");
+    s += batches ? "|---|---|---|---|---|---|---|---|---|\n" : "|---|---|---|---|---|---|---|---|\n";
   } else {
-    s += fmt::format("{:>3}  {:<56} {:>9} {:>7} {:>14} {:>10} {:>10}  {}\n", "#", "candidate", "accuracy", "change",
-                     speed_header(r), "items/s", "KB", "");
+    s += fmt::format("{:>3}  {:<56} {:>9} {:>7} {:>14}{} {:>10} {:>10}  {}\n", "#", "candidate", "accuracy", "change",
+                     speed_header(r), batches ? fmt::format(" {:>6}", "batch") : "", "items/s", "KB", "");
   }
   for (size_t i = 0; i < r.candidates.size(); ++i) {
     const Candidate& c = r.candidates[i];
     const std::string m = marks(r, static_cast<int>(i));
     if (!c.error.empty()) {
-      s += markdown ? fmt::format("| {} | {} | failed: {} | | | | | |\n", i + 1, c.name, c.error)
+      s += markdown ? fmt::format("| {} | {} | failed: {} |{}\n", i + 1, c.name, c.error, empty_cells)
                     : fmt::format("{:>3}  {:<56} failed: {}\n", i + 1, c.name, c.error);
       continue;
     }
     const double change = 100 * (c.accuracy - base.accuracy);
-    s += markdown ? fmt::format("| {} | {} | {:.4f} | {:+.2f} | {:.4f} | {:.0f} | {:.1f} | {} |\n", i + 1, c.name,
-                                c.accuracy, change, c.ms, c.items_per_s, c.bytes / 1e3, m)
-                  : fmt::format("{:>3}  {:<56} {:>9.4f} {:>+7.2f} {:>14.4f} {:>10.0f} {:>10.1f}  {}\n", i + 1, c.name,
-                                c.accuracy, change, c.ms, c.items_per_s, c.bytes / 1e3, m);
+    const std::string batch = !batches ? "" : markdown ? fmt::format(" {} |", c.batch) : fmt::format(" {:>6}", c.batch);
+    s += markdown ? fmt::format("| {} | {} | {:.4f} | {:+.2f} | {:.4f} |{} {:.0f} | {:.1f} | {} |\n", i + 1, c.name,
+                                c.accuracy, change, c.ms, batch, c.items_per_s, c.bytes / 1e3, m)
+                  : fmt::format("{:>3}  {:<56} {:>9.4f} {:>+7.2f} {:>14.4f}{} {:>10.0f} {:>10.1f}  {}\n", i + 1, c.name,
+                                c.accuracy, change, c.ms, batch, c.items_per_s, c.bytes / 1e3, m);
   }
   for (const std::string& n : r.not_tried)
-    s += markdown ? fmt::format("| | {} | not tried: the time budget ran out | | | | | |\n", n)
+    s += markdown ? fmt::format("| | {} | not tried: the time budget ran out |{}\n", n, empty_cells)
                   : fmt::format("{:>3}  {:<56} not tried: the time budget ran out\n", "", n);
   return s;
 }
@@ -102,14 +118,16 @@ std::string optimize_table(const OptimizeResult& r, bool markdown) {
 std::string optimize_summary(const OptimizeResult& r) {
   const Candidate& base = r.candidates.at(0);
   std::string s = fmt::format(
-      "{} candidates in {:.0f} s, each scored on {} test items and timed at batch {} with {} threads; budget: "
+      "{} candidates in {:.0f} s, each scored on {} test items and timed {} with {} threads; budget: "
       "accuracy at least {:.4f} ({:.2f} points below the unoptimised {:.4f})\n",
-      r.candidates.size(), r.seconds, r.test_items, r.batch, r.threads, base.accuracy - r.max_accuracy_drop / 100,
+      r.candidates.size(), r.seconds, r.test_items, timed_at(r), r.threads, base.accuracy - r.max_accuracy_drop / 100,
       r.max_accuracy_drop, base.accuracy);
   if (r.best < 0) return s + "No candidate fits the budget.\n";
   const Candidate& best = r.candidates[static_cast<size_t>(r.best)];
   auto against = [&](const Candidate& c) {
     if (r.objective == "size") return fmt::format("{:.2f}x smaller", static_cast<double>(c.bytes) / best.bytes);
+    // Throughput compares items/s: with the batch tuned, candidates ran at different batches.
+    if (r.objective == "throughput") return fmt::format("{:.2f}x faster", best.items_per_s / c.items_per_s);
     return fmt::format("{:.2f}x faster", c.ms / best.ms);
   };
   s += fmt::format("Best {}: {} (accuracy {:.4f}, {:+.2f} points), {} than the unoptimised net", r.objective, best.name,
@@ -131,10 +149,12 @@ nlohmann::json optimize_json(const OptimizeResult& r) {
                         {"weights", c.weights}, {"precision", c.precision},   {"bundle", c.bundle},
                         {"seconds", c.seconds}};
     if (!c.calibration.empty()) j["calibration"] = c.calibration;
+    if (c.weight_bits > 0) j["weight_bits"] = c.weight_bits;
     if (!c.error.empty()) {
       j["error"] = c.error;
     } else {
       j["accuracy"] = c.accuracy;
+      j["batch"] = c.batch;
       j["latency_ms"] = c.ms;
       j["items_per_s"] = c.items_per_s;
       j["bytes"] = c.bytes;
@@ -144,9 +164,11 @@ nlohmann::json optimize_json(const OptimizeResult& r) {
     cs.push_back(j);
   }
   nlohmann::json j = {{"objective", r.objective},   {"max_accuracy_drop", r.max_accuracy_drop},
-                      {"batch", r.batch},           {"threads", r.threads},
+                      {"batch", nullptr},           {"threads", r.threads},
                       {"test_items", r.test_items}, {"seconds", r.seconds},
                       {"candidates", cs},           {"not_tried", r.not_tried}};
+  // The batch every candidate ran at, or "auto" when each ran at its own best.
+  j["batch"] = tuned_batch(r) ? nlohmann::json("auto") : nlohmann::json(r.batch);
   j["best"] = r.best >= 0 ? nlohmann::json(r.best) : nlohmann::json(nullptr);
   j["best_single"] = r.best_single >= 0 ? nlohmann::json(r.best_single) : nlohmann::json(nullptr);
   j["summary"] = optimize_summary(r);

@@ -125,6 +125,8 @@ try {
   await page.click('#start-optimize');
   await page.waitForFunction(h => location.hash !== h, trainHash);
   await page.waitForSelector('#search');
+  // While it runs the card says so (the search takes at least its 18 s budget).
+  await page.waitForFunction(() => document.getElementById('search').textContent.includes('Searching'), null, { timeout: 10000 });
   await page.waitForSelector('#candidates', { timeout: 300000 });
   await page.waitForFunction(() => document.getElementById('search-plot').naturalWidth > 0, null, { timeout: 30000 });
   const chosen = await page.textContent('#candidates tr.best td:nth-child(2)');
