@@ -8,11 +8,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "fashion_mnist")
 LENET = os.path.join(EXAMPLES, "lenet_train_test.prototxt")
+RESNET = os.path.join(EXAMPLES, "resnet_train_test.prototxt")
 # Each net's file and solver: Caffe's LeNet solver; the ResNet's at a higher rate and less decay
-# (BatchNorm).
+# (BatchNorm). The "_ft" kinds fine-tune a trained net: the ResNet's last iterate at 0.05 is noisy.
 NETS = {
     "lenet": (LENET, "base_lr: 0.01\nweight_decay: 0.0005\n"),
-    "resnet": (os.path.join(EXAMPLES, "resnet_train_test.prototxt"), "base_lr: 0.05\nweight_decay: 0.0001\n"),
+    "resnet": (RESNET, "base_lr: 0.05\nweight_decay: 0.0001\n"),
+    "lenet_ft": (LENET, "base_lr: 0.01\nweight_decay: 0.0005\n"),
+    "resnet_ft": (RESNET, "base_lr: 0.01\nweight_decay: 0.0001\n"),
 }
 
 

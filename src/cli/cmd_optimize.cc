@@ -56,9 +56,7 @@ std::string fine_tune(const FineTune& f, const std::string& solver, int64_t iter
   google::protobuf::TextFormat::PrintToString(sp, &text);
   const std::string solver_path = (fs::path(f.dir) / "solver.prototxt").string();
   write_file_atomic(solver_path, text);
-  std::error_code ec;
-  const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-  std::vector<std::string> argv = {ec ? std::string("bakusoku") : self,
+  std::vector<std::string> argv = {self_executable(),
                                    "train",
                                    "--solver",
                                    solver_path,

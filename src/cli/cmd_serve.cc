@@ -1,9 +1,7 @@
-#include <limits.h>
-#include <unistd.h>
-
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/file_io.h"
 #include "server/dashboard.h"
 
 namespace bks::cli {
@@ -26,9 +24,7 @@ Runner add_serve(CLI::App& app) {
                   "Another folder datasets may be read from (repeatable; "
                   "/usr/share/datasets is always allowed)");
   return [o] {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    o->binary = n > 0 ? std::string(self, static_cast<size_t>(n)) : "bakusoku";
+    o->binary = self_executable();
     o->import_roots.push_back("/usr/share/datasets");
     return server::serve(*o);
   };

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -30,9 +29,7 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
   } else {
     c.insert(c.end(), {"--oversubscribe", "--bind-to", "none"});
   }
-  std::error_code ec;
-  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  c.push_back(ec ? std::string("bakusoku") : self);
+  c.push_back(self_executable());
   if (verbose) c.push_back("-v");
   c.insert(c.end(), {"train", "--solver", opt.solver, "--threads", std::to_string(threads)});
   auto add = [&](const char* flag, const std::string& v) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <google/protobuf/message.h>
@@ -132,6 +133,16 @@ std::string find_on_path(const std::string& name) {
     start = end + 1;
   }
   return "";
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || self.empty()) return "bakusoku";
+  // The link of a file replaced since start reads "<path> (deleted)": run what is there now.
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (self.ends_with(kDeleted)) self.resize(self.size() - kDeleted.size());
+  return self;
 }
 
 std::string shell_word(const std::string& w) {

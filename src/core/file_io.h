@@ -31,6 +31,10 @@ int remove_stale_temporaries(const std::string& dir);
 
 // The first executable `name` in the directories of $PATH, or "" when there is none.
 std::string find_on_path(const std::string& name);
+// The path of this program, for running it again as a child (jobs, fine-tunes, MPI ranks):
+// where it was started from, even when a rebuild has since replaced the file; "bakusoku"
+// (found on $PATH) when the path cannot be read.
+std::string self_executable();
 // `word` as the shell reads it back as itself: as it is when plain, else single-quoted
 // (for command lines printed to people and written into scripts).
 std::string shell_word(const std::string& word);
