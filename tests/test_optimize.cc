@@ -131,7 +131,7 @@ TEST(Optimize, StopsWhenTheTimeBudgetIsSpentAndSizeCountsCodedBundles) {
   EXPECT_EQ(slurp(temp_path("no_time") + "/best.bks"), slurp(lat.at("candidates")[0].at("bundle").get<std::string>()));
   // The size objective stores weights coded: the same net's bundle is smaller. It also
   // tries fewer bits per stored weight, which is smaller again.
-  const nlohmann::json size = optimize("size", "--budget-minutes 0.3 --objective size");
+  const nlohmann::json size = optimize("size", "--budget-minutes 10 --objective size");
   const nlohmann::json& coded = size.at("candidates")[0];
   EXPECT_LT(coded.at("bytes").get<int64_t>(), lat.at("candidates")[0].at("bytes").get<int64_t>());
   EXPECT_EQ(size.at("batch"), 1);
