@@ -218,10 +218,11 @@ DeployResult deploy(const DeployOptions& o,
   // Last of the passes that change weights or which layers run INT8.
   if (o.compress) {
     r.coding = compress_weights(r.bundle, o.weight_bits);
-    if (o.weight_bits > 0) r.bundle.info["weight_bits"] = std::to_string(o.weight_bits);
     PassReport rep{"compress-weights", {coding_summary(r.coding)}};
-    if (o.weight_bits > 0)
+    if (o.weight_bits > 0) {
+      r.bundle.info["weight_bits"] = std::to_string(o.weight_bits);
       rep.changes.push_back(fmt::format("weights on {}-bit per-channel grids (lossy)", o.weight_bits));
+    }
     for (const CodedTensorReport& t : r.coding)
       rep.changes.push_back(fmt::format("{}: {} of {} elements stored, {}, {} -> {} bytes", t.name, t.stored,
                                         t.elements, t.layout, t.dense_bytes, t.coded_bytes));

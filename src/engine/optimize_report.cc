@@ -163,10 +163,10 @@ nlohmann::json optimize_json(const OptimizeResult& r) {
     }
     cs.push_back(j);
   }
-  nlohmann::json j = {{"objective", r.objective},   {"max_accuracy_drop", r.max_accuracy_drop},
-                      {"batch", nullptr},           {"threads", r.threads},
-                      {"test_items", r.test_items}, {"seconds", r.seconds},
-                      {"candidates", cs},           {"not_tried", r.not_tried}};
+  nlohmann::json j = {{"objective", r.objective}, {"max_accuracy_drop", r.max_accuracy_drop},
+                      {"threads", r.threads},     {"test_items", r.test_items},
+                      {"seconds", r.seconds},     {"candidates", cs},
+                      {"not_tried", r.not_tried}};
   // The batch every candidate ran at, or "auto" when each ran at its own best.
   j["batch"] = tuned_batch(r) ? nlohmann::json("auto") : nlohmann::json(r.batch);
   j["best"] = r.best >= 0 ? nlohmann::json(r.best) : nlohmann::json(nullptr);
