@@ -45,7 +45,8 @@ def main():
     bundles = [
         ("control", "FP32", []),
         ("control", "FP32 --compress", ["--compress"]),
-        ("control", "INT8 PTQ (entropy)", calibrated),
+        ("control", "INT8 PTQ (mse, the default)", calibrated),
+        ("control", "INT8 PTQ (entropy)", calibrated + ["--calib-method", "entropy"]),
         ("QAT int8", "FP32 (its float weights)", []),
         ("QAT int8", "INT8 from the learned ranges", int8),
         ("binary weights", "FP32 --compress (binary grid)", ["--compress"]),

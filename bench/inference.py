@@ -83,7 +83,7 @@ def main():
             t = json.loads(sh([PY, os.path.join(HERE, "torch_infer.py"), name, str(threads), str(iters), batches])
                            .strip().splitlines()[-1])
             if name == "lenet":
-                # INT8: bakusoku calibrated on the test set (entropy), PyTorch's static quantization
+                # INT8: bakusoku calibrated on the test set (mse), PyTorch's static quantization
                 # (fbgemm, or oneDNN where torch lacks it, as Debian's does) on random data.
                 q = os.path.join(tmp, name + "_int8.bks")
                 sh([binary, "deploy", "--model", net, "--weights", w, "-o", q, "--threads", str(threads), "--precision",

@@ -154,7 +154,7 @@ def main():
     int8 = ["--precision", "int8", "--int8-layers", "all"]
     deploy("FP32 (control)", control_w, [])
     # --compress: INT8 layers store int8 weights (as PyTorch's INT8 models do); same speed.
-    deploy("PTQ INT8 (entropy)", control_w, int8 + ["--calib", "test", "--compress"])
+    deploy("PTQ INT8 (mse)", control_w, int8 + ["--calib", "test", "--compress"])
     deploy("QAT INT8 (train --qat int8)", ft("qat", ["--qat", "int8"]), int8 + ["--compress"])
     deploy("90% pruned (train --prune 0.9, AGP), INT8 --compress",
            ft("prune0.9", ["--prune", "0.9", "--prune-until", str(a.ft_iters // 2)]),

@@ -43,7 +43,7 @@ Runner add_deploy(CLI::App& app) {
     bool print_graph = false, random_weights = false, compress = false;
     int threads = 0, weight_bits = 0;
     double memory_cap_mb = 1024;
-    std::string calib, calib_method = "entropy", calib_from, input_shape, int8_layers = "faster";
+    std::string calib, calib_method = "mse", calib_from, input_shape, int8_layers = "faster";
     int calib_batches = 10;
     StateFlags state;
   };
@@ -68,7 +68,9 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--calib-batches", o->calib_batches, "Calibration batches (default 10)")->check(CLI::PositiveNumber);
   cmd->add_option("--calib-from", o->calib_from,
                   "Reuse the calibration table saved in this bundle (.bks) instead of calibrating again");
-  cmd->add_option("--calib-method", o->calib_method, "minmax, percentile (99.99%) or entropy (default; TensorRT's KL)");
+  cmd->add_option(
+      "--calib-method", o->calib_method,
+      "mse (default: least clipping + rounding error), entropy (TensorRT's KL), percentile (99.99%) or minmax");
   cmd->add_option("--int8-layers", o->int8_layers,
                   "faster (default): a layer runs INT8 only where it measured faster than in FP32 on this machine; "
                   "all: every calibrated convolution and inner product runs INT8")

@@ -19,6 +19,7 @@ namespace bks {
 namespace {
 constexpr int kBins = 2048;
 constexpr int kLevels = 128;  // int8 magnitudes
+constexpr double kMseIgnoredTail = 1e-5;
 }  // namespace
 
 void AbsHistogram::add(const float* x, int64_t n) {
@@ -93,6 +94,54 @@ double threshold_entropy(const AbsHistogram& h) {
   return h.range * (best + 0.5) / n;
 }
 
+double threshold_mse(const AbsHistogram& h) {
+  double total = 0;
+  for (double c : h.bins) total += c;
+  if (total == 0) return h.range;
+  const double w = h.range / static_cast<double>(h.bins.size());
+  // The rarest 0.001% of magnitudes may not set the scale: squared error would let one value
+  // in 100,000 at 25 sigma stretch the steps of all the rest. They count as lying at the
+  // bin where that tail starts (a threshold below it still pays for clipping them).
+  int n = static_cast<int>(h.bins.size());
+  double tail = 0;
+  while (n > 1 && tail + h.bins[n - 1] <= total * kMseIgnoredTail) tail += h.bins[--n];
+  std::vector<double> bins(h.bins.begin(), h.bins.begin() + n);
+  bins[n - 1] += tail;
+  // Suffix sums of c, c*x and c*x^2 over bin centres: the clipping error of every bin above
+  // a threshold T is sum c (x - T)^2 = sum cx^2 - 2T sum cx + T^2 sum c, in O(1) per T.
+  std::vector<double> sc(n + 1, 0.0), sx(n + 1, 0.0), sxx(n + 1, 0.0);
+  for (int j = n - 1; j >= 0; --j) {
+    const double x = (j + 0.5) * w, c = bins[j];
+    sc[j] = sc[j + 1] + c;
+    sx[j] = sx[j + 1] + c * x;
+    sxx[j] = sxx[j + 1] + c * x * x;
+  }
+  // Rounding error below T: each bin's mass spread evenly over it, sampled at a few points
+  // (a bin is narrower than a step for most T, and a spike's error depends on where it sits).
+  constexpr int kSamples = 4;
+  double best_err = std::numeric_limits<double>::infinity();
+  int best = n;
+  for (int i = 1; i <= n; ++i) {
+    const double t = i * w, step = t / (kLevels - 1);
+    double err = sxx[i] - 2 * t * sx[i] + t * t * sc[i];
+    for (int j = 0; j < i && err < best_err; ++j) {
+      if (bins[j] == 0) continue;
+      double e = 0;
+      for (int k = 0; k < kSamples; ++k) {
+        const double x = (j + (k + 0.5) / kSamples) * w;
+        const double r = x - std::nearbyint(x / step) * step;
+        e += r * r;
+      }
+      err += bins[j] * e / kSamples;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best = i;
+    }
+  }
+  return best * w;
+}
+
 std::string CalibrationTable::to_json() const {
   nlohmann::ordered_json j;
   j["method"] = method;
@@ -142,8 +191,8 @@ CalibrationTable CalibrationTable::from_json(const std::string& text, const std:
 
 CalibrationTable calibrate(const Bundle& b, const std::string& source, const std::string& dataset, int batches,
                            const std::string& method, int threads) {
-  if (method != "minmax" && method != "percentile" && method != "entropy")
-    input_error("--calib-method must be minmax, percentile or entropy, got '{}'", method);
+  if (method != "minmax" && method != "percentile" && method != "entropy" && method != "mse")
+    input_error("--calib-method must be mse, entropy, percentile or minmax, got '{}'", method);
   if (batches <= 0) input_error("--calib-batches must be positive, got {}", batches);
   // "random": the bundle's own Input layers, fed uniform [0, 1) values (for timing, or nets
   // without a dataset; ranges from real data are what accuracy needs).
@@ -197,6 +246,7 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   for (auto& [v, h] : hist) {
     double th = method == "minmax"       ? threshold_minmax(h)
                 : method == "percentile" ? threshold_percentile(h, 99.99)
+                : method == "mse"        ? threshold_mse(h)
                                          : threshold_entropy(h);
     table.threshold[g.values[v].name] = th;
   }

@@ -28,7 +28,7 @@ struct CalibrationOptions {
   std::string dataset;
   std::string from_bundle;  // reuse the table saved in this bundle instead
   int batches = 10;
-  std::string method = "entropy";  // minmax, percentile, entropy
+  std::string method = "mse";  // mse, entropy, percentile, minmax
 };
 
 struct DeployOptions {

@@ -149,7 +149,7 @@ class Search {
   }
   // The variant in FP32; its accuracy and cost recorded when measured.
   bool measure_fp32(Variant& v);
-  // v deployed in precision p ("int8 (entropy)", "int8 (percentile)" or "bf16").
+  // v deployed in precision p ("int8 (mse)", "int8 (percentile)" or "bf16").
   Candidate with_precision(const Variant& v, const std::string& p) const;
   void measure_precisions(const Variant& v);
   // A rewrite of `from` that may fail (a net with nothing to prune): the error is a row.
@@ -302,7 +302,7 @@ OptimizeResult Search::run() {
   measure_fp32(base);
   // Precisions alone: those that keep the accuracy and beat FP32 on the objective are tried
   // on every model that fits (BF16 without native BF16 dot products is slower than FP32).
-  std::vector<std::string> precisions = {"int8 (entropy)", "int8 (percentile)"};
+  std::vector<std::string> precisions = {"int8 (mse)", "int8 (percentile)"};
   if (cpu_has_bf16()) precisions.push_back("bf16");
   // For size, fewer bits per stored weight (deploy --weight-bits): INT8 layers would store
   // the same levels, so FP32 with them is as small.

@@ -3,7 +3,7 @@
 // is a real bundle: deployed like `bakusoku deploy` makes it, scored on the net's whole test
 // set and timed with the session that runs it, never judged by FLOPs.
 //
-// Without training it tries INT8 (entropy and percentile calibration on the training data),
+// Without training it tries INT8 (mse and percentile calibration on the training data),
 // BF16 where the CPU has it and, for size, fewer bits per stored weight, unstructured magnitude pruning, structured
 // channel pruning (with BatchNorm statistics re-estimated) and low-rank factorisation, each from mild to aggressive
 // until a level falls outside the budget, then the precisions on every model that fits, and
@@ -40,7 +40,7 @@ struct OptimizeOptions {
 };
 
 struct Candidate {
-  std::string name;                             // the techniques, e.g. "channels -40% + int8 (entropy)"
+  std::string name;                             // the techniques, e.g. "channels -40% + int8 (mse)"
   int techniques = 0;                           // how many it joins (0: the unoptimised net)
   std::string model, weights;                   // the net it deploys
   std::string precision = "fp32", calibration;  // calibration: INT8's method
