@@ -41,8 +41,11 @@ def main():
     base = trained(bks, a.work, "fp32", a.fp32_iters, [])
     models = {
         "FP32 (control)": trained(bks, a.work, f"ft_{a.ft_iters}", a.ft_iters, ["--weights", base]),
-        "--qat binary": trained(bks, a.work, f"binary_{a.ft_iters}", a.ft_iters, ["--weights", base, "--qat", "binary"]),
-        "--qat xnor": trained(bks, a.work, f"xnor_{a.ft_iters}", a.ft_iters, ["--weights", base, "--qat", "xnor"]),
+        "--qat binary": trained(bks, a.work, f"binary_ends_{a.ft_iters}", a.ft_iters,
+                                ["--weights", base, "--qat", "binary"]),
+        "--qat binary --qat-every-layer": trained(bks, a.work, f"binary_all_{a.ft_iters}", a.ft_iters,
+                                                  ["--weights", base, "--qat", "binary", "--qat-every-layer"]),
+        "--qat xnor": trained(bks, a.work, f"xnor_ends_{a.ft_iters}", a.ft_iters, ["--weights", base, "--qat", "xnor"]),
     }
     print("\n| weights | accuracy | bundle | with `--compress` |")
     print("|---|---|---|---|")

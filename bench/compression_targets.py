@@ -35,6 +35,7 @@ def main():
         "control": [],
         "QAT int8": ["--qat", "int8"],
         "binary weights": ["--qat", "binary"],
+        "binary every layer": ["--qat", "binary", "--qat-every-layer"],
         "90% pruned": ["--prune", "0.9", "--prune-until", str(a.ft_iters // 2)],
     }
     weights = {name: trained(bks, work, name.replace(" ", "_").replace("%", ""), a.ft_iters, tune + extra, net, ft)
@@ -49,7 +50,8 @@ def main():
         ("control", "INT8 PTQ (entropy)", calibrated + ["--calib-method", "entropy"]),
         ("QAT int8", "FP32 (its float weights)", []),
         ("QAT int8", "INT8 from the learned ranges", int8),
-        ("binary weights", "FP32 --compress (binary grid)", ["--compress"]),
+        ("binary weights", "FP32 --compress (binary, ends float)", ["--compress"]),
+        ("binary every layer", "FP32 --compress (binary grid)", ["--compress"]),
         ("90% pruned", "FP32 --compress", ["--compress"]),
         ("90% pruned", "INT8 --compress", calibrated + ["--compress"]),
         ("90% pruned", "INT8 --compress --weight-bits 5", calibrated + ["--compress", "--weight-bits", "5"]),

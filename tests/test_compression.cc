@@ -334,40 +334,72 @@ TEST(QuantizationAwareTraining, LeNetDeploysToInt8FromTheRangesItLearnt) {
   EXPECT_NE(c.output.find("train --qat int8"), std::string::npos) << c.output;
 }
 
+// Whether every output channel (axis 0) of `w` holds one magnitude.
+bool binary_channels(const Tensor& w) {
+  const int64_t per = w.numel() / w.dim(0);
+  for (int64_t c = 0; c < w.dim(0); ++c)
+    for (int64_t i = 0; i < per; ++i)
+      if (std::fabs(w.f32()[c * per + i]) != std::fabs(w.f32()[c * per])) return false;
+  return true;
+}
+
 // train --qat binary / pow2: the test net sees the weights on their grid; the snapshot
 // keeps the floats and names the grid, and deploy rounds them alike, so the FP32 bundle
-// scores what training reported.
+// scores what training reported. Binary leaves the first and the last layer float unless
+// --qat-every-layer; pow2 rounds every layer.
 TEST(QuantizationAwareTraining, BinaryAndPowerOfTwoSnapshotsDeployOnTheirGrid) {
-  for (const std::string grid : {"binary", "pow2"}) {
-    const std::string solver = temp_path(grid + "_solver.prototxt"), run = temp_path(grid + "_run");
+  for (const std::string qat : {"binary", "pow2", "binary --qat-every-layer"}) {
+    const bool pow2 = qat == "pow2", ends_float = qat == "binary";
+    const std::string tag = qat.substr(0, qat.find(' ')) + (ends_float || pow2 ? "" : "_all");
+    const std::string solver = temp_path(tag + "_solver.prototxt"), run = temp_path(tag + "_run");
     fs::remove_all(run);
     write_lenet_solver(solver, 200, 0);
-    CmdResult t = run_cmd("train --solver " + solver + " --qat " + grid + " --out " + run);
+    CmdResult t = run_cmd("train --solver " + solver + " --qat " + qat + " --out " + run);
     ASSERT_EQ(t.code, 0) << t.output;
+    EXPECT_EQ(t.output.find("conv1.0, ip2.0 stay float") != std::string::npos, ends_float) << t.output;
     const double trained = final_accuracy(t.output);
     EXPECT_GE(trained, 0.6) << t.output;
     const std::string weights = run + "/snapshots/iter_200.safetensors";
-    EXPECT_EQ(load_safetensors(weights).metadata.at("weight_grid"), grid);
-    const std::string bundle = temp_path(grid + ".bks");
+    const TensorFile f = load_safetensors(weights);
+    EXPECT_EQ(f.metadata.at("weight_grid"), qat.substr(0, qat.find(' ')));
+    EXPECT_EQ(f.metadata.count("weight_grid_float") ? f.metadata.at("weight_grid_float") : "",
+              ends_float ? R"(["conv1.0","ip2.0"])" : "");
+    const std::string bundle = temp_path(tag + ".bks");
     CmdResult d = run_cmd("deploy --model " + kLenet + " --weights " + weights + " --batch 100 -o " + bundle);
     ASSERT_EQ(d.code, 0) << d.output;
     EXPECT_TRUE(std::regex_search(d.output, std::regex("pass weight-grid +4 change"))) << d.output;
-    // conv1's filters: binary, one magnitude each; pow2, every magnitude a power of two.
     const Bundle b = load_bundle(bundle);
-    const Tensor& w = b.weights.at("conv1.0");
-    for (int64_t c = 0; c < w.dim(0); ++c)
-      for (int64_t i = 0; i < 25; ++i) {
-        const float x = std::fabs(w.f32()[c * 25 + i]);
-        if (grid == "binary")
-          ASSERT_EQ(x, std::fabs(w.f32()[c * 25])) << c << " " << i;
-        else
-          ASSERT_TRUE(x == 0.f || std::exp2(std::round(std::log2(x))) == x) << x;
+    if (pow2) {  // every magnitude a power of two
+      for (const char* key : {"conv1.0", "conv2.0"}) {
+        const Tensor& w = b.weights.at(key);
+        for (int64_t i = 0; i < w.numel(); ++i) {
+          const float x = std::fabs(w.f32()[i]);
+          ASSERT_TRUE(x == 0.f || std::exp2(std::round(std::log2(x))) == x) << key << " " << x;
+        }
       }
+    } else {  // binary: one magnitude a filter, conv1 float when the ends stay float
+      EXPECT_TRUE(binary_channels(b.weights.at("conv2.0")));
+      EXPECT_EQ(binary_channels(b.weights.at("conv1.0")), !ends_float);
+    }
     CmdResult s = run_cmd("test --model " + bundle + " --iterations 100");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(s.output, m, std::regex("accuracy = ([0-9.]+)"))) << s.output;
-    EXPECT_NEAR(std::stod(m[1]), trained, 0.002) << grid << ": the bundle against the training's test net";
+    EXPECT_NEAR(std::stod(m[1]), trained, 0.002) << qat << ": the bundle against the training's test net";
+    if (ends_float) {  // a crafted list of float layers: one clear error
+      std::vector<std::pair<std::string, const Tensor*>> tensors;
+      for (const auto& [name, tensor] : f.tensors) tensors.emplace_back(name, &tensor);
+      auto meta = f.metadata;
+      meta["weight_grid_float"] = "{\"conv1.0\": 1}";
+      const std::string crafted = temp_path("crafted_grid.safetensors");
+      save_safetensors(crafted, tensors, meta);
+      CmdResult c = run_cmd("deploy --model " + kLenet + " --weights " + crafted + " -o " + temp_path("c.bks"));
+      EXPECT_EQ(c.code, 2) << c.output;
+      EXPECT_NE(c.output.find("'weight_grid_float' is not a JSON list"), std::string::npos) << c.output;
+    }
   }
+  CmdResult bad = run_cmd("train --solver " + temp_path("pow2_solver.prototxt") + " --qat pow2 --qat-every-layer");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--qat-every-layer goes with --qat binary"), std::string::npos) << bad.output;
 }
 
 // XNOR-Net's activations: +-1 by sign forward; backward passes the gradient where |x| <= 1

@@ -43,6 +43,9 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
                   "--precision int8 then needs no calibration), binary or pow2 (weights only: +-mean |w|, or "
                   "+-powers of two, per output channel), or xnor (binary weights, and binary inputs to every "
                   "convolution / inner product but the first and the last: XNOR-Net)");
+  cmd->add_flag("--qat-every-layer", opt->qat_every_layer,
+                "With --qat binary / xnor: binarize the first and the last convolution / inner product too "
+                "(BinaryConnect as published); by default they stay float, as XNOR-Net keeps them");
   cmd->add_option("--prune", opt->prune,
                   "Magnitude pruning: the fraction of each convolution / inner product's weights to zero, in [0, 1)");
   cmd->add_option("--prune-from", opt->prune_from, "With --prune: the iteration the pruning ramp starts (default 0)");
@@ -79,6 +82,8 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
           "GPU backend; use --dist-backend mpi (the default)");
     if (*backend != "mpi") input_error("--dist-backend must be mpi or nccl, got '{}'", *backend);
     if (!opt->qat.empty()) weight_grid(opt->qat);  // a clear error for an unknown grid
+    if (opt->qat_every_layer && opt->qat != "binary" && opt->qat != "xnor")
+      input_error("--qat-every-layer goes with --qat binary or --qat xnor (the other grids round every layer)");
     if (*ranks > 0) {
       if (dist::launched_by_mpi()) input_error("--ranks: already running under an MPI launcher; drop --ranks");
       run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug, !*no_pin));

@@ -48,6 +48,7 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
   if (opt.lr_scale != "none") add("--lr-scale", opt.lr_scale);
   if (opt.warmup_iters > 0) add("--warmup-iters", std::to_string(opt.warmup_iters));
   add("--qat", opt.qat);
+  if (opt.qat_every_layer) c.push_back("--qat-every-layer");
   if (opt.prune != 0) add("--prune", fmt::format("{}", opt.prune));
   if (opt.prune_from != 0) add("--prune-from", std::to_string(opt.prune_from));
   if (opt.prune_until >= 0) add("--prune-until", std::to_string(opt.prune_until));

@@ -1,9 +1,11 @@
 #include "engine/deploy.h"
 
 #include <google/protobuf/text_format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <memory>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -134,12 +136,26 @@ std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bun
   return {fa, fb};
 }
 
-// The grid a snapshot's weights were trained on (train --qat binary / pow2), or "".
-std::string trained_weight_grid(const DeployOptions& o) {
-  if (o.random_weights || !o.weights.ends_with(".safetensors")) return "";
+// The grid a snapshot's weights were trained on (train --qat binary / pow2 / xnor; "" when
+// none) and the weights training left float.
+struct TrainedGrid {
+  std::string name;
+  std::set<std::string> float_keys;
+};
+
+TrainedGrid trained_weight_grid(const DeployOptions& o) {
+  if (o.random_weights || !o.weights.ends_with(".safetensors")) return {};
   const TensorFile f = load_safetensors(o.weights);
   auto it = f.metadata.find("weight_grid");
-  return it == f.metadata.end() ? "" : it->second;
+  if (it == f.metadata.end()) return {};
+  TrainedGrid g{it->second, {}};
+  if (auto fl = f.metadata.find("weight_grid_float"); fl != f.metadata.end()) {
+    const auto keys = nlohmann::json::parse(fl->second, nullptr, false);
+    if (!keys.is_array() || !std::all_of(keys.begin(), keys.end(), [](const auto& k) { return k.is_string(); }))
+      input_error("{}: metadata 'weight_grid_float' is not a JSON list of weight names: '{}'", o.weights, fl->second);
+    for (const auto& k : keys) g.float_keys.insert(k.get<std::string>());
+  }
+  return g;
 }
 
 }  // namespace
@@ -159,13 +175,14 @@ DeployResult deploy(const DeployOptions& o,
   // Weights trained on a binary / pow2 grid: rounded as training saw them, before BatchNorm
   // folds into them.
   // XNOR-Net weights (--qat xnor) also had binary inputs: the same Binarize nodes first.
-  const std::string grid = trained_weight_grid(o);
+  const TrainedGrid trained = trained_weight_grid(o);
+  const std::string& grid = trained.name;
   if (grid == "xnor") {
     r.reports.push_back(insert_binarize(m.graph));
     if (after_each) after_each(r.reports.back(), m);
   }
   if (!grid.empty()) {
-    r.reports.push_back(round_weights_to_grid(m, weight_grid(grid), grid));
+    r.reports.push_back(round_weights_to_grid(m, weight_grid(grid), grid, trained.float_keys));
     if (after_each) after_each(r.reports.back(), m);
   }
   for (PassReport& p : run_deploy_passes(m, after_each)) r.reports.push_back(std::move(p));

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,10 @@ PassReport fuse_residual(DeployModel& m);
 PassReport fuse_relu(DeployModel& m);
 
 // Weights trained with train --qat binary / pow2: every Convolution and InnerProduct weight
-// rounded to that grid (`name` says which, in the report), as the training net saw them.
-PassReport round_weights_to_grid(DeployModel& m, WeightGrid grid, const std::string& name);
+// but those named in `keep_float` rounded to that grid (`name` says which, in the report),
+// as the training net saw them.
+PassReport round_weights_to_grid(DeployModel& m, WeightGrid grid, const std::string& name,
+                                 const std::set<std::string>& keep_float);
 
 // bf16 inference: every Convolution and InnerProduct computes in bf16 (node.deploy.precision;
 // values between nodes stay f32).

@@ -352,17 +352,22 @@ void TrainerImpl::setup() {
   }
   if (!opt_.qat.empty()) {
     const WeightGrid grid = weight_grid(opt_.qat);
-    weight_quant_ = std::make_unique<WeightFakeQuant>(store_, *train_net_, grid, int8_weight_levels());
+    weight_quant_ = std::make_unique<WeightFakeQuant>(store_, *train_net_, grid, int8_weight_levels(),
+                                                      grid == WeightGrid::binary && !opt_.qat_every_layer);
     if (grid == WeightGrid::int8)
       log::info(
           "Quantization-aware training (--qat int8): {} layer(s) see int8 weights ({} levels per side) and inputs",
           weight_quant_->layers(), int8_weight_levels());
     else
-      log::info("Quantization-aware training (--qat {}): {} layer(s) see {} weights, one scale per output channel{}",
+      log::info("Quantization-aware training (--qat {}): {} layer(s) see {} weights, one scale per output channel{}{}",
                 opt_.qat, weight_quant_->layers(), grid == WeightGrid::binary ? "binary (+-mean |w|)" : "power-of-two",
                 opt_.qat == "xnor"
                     ? fmt::format("; {} of them binary inputs (sign, straight-through gradient)", binarized_inputs)
-                    : "");
+                    : "",
+                weight_quant_->float_keys().empty()
+                    ? ""
+                    : fmt::format("; {} stay float (the first and the last; --qat-every-layer rounds them too)",
+                                  fmt::join(weight_quant_->float_keys(), ", ")));
   }
   std::tie(batch_, dataset_size_) = train_net_->data_extent();
   if (!opt_.teacher.empty()) attach_teacher(threads);
@@ -428,6 +433,7 @@ void TrainerImpl::setup() {
                         {"sync_bn", opt_.sync_bn},
                         {"warmup_iters", opt_.warmup_iters},
                         {"qat", opt_.qat.empty() ? "none" : opt_.qat},
+                        {"qat_float_layers", weight_quant_ ? weight_quant_->float_keys() : std::vector<std::string>{}},
                         {"prune", pruning_ ? nlohmann::json{{"sparsity", prune_schedule_.sparsity},
                                                             {"from", prune_schedule_.begin},
                                                             {"until", prune_schedule_.end},
@@ -518,11 +524,15 @@ void TrainerImpl::snapshot() {
   std::string wname = fmt::format("iter_{}.safetensors", iter_);
   std::string sname = fmt::format("iter_{}.solverstate", iter_);
   // Weights first: the state names them, so a state never points at a missing file.
-  // Binary / pow2 weights are kept as floats: deploy rounds them as training did.
-  save_weights((dir / wname).string(), store_,
-               opt_.qat == "binary" || opt_.qat == "pow2" || opt_.qat == "xnor"
-                   ? std::map<std::string, std::string>{{"weight_grid", opt_.qat}}
-                   : std::map<std::string, std::string>{});
+  // Binary / pow2 weights are kept as floats: deploy rounds them as training did, all but
+  // the layers training left float.
+  std::map<std::string, std::string> grid_meta;
+  if (opt_.qat == "binary" || opt_.qat == "pow2" || opt_.qat == "xnor") {
+    grid_meta["weight_grid"] = opt_.qat;
+    if (!weight_quant_->float_keys().empty())
+      grid_meta["weight_grid_float"] = nlohmann::json(weight_quant_->float_keys()).dump();
+  }
+  save_weights((dir / wname).string(), store_, grid_meta);
   save_safetensors((dir / sname).string(), solver_->state(),
                    {{"format", "bakusoku-solverstate"},
                     {"iter", std::to_string(iter_)},

@@ -39,6 +39,9 @@ struct TrainOptions {
   // straight-through estimator; deploy --precision int8 then takes the learned ranges. "":
   // plain FP32 training.
   std::string qat;
+  // With qat binary / xnor: round the first and the last Convolution / InnerProduct too
+  // (BinaryConnect as published); by default they stay float.
+  bool qat_every_layer = false;
   // Unstructured magnitude pruning (docs/compression.md): the fraction of every Convolution
   // / InnerProduct weight blob pruned by the end of a cubic ramp from iteration prune_from
   // to prune_until (-1: three quarters of max_iter), masks updated every prune_every

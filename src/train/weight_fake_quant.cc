@@ -4,10 +4,16 @@
 
 namespace bks {
 
-WeightFakeQuant::WeightFakeQuant(ParamStore& store, const Net& net, WeightGrid grid, float levels)
+WeightFakeQuant::WeightFakeQuant(ParamStore& store, const Net& net, WeightGrid grid, float levels, bool float_ends)
     : store_(store), grid_(grid), levels_(levels) {
-  for (const WeightBlob& b : weight_blobs(net))
-    weights_.push_back({b.param, b.output_last, Tensor(store_.at(b.param).data.shape())});
+  const std::vector<WeightBlob> blobs = weight_blobs(net);
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    const WeightBlob& b = blobs[i];
+    if (float_ends && blobs.size() > 2 && (i == 0 || i + 1 == blobs.size()))
+      float_keys_.push_back(store_.at(b.param).key);
+    else
+      weights_.push_back({b.param, b.output_last, Tensor(store_.at(b.param).data.shape())});
+  }
 }
 
 void WeightFakeQuant::quantize() {

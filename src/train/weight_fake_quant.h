@@ -5,6 +5,7 @@
 // The grids are ops/weight_grids.h.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -17,13 +18,17 @@ namespace bks {
 class WeightFakeQuant {
  public:
   // The weights (blob 0) of `net`'s Convolution and InnerProduct nodes, each once; `levels`
-  // for the int8 grid.
-  WeightFakeQuant(ParamStore& store, const Net& net, WeightGrid grid, float levels);
+  // for the int8 grid. `float_ends`: the first and the last of them stay float (binary
+  // nets keep them so, as XNOR-Net does: the first sees the raw data through few weights,
+  // the last makes the scores).
+  WeightFakeQuant(ParamStore& store, const Net& net, WeightGrid grid, float levels, bool float_ends = false);
   // Keeps the float weights and writes their rounded values in their place.
   void quantize();
   // Puts the float weights back (before the solver updates them, before a snapshot).
   void restore();
   int layers() const { return static_cast<int>(weights_.size()); }
+  // The store keys of the weights left float, in node order.
+  const std::vector<std::string>& float_keys() const { return float_keys_; }
 
  private:
   struct Weight {
@@ -35,6 +40,7 @@ class WeightFakeQuant {
   WeightGrid grid_;
   float levels_;
   std::vector<Weight> weights_;
+  std::vector<std::string> float_keys_;
   bool quantized_ = false;
 };
 
