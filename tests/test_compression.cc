@@ -503,7 +503,7 @@ TEST(MagnitudePruning, PrunedWeightsStayZeroAndResumeKeepsTheMasks) {
   Rng rng(9);
   for (Param& p : store.all())
     for (int64_t i = 0; i < p.data.numel(); ++i) p.data.f32()[i] = rng.uniform(-1.f, 1.f);
-  const PruningSchedule s{0.75, 0, 40, 10, false};  // each blob on its own
+  const PruningSchedule s{0.75, 0, 40, 10, "layer"};  // each blob on its own
   auto pruning = std::make_unique<MagnitudePruning>(store, net, s);
   EXPECT_EQ(pruning->layers(), 4);
   pruning->start(0);
@@ -560,6 +560,53 @@ TEST(MagnitudePruning, GlobalRankingPrunesSmallWeightsWhereverTheyAre) {
         largest_pruned = std::max(largest_pruned, m);
     }
   EXPECT_LE(largest_pruned, smallest_kept);
+}
+
+// LAMP: w^2 over the sum of w'^2 of its blob's weights at least as large. Ranked together,
+// a blob scaled down tenfold (as BatchNorm lets a convolution be) keeps as many weights as
+// the same blob at full scale, where magnitude ranking would empty it.
+TEST(MagnitudePruning, LampScoresAreScaleFreePerBlob) {
+  Tensor w({4});
+  const float v[] = {-3.f, 1.f, 0.f, 2.f};
+  std::copy(v, v + 4, w.f32());
+  const std::vector<float> s = lamp_scores(w);
+  EXPECT_FLOAT_EQ(s[0], 1.f);
+  EXPECT_FLOAT_EQ(s[1], 1.f / 14.f);
+  EXPECT_FLOAT_EQ(s[2], 0.f);
+  EXPECT_FLOAT_EQ(s[3], 4.f / 13.f);
+  Tensor large({100}), small({100});
+  Rng rng(4);
+  for (int64_t i = 0; i < 100; ++i) large.f32()[i] = rng.uniform(-1.f, 1.f), small.f32()[i] = 0.1f * large.f32()[i];
+  const auto zeros = [](const std::vector<uint8_t>& k) { return std::count(k.begin(), k.end(), 0); };
+  const auto lamp = lamp_masks({&small, &large}, 0.5);
+  EXPECT_EQ(zeros(lamp[0]), 50);
+  EXPECT_EQ(zeros(lamp[1]), 50);
+  EXPECT_EQ(lamp[0], lamp[1]);                                      // the same weights of each
+  EXPECT_GT(zeros(magnitude_masks({&small, &large}, 0.5)[0]), 90);  // magnitude: the small blob nearly emptied
+}
+
+// Through the trainer's hook: with one blob's weights a hundred times smaller (as a layer
+// before BatchNorm may have them), magnitude ranking empties it and LAMP does not.
+TEST(MagnitudePruning, LampScopeKeepsAShrunkenLayer) {
+  for (const std::string scope : {"global", "lamp"}) {
+    CpuBackend be(1);
+    ParamStore store;
+    Net net(branchy_graph(), proto::TRAIN, store, be, 1);
+    Rng rng(9);
+    for (Param& p : store.all())
+      for (int64_t i = 0; i < p.data.numel(); ++i)
+        p.data.f32()[i] = rng.uniform(-1.f, 1.f) * (p.key == "b.0" ? 0.01f : 1.f);
+    MagnitudePruning pruning(store, net, PruningSchedule{0.5, 0, 1, 1, scope});
+    pruning.start(0);
+    pruning.after_step(1);
+    const Tensor& b = store.at(store.find("b.0")).data;
+    const double zeros = static_cast<double>(std::count(b.f32(), b.f32() + b.numel(), 0.f)) / b.numel();
+    if (scope == "global")
+      EXPECT_EQ(zeros, 1.0);
+    else
+      EXPECT_LT(zeros, 0.9);
+    EXPECT_NEAR(pruning.sparsity(), 0.5, 0.01) << scope;
+  }
 }
 
 // End to end: LeNet pruned to 90% zeros (over its weight blobs together) while it trains, to

@@ -54,9 +54,10 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--prune-every", opt->prune_every,
                   "With --prune: iterations between mask updates on the ramp (default: 20 updates)");
   cmd->add_option("--prune-scope", opt->prune_scope,
-                  "With --prune: global (default; one magnitude ranking over all those layers) or layer (each layer "
-                  "pruned to the sparsity on its own)")
-      ->check(CLI::IsMember({"global", "layer"}));
+                  "With --prune: global (default; one magnitude ranking over all those layers), lamp (one ranking "
+                  "by layer-adaptive LAMP score, w^2 over the sum of w'^2 of its layer's larger weights: no common "
+                  "weight scale needed) or layer (each layer pruned to the sparsity on its own)")
+      ->check(CLI::IsMember({"global", "lamp", "layer"}));
   cmd->add_option("--teacher", opt->teacher,
                   "Knowledge distillation: a trained network (prototxt or ONNX) whose class scores the student also "
                   "learns, run for inference on every batch");

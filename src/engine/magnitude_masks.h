@@ -17,4 +17,13 @@ std::vector<std::vector<uint8_t>> magnitude_masks(const std::vector<const Tensor
 // The same for one tensor.
 std::vector<uint8_t> magnitude_mask(const Tensor& w, double fraction);
 
+// Layer-adaptive magnitude pruning (LAMP, Lee et al. 2021): each weight's score is w^2 over
+// the sum of w'^2 of the weights of its tensor at least as large, so ranking scores of
+// several tensors together needs no common scale (BatchNorm makes a convolution's weight
+// scale arbitrary), and each tensor's largest weight scores 1, the highest there is.
+std::vector<float> lamp_scores(const Tensor& w);
+// The masks keeping the highest LAMP scores of the tensors `w` ranked together, with
+// magnitude_masks' exact count and tie order.
+std::vector<std::vector<uint8_t>> lamp_masks(const std::vector<const Tensor*>& w, double fraction);
+
 }  // namespace bks

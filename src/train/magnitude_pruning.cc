@@ -49,10 +49,11 @@ void MagnitudePruning::after_step(int64_t iter) {
   // New masks every `every` iterations of the ramp, and once at its end.
   const bool update = iter >= schedule_.end ? !final_ : (iter - schedule_.begin) % schedule_.every == 0;
   if (update) {
-    if (schedule_.global) {
+    if (schedule_.scope != "layer") {
       std::vector<const Tensor*> all;
       for (const Weight& w : weights_) all.push_back(&store_.at(w.param).data);
-      std::vector<std::vector<uint8_t>> keep = magnitude_masks(all, want);
+      std::vector<std::vector<uint8_t>> keep =
+          schedule_.scope == "lamp" ? lamp_masks(all, want) : magnitude_masks(all, want);
       for (size_t k = 0; k < weights_.size(); ++k) weights_[k].keep = std::move(keep[k]);
     } else {
       for (Weight& w : weights_) w.keep = magnitude_mask(store_.at(w.param).data, want);

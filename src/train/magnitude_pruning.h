@@ -21,9 +21,10 @@ struct PruningSchedule {
   int64_t begin = 0;    // the ramp's first iteration
   int64_t end = 0;      // the iteration it reaches `sparsity` (> begin)
   int64_t every = 100;  // iterations between mask updates on the ramp
-  // Rank all the pruned weights together (one magnitude threshold, so layers whose weights
-  // are larger keep more of them) instead of each blob on its own.
-  bool global = true;
+  // "global": all the pruned weights ranked together by magnitude (one threshold, so layers
+  // whose weights are larger keep more of them); "lamp": ranked together by LAMP score
+  // (engine/magnitude_masks.h: scale-free per layer); "layer": each blob on its own.
+  std::string scope = "global";
   // The fraction pruned at iteration `iter`: 0 before begin, `sparsity` from end on.
   double at(int64_t iter) const;
   // InputError naming the option when a value is out of range; `max_iter`: the solver's.

@@ -237,7 +237,7 @@ void TrainerImpl::setup() {
     s.begin = opt_.prune_from;
     s.end = opt_.prune_until >= 0 ? opt_.prune_until : sp_.max_iter() * 3 / 4;
     s.every = opt_.prune_every > 0 ? opt_.prune_every : std::max<int64_t>(1, (s.end - s.begin) / 20);
-    s.global = opt_.prune_scope != "layer";
+    s.scope = opt_.prune_scope;
     if (opt_.prune == 0) input_error("--prune-from, --prune-until and --prune-every go with --prune SPARSITY");
     s.check(sp_.max_iter());
   }
@@ -347,8 +347,10 @@ void TrainerImpl::setup() {
     pruning_ = std::make_unique<MagnitudePruning>(store_, *train_net_, prune_schedule_);
     log::info("Pruning {} layer(s) to {:.1f}% zeros ({}) from iteration {} to {}, masks updated every {} iterations",
               pruning_->layers(), 100 * prune_schedule_.sparsity,
-              prune_schedule_.global ? "ranked over all of them" : "each layer on its own", prune_schedule_.begin,
-              prune_schedule_.end, prune_schedule_.every);
+              prune_schedule_.scope == "layer"  ? "each layer on its own"
+              : prune_schedule_.scope == "lamp" ? "ranked over all of them by LAMP score"
+                                                : "ranked over all of them by magnitude",
+              prune_schedule_.begin, prune_schedule_.end, prune_schedule_.every);
   }
   if (!opt_.qat.empty()) {
     const WeightGrid grid = weight_grid(opt_.qat);
@@ -397,10 +399,11 @@ void TrainerImpl::setup() {
   configuration_ += sp_.DebugString();
   for (const Param& p : store_.all()) configuration_ += p.key + shape_str(p.data.shape()) + "\n";
   // Ranks must also lay out the same gradient buckets and scale the same way.
-  configuration_ += fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {} qat {} prune {} {} {} {} {}\n",
-                                opt_.first_bucket_mb, opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale,
-                                opt_.warmup_iters, opt_.qat, prune_schedule_.sparsity, prune_schedule_.begin,
-                                prune_schedule_.end, prune_schedule_.every, prune_schedule_.global);
+  configuration_ +=
+      fmt::format("buckets {} {} sync_bn {} global_batch {} lr_scale {} {} qat {} {} prune {} {} {} {} {}\n",
+                  opt_.first_bucket_mb, opt_.bucket_mb, opt_.sync_bn, opt_.global_batch, opt_.lr_scale,
+                  opt_.warmup_iters, opt_.qat, opt_.qat_every_layer, prune_schedule_.sparsity, prune_schedule_.begin,
+                  prune_schedule_.end, prune_schedule_.every, prune_schedule_.scope);
   if (teacher_)
     configuration_ +=
         fmt::format("teacher {} {} {} {}\n", opt_.teacher, opt_.teacher_weights, opt_.temperature, opt_.alpha);
@@ -438,7 +441,7 @@ void TrainerImpl::setup() {
                                                             {"from", prune_schedule_.begin},
                                                             {"until", prune_schedule_.end},
                                                             {"every", prune_schedule_.every},
-                                                            {"scope", prune_schedule_.global ? "global" : "layer"}}
+                                                            {"scope", prune_schedule_.scope}}
                                            : nlohmann::json("none")},
                         {"distill", teacher_ ? nlohmann::json{{"teacher", opt_.teacher},
                                                               {"teacher_weights", opt_.teacher_weights},
