@@ -5,6 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+
+#include <zlib.h>
 
 #include "caffe.pb.h"
 #include "cli_util.h"
@@ -348,6 +351,51 @@ TEST(ImageDecode, JpegCutShortDecodesItsFirstRowsAsOpenCvDoes) {
     double y = 0.299 * whole.chw[i] + 0.587 * whole.chw[plane + i] + 0.114 * whole.chw[2 * plane + i];
     EXPECT_NEAR(grey.chw[i], y, 12.0) << i;
   }
+}
+
+// The PNG with this IDAT payload in place of its own (the CRC left stale: the check comes
+// first, and stb does not read it).
+std::string with_idat(const std::string& png, const std::string& payload) {
+  const size_t at = png.find("IDAT") - 4;
+  const uint32_t old = (uint32_t{static_cast<unsigned char>(png[at])} << 24) |
+                       (uint32_t{static_cast<unsigned char>(png[at + 1])} << 16) |
+                       (uint32_t{static_cast<unsigned char>(png[at + 2])} << 8) |
+                       static_cast<unsigned char>(png[at + 3]);
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  std::string len = {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                     static_cast<char>(n)};
+  return png.substr(0, at) + len + "IDAT" + payload + png.substr(at + 8 + old);
+}
+
+TEST(ImageDecode, PngPixelStreamsMustEndAndFitTheImage) {
+  // Fuzzing found a 3 x 4 PNG whose broken stream made stb's inflate read zeros past its end
+  // and realloc 2 GiB; zlib checks the stream first.
+  std::ifstream f(std::string(BKS_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress_png_endless_inflate.png",
+                  std::ios::binary);
+  const std::string endless((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(endless.size(), 50u);
+  ImageDecodeOptions o;
+  DecodedImage img;
+  std::string why;
+  EXPECT_EQ(decode_image(endless, o, img, why), Decoded::not_an_image);
+  EXPECT_NE(why.find("PNG pixel data"), std::string::npos) << why;
+  // A whole stream that inflates to far more than a 4 x 4 image holds.
+  std::vector<uint8_t> px = rgb_pattern(4, 4);
+  const std::string png = encode_image(px.data(), 3, 4, 4, false, false);
+  ASSERT_EQ(decode_image(png, o, img, why), Decoded::ok) << why;
+  std::string zeros(100000, '\0'), packed(compressBound(zeros.size()), '\0');
+  uLongf packed_size = packed.size();
+  ASSERT_EQ(compress(reinterpret_cast<Bytef*>(packed.data()), &packed_size,
+                     reinterpret_cast<const Bytef*>(zeros.data()), zeros.size()),
+            Z_OK);
+  packed.resize(packed_size);
+  EXPECT_EQ(decode_image(with_idat(png, packed), o, img, why), Decoded::not_an_image);
+  EXPECT_NE(why.find("inflates past"), std::string::npos) << why;
+  // The image's own stream cut short.
+  const size_t at = png.find("IDAT") + 4;
+  const std::string own = png.substr(at, png.find("IEND") - 8 - at);
+  EXPECT_EQ(decode_image(with_idat(png, own.substr(0, own.size() / 2)), o, img, why), Decoded::not_an_image);
+  EXPECT_NE(why.find("ends before"), std::string::npos) << why;
 }
 
 TEST(ImageDecode, BilinearResizeFollowsOpenCvGeometry) {

@@ -13,6 +13,7 @@
 
 #include "data/dataset.h"
 #include "data/jpeg_decode.h"
+#include "data/png_stream_check.h"
 
 namespace bks {
 namespace {
@@ -142,6 +143,7 @@ Decoded decode_image(std::string_view bytes, const ImageDecodeOptions& o, Decode
   if (by_libjpeg) {
     px = jpeg.data();
   } else {
+    if (is_png(bytes) && !png_stream_is_bounded(bytes, iw, ih, why)) return Decoded::not_an_image;
     px = stbi_load_from_memory(data, size, &iw, &ih, &ic, c);
     if (!px) {
       why = jpeg_why.empty() ? stbi_failure_reason() : jpeg_why;
