@@ -47,17 +47,14 @@ bool png_stream_is_bounded(std::string_view bytes, int width, int height, std::s
     rc = inflate(&z, Z_NO_FLUSH);
     out += sink.size() - z.avail_out;
   }
-  inflateEnd(&z);
-  if (out > cap) {
+  // The verdict before inflateEnd, while z.msg still belongs to a live stream.
+  if (out > cap)
     why = fmt::format("PNG pixel data inflates past the {} bytes a {} x {} image can hold", cap, width, height);
-    return false;
-  }
-  if (rc != Z_STREAM_END) {
+  else if (rc != Z_STREAM_END)
     why = rc == Z_DATA_ERROR && z.msg ? fmt::format("PNG pixel data is corrupt ({})", z.msg)
                                       : "PNG pixel data ends before its compressed stream does";
-    return false;
-  }
-  return true;
+  inflateEnd(&z);
+  return out <= cap && rc == Z_STREAM_END;
 }
 
 }  // namespace bks
