@@ -339,6 +339,37 @@ TEST(Dist, RanksFlagRunsMpirunAndSaysHow) {
   EXPECT_NEAR(m[19]["lr"].get<double>(), 0.02, 1e-9);
 }
 
+// --ranks re-runs this command under mpirun: every training option has to reach the ranks
+// (distillation once did not, and the ranks trained without their teacher).
+TEST(Dist, RanksFlagPassesEveryTrainingOptionOn) {
+  fs::path dir = scratch("ranks_options");
+  const std::string teacher_solver = write_solver(dir, "teacher", lenet(16, 16), std::string(kSgd) + "max_iter: 2\n");
+  ASSERT_EQ(test::run_cmd("train --threads 1 --solver " + teacher_solver + " --out " + (dir / "teacher").string()).code,
+            0);
+  const std::string teacher_weights = (dir / "teacher" / "snapshots" / "iter_2.safetensors").string();
+  ASSERT_TRUE(fs::exists(teacher_weights));
+  const std::string net = (dir / "teacher_net.prototxt").string();
+  const std::string solver = write_solver(dir, "run", lenet(32), std::string(kSgd) + "max_iter: 4\n");
+  auto r = test::run_cmd("train --ranks 2 --solver " + solver + " --out " + (dir / "run").string() + " --teacher " +
+                         net + " --teacher-weights " + teacher_weights +
+                         " --temperature 2.5 --alpha 0.75 --qat int8 --prune 0.5 --prune-until 2 --prune-every 1"
+                         " --prune-scope lamp");
+  ASSERT_EQ(r.code, 0) << r.output;
+  nlohmann::json run = nlohmann::json::parse(read_file((dir / "run" / "run.json").string(), "run.json"));
+  EXPECT_EQ(run["world_size"], 2);
+  ASSERT_TRUE(run["distill"].is_object()) << run.dump(2);
+  EXPECT_EQ(run["distill"]["teacher"], net);
+  EXPECT_EQ(run["distill"]["teacher_weights"], teacher_weights);
+  EXPECT_FLOAT_EQ(run["distill"]["temperature"].get<float>(), 2.5f);
+  EXPECT_FLOAT_EQ(run["distill"]["alpha"].get<float>(), 0.75f);
+  EXPECT_EQ(run["qat"], "int8");
+  ASSERT_TRUE(run["prune"].is_object()) << run.dump(2);
+  EXPECT_DOUBLE_EQ(run["prune"]["sparsity"].get<double>(), 0.5);
+  EXPECT_EQ(run["prune"]["until"], 2);
+  EXPECT_EQ(run["prune"]["every"], 1);
+  EXPECT_EQ(run["prune"]["scope"], "lamp");
+}
+
 TEST(Dist, BadDistributedSettingsAreOneClearError) {
   fs::path dir = scratch("bad");
   const std::string solver = write_solver(dir, "run", lenet(15), std::string(kSgd) + "max_iter: 5\n");

@@ -54,6 +54,12 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
   if (opt.prune_until >= 0) add("--prune-until", std::to_string(opt.prune_until));
   if (opt.prune_every != 0) add("--prune-every", std::to_string(opt.prune_every));
   if (opt.prune_scope != TrainOptions().prune_scope) add("--prune-scope", opt.prune_scope);
+  add("--teacher", opt.teacher);
+  add("--teacher-weights", opt.teacher_weights);
+  if (!opt.teacher.empty()) {
+    add("--temperature", fmt::format("{}", opt.temperature));
+    add("--alpha", fmt::format("{}", opt.alpha));
+  }
   return c;
 }
 

@@ -48,7 +48,9 @@ struct TrainOptions {
   // iterations of it (0: twenty updates). 0: no pruning.
   double prune = 0;
   int64_t prune_from = 0, prune_until = -1, prune_every = 0;
-  std::string prune_scope = "global";  // "global": one ranking over all those layers; "layer": each on its own
+  // "global": one magnitude ranking over all those layers; "lamp": one ranking by LAMP score;
+  // "layer": each on its own.
+  std::string prune_scope = "global";
   // Knowledge distillation (docs/compression.md): a trained teacher network (and its
   // weights) scores every training batch, and the student's loss becomes
   // (1 - alpha) x its classification loss + alpha x T^2 x KL(teacher || student) of the
