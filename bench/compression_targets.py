@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The compression targets of docs/compression.md on one net (the small ResNet by default):
 QAT INT8 against FP32 and against post-training INT8, binary weights, and 90% magnitude
-pruning with its compressed bundles, every bundle scored on the whole Fashion-MNIST test set.
+pruning (alone, and distilled from the control) with its compressed bundles, every bundle
+scored on the whole Fashion-MNIST test set.
 
 Usage: python3 bench/compression_targets.py [--net resnet|lenet] [--bakusoku build/src/bakusoku]
        [--fp32-iters 3000] [--ft-iters 3000] [--threads N] [--work /tmp/bks_targets_resnet]
@@ -40,6 +41,10 @@ def main():
     }
     weights = {name: trained(bks, work, name.replace(" ", "_").replace("%", ""), a.ft_iters, tune + extra, net, ft)
                for name, extra in runs.items()}
+    # The pruned net also learns from the control (distillation, T 4, alpha 0.5).
+    distilled = runs["90% pruned"] + ["--teacher", net, "--teacher-weights", weights["control"], "--temperature", "4",
+                                      "--alpha", "0.5"]
+    weights["90% pruned, distilled"] = trained(bks, work, "90_pruned_distilled", a.ft_iters, tune + distilled, net, ft)
 
     int8 = ["--precision", "int8", "--int8-layers", "all"]
     calibrated = int8 + ["--calib", "test"]
@@ -55,17 +60,18 @@ def main():
         ("90% pruned", "FP32 --compress", ["--compress"]),
         ("90% pruned", "INT8 --compress", calibrated + ["--compress"]),
         ("90% pruned", "INT8 --compress --weight-bits 5", calibrated + ["--compress", "--weight-bits", "5"]),
+        ("90% pruned, distilled", "FP32 --compress", ["--compress"]),
     ]
     rows, reference = [], None
     for model, variant, flags in bundles:
-        out = os.path.join(work, f"{model}_{variant}".replace(" ", "_").replace("%", "").replace("(", "")
+        out = os.path.join(work, f"{model}_{variant}".replace(" ", "_").replace("%", "").replace(",", "").replace("(", "")
                            .replace(")", "") + ".bks")
         run([bks, "deploy", "--model", net, "--weights", weights[model], "--batch", "100", *threads, *flags,
              "-o", out])
         acc, size = tested_accuracy(bks, out), os.path.getsize(out)
         reference = reference or (acc, size)  # the control's dense FP32 bundle
         rows.append((model, variant, acc, size))
-        print(f"{model:<15} {variant:<33} accuracy {acc:.4f} ({100 * (acc - reference[0]):+.2f})  {size:>9} bytes  "
+        print(f"{model:<21} {variant:<33} accuracy {acc:.4f} ({100 * (acc - reference[0]):+.2f})  {size:>9} bytes  "
               f"{reference[1] / size:5.1f}x", flush=True)
 
     print(f"\n| {a.net} | bundle | accuracy | change (points) | bytes | smaller |")
