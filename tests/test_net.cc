@@ -552,6 +552,29 @@ layer {{ name: "c3" type: "Convolution" bottom: "p3" top: "y" convolution_param 
   }
 }
 
+// An encoder LSTM hands its final h and c to a GRU decoder through exposed states; the
+// whole net's loss checks every blob's gradient, the ones that cross between the two included.
+TEST(Net, RecurrentLayersPassTheirStatesOn) {
+  TestNet t(R"(
+layer { name: "in" type: "Input" top: "x" top: "cont" top: "h0" top: "c0" top: "t"
+  input_param { shape { dim: 3 dim: 2 dim: 4 } shape { dim: 3 dim: 2 } shape { dim: 1 dim: 2 dim: 5 }
+                shape { dim: 1 dim: 2 dim: 5 } shape { dim: 3 dim: 2 dim: 2 } } }
+layer { name: "enc" type: "LSTM" bottom: "x" bottom: "cont" bottom: "h0" bottom: "c0" top: "he" top: "hT" top: "cT"
+  recurrent_param { num_output: 5 expose_hidden: true weight_filler { type: "gaussian" std: 0.4 }
+                    bias_filler { type: "gaussian" std: 0.4 } } }
+layer { name: "dec" type: "GRU" bottom: "x" bottom: "cont" bottom: "hT" top: "hd" top: "hdT"
+  recurrent_param { num_output: 5 expose_hidden: true weight_filler { type: "gaussian" std: 0.4 }
+                    bias_filler { type: "gaussian" std: 0.4 } } }
+layer { name: "silence" type: "Silence" bottom: "cT" bottom: "hdT" }
+layer { name: "sum" type: "Eltwise" bottom: "he" bottom: "hd" top: "s" }
+layer { name: "ip" type: "InnerProduct" bottom: "s" top: "y"
+  inner_product_param { num_output: 2 axis: 2 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" }
+)");
+  EXPECT_EQ(t.store.size(), 3 + 4 + 2) << "LSTM W_xc b_c W_hc, GRU W_x b_x W_h b_h, ip";
+  t.check();
+}
+
 TEST(Net, SharedWeightsSumGradients) {
   TestNet t(R"(
 layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 3 dim: 4 } shape { dim: 3 dim: 4 } } }

@@ -26,6 +26,7 @@
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
 #include "op_harness.h"
+#include "recurrent_oracle.h"
 
 namespace bks::test {
 namespace {
@@ -589,9 +590,66 @@ void add_transformer_cases(std::vector<SweepCase>& t) {
                .oracle = sliced({{0, 1, 2}, {2, 1, 1}})});
 }
 
+// RNN, LSTM, GRU: T = 3 timesteps of N = 2 streams. cont starts every stream's sequence at
+// t = 0 (so the state one forward carries to the next cannot change the next: the gradient
+// check runs many) and restarts stream 1 at t = 2; with exposed states, stream 0 instead
+// continues from its given h_0 (and c_0).
+void add_recurrent_cases(std::vector<SweepCase>& t) {
+  const std::pair<const char*, Cell> cells[] = {{"RNN", Cell::rnn}, {"LSTM", Cell::lstm}, {"GRU", Cell::gru}};
+  for (const auto& [type, cell] : cells) {
+    const int states = cell == Cell::lstm ? 2 : 1;
+    for (int variant = 0; variant < 2; ++variant) {
+      const bool exposed = variant == 1, has_static = variant == 1;
+      std::vector<Shape> in{{3, 2, 2, 2}, {3, 2}};
+      if (has_static) in.push_back({2, 3});
+      for (int k = 0; exposed && k < states; ++k) in.push_back({1, 2, 4});
+      t.push_back(
+          {.name = std::string(type) + (exposed ? "_static_exposed" : ""),
+           .layer = std::string("type: '") + type + "' recurrent_param { num_output: 4" +
+                    (exposed ? " expose_hidden: true" : "") + " }",
+           .in = in,
+           .oracle = [cell, has_static, exposed](
+                         const OpHarness& h) { return recurrent_oracle(cell, 4, has_static, exposed, h.in, h.params); },
+           .outputs = 1 + (exposed ? states : 0),
+           .setup =
+               [exposed](OpHarness& h) {
+                 const float cont[] = {exposed ? 1.f : 0.f, 0, 1, 1, 1, 0};
+                 std::copy(cont, cont + 6, h.in[1].f32());
+               },
+           .fwd_tol = 1e-4f});
+    }
+  }
+  // LSTMUnit: one step of 2 streams, the second starting afresh (cont 0).
+  t.push_back({.name = "LSTMUnit",
+               .layer = "type: 'LSTMUnit'",
+               .in = {{1, 2, 3}, {1, 2, 12}, {1, 2}},
+               .oracle =
+                   [](const OpHarness& h) {
+                     Tensor c({1, 2, 3}), hh({1, 2, 3});
+                     for (int n = 0; n < 2; ++n)
+                       for (int d = 0; d < 3; ++d) {
+                         const float* x = h.in[1].f32() + n * 12 + d;
+                         const double cell = h.in[2].f32()[n] * sigmoid(x[3]) * h.in[0].f32()[n * 3 + d] +
+                                             sigmoid(x[0]) * std::tanh(x[9]);
+                         c.f32()[n * 3 + d] = static_cast<float>(cell);
+                         hh.f32()[n * 3 + d] = static_cast<float>(sigmoid(x[6]) * std::tanh(cell));
+                       }
+                     return std::vector<Tensor>{c, hh};
+                   },
+               .outputs = 2,
+               .lo = -2,
+               .hi = 2,
+               .setup =
+                   [](OpHarness& h) {
+                     h.in[2].f32()[0] = 1.f;
+                     h.in[2].f32()[1] = 0.f;
+                   }});
+}
+
 std::vector<SweepCase> build_cases() {
   std::vector<SweepCase> t;
   add_transformer_cases(t);
+  add_recurrent_cases(t);
   auto act = [&](const char* name, std::string layer, std::function<double(double)> f, float lo, float hi,
                  Setup setup = {}) {
     t.push_back({.name = name,

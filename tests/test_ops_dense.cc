@@ -1,5 +1,5 @@
-// InnerProduct (both weight layouts, any axis), BatchMatMul, Embed, and the XNOR kernels' bit
-// arithmetic.
+// InnerProduct (both weight layouts, any axis), BatchMatMul, Embed, the recurrent layers'
+// carried state and errors, and the XNOR kernels' bit arithmetic.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -147,6 +147,61 @@ TEST(Embed, RejectsOutOfRangeIndex) {
   OpHarness h("type: 'Embed' embed_param { num_output: 3 input_dim: 5 }", {{1}});
   h.in[0].f32()[0] = 5;
   EXPECT_THROW(h.forward(), RuntimeError);
+}
+
+// Without expose_hidden the final state of one forward is the next forward's initial state:
+// a sequence fed in two halves gives the second half of what it gives whole, and cont = 0
+// at the first timestep starts afresh.
+TEST(Recurrent, StateCarriesFromOneForwardToTheNext) {
+  for (const char* type : {"RNN", "LSTM", "GRU"}) {
+    SCOPED_TRACE(type);
+    const std::string layer = std::string("type: '") + type + "' recurrent_param { num_output: 3 }";
+    OpHarness whole(layer, {{4, 2, 3}, {4, 2}});
+    for (int i = 0; i < 8; ++i) whole.in[1].f32()[i] = i < 2 ? 0.f : 1.f;
+    whole.forward();
+    OpHarness half(layer, {{2, 2, 3}, {2, 2}});
+    for (size_t p = 0; p < half.params.size(); ++p) half.params[p].copy_from(whole.params[p]);
+    const int64_t n = half.in[0].numel();
+    for (int part = 0; part < 2; ++part) {
+      std::copy(whole.in[0].f32() + part * n, whole.in[0].f32() + (part + 1) * n, half.in[0].f32());
+      std::copy(whole.in[1].f32() + part * 4, whole.in[1].f32() + (part + 1) * 4, half.in[1].f32());
+      half.forward();
+    }
+    for (int64_t i = 0; i < half.out[0].numel(); ++i)
+      EXPECT_NEAR(half.out[0].f32()[i], whole.out[0].f32()[half.out[0].numel() + i], 1e-5) << i;
+    // The first half again, starting afresh: what the first forward gave.
+    std::copy(whole.in[0].f32(), whole.in[0].f32() + n, half.in[0].f32());
+    std::copy(whole.in[1].f32(), whole.in[1].f32() + 4, half.in[1].f32());
+    half.forward();
+    for (int64_t i = 0; i < half.out[0].numel(); ++i) EXPECT_NEAR(half.out[0].f32()[i], whole.out[0].f32()[i], 1e-5);
+  }
+}
+
+TEST(Recurrent, BadShapesAreClearErrors) {
+  auto error = [](const std::string& layer, const std::vector<Shape>& in, int outputs = 1) {
+    try {
+      OpHarness h(layer, in, proto::TRAIN, outputs);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("type: 'LSTM' recurrent_param { num_output: 0 }", {{3, 2, 4}, {3, 2}})
+                .find("recurrent_param.num_output must be positive"),
+            std::string::npos);
+  EXPECT_NE(error("type: 'LSTM' recurrent_param { num_output: 5 }", {{3, 2, 4}, {3, 1}})
+                .find("bottom 1 (cont) must be (timesteps, streams) = (3, 2)"),
+            std::string::npos);
+  EXPECT_NE(error("type: 'GRU' recurrent_param { num_output: 5 }", {{3, 2, 4}, {3, 2}, {4, 7}})
+                .find("bottom 2 (the static input) must be (2, ...)"),
+            std::string::npos);
+  EXPECT_NE(
+      error("type: 'RNN' recurrent_param { num_output: 5 expose_hidden: true }", {{3, 2, 4}, {3, 2}, {1, 2, 4}}, 2)
+          .find("bottom 2 (an initial state) must be"),
+      std::string::npos);
+  EXPECT_NE(error("type: 'RNN' recurrent_param { num_output: 5 }", {{3}, {3, 2}})
+                .find("bottom 0 must be (timesteps, streams, ...)"),
+            std::string::npos);
 }
 
 // Packed signs: bit i set where x[i * stride] >= 0, bits past n zero. The popcount GEMM

@@ -245,6 +245,21 @@ layer { name: "argmax" type: "ArgMax" bottom: "prob" top: "argmax" argmax_param 
 layer { name: "reduce" type: "Reduction" bottom: "ip" top: "reduce" reduction_param { operation: SUMSQ axis: 1 } }
 layer { name: "silence" type: "Silence" bottom: "argmax" bottom: "reduce" }
 NET
+cat > "$out/prototxt_net/recurrent.prototxt" <<'NET'
+name: "recurrent"
+layer { name: "in" type: "Input" top: "x" top: "cont" top: "xs" top: "h0" top: "c0"
+  input_param { shape { dim: 4 dim: 2 dim: 3 } shape { dim: 4 dim: 2 } shape { dim: 2 dim: 5 }
+                shape { dim: 1 dim: 2 dim: 6 } shape { dim: 1 dim: 2 dim: 6 } } }
+layer { name: "lstm" type: "LSTM" bottom: "x" bottom: "cont" bottom: "xs" bottom: "h0" bottom: "c0"
+  top: "h" top: "hT" top: "cT" recurrent_param { num_output: 6 expose_hidden: true debug_info: false
+  weight_filler { type: "uniform" min: -0.1 max: 0.1 } bias_filler { type: "constant" value: 0.5 } } }
+layer { name: "gru" type: "GRU" bottom: "h" bottom: "cont" top: "g" recurrent_param { num_output: 4 } }
+layer { name: "rnn" type: "RNN" bottom: "g" bottom: "cont" top: "r" recurrent_param { num_output: 3 } }
+layer { name: "gates" type: "InnerProduct" bottom: "hT" top: "gates" inner_product_param { num_output: 24 axis: 2 } }
+layer { name: "cont1" type: "Slice" bottom: "cont" top: "cont1" top: "rest" slice_param { axis: 0 slice_point: 1 } }
+layer { name: "unit" type: "LSTMUnit" bottom: "cT" bottom: "gates" bottom: "cont1" top: "c1" top: "h1" }
+layer { name: "silence" type: "Silence" bottom: "r" bottom: "rest" bottom: "c1" bottom: "h1" }
+NET
 cat > "$out/prototxt_net/data_layers.prototxt" <<'NET'
 name: "data_layers"
 state { phase: TRAIN stage: "a" }

@@ -1,0 +1,138 @@
+// What Caffe's recurrent layers (RNN, LSTM) and bakusoku's GRU share: recurrent_param, the
+// blob layout, shape inference, and a kernel base that owns the geometry, the GEMMs, the
+// hidden state carried between batches and the input projection with its gradients.
+//
+// Layout, as Caffe's RecurrentLayer: bottoms x (T, N, ...), cont (T, N), optionally a static
+// input (N, ...) seen at every timestep, and with expose_hidden the initial states (1, N, H)
+// (LSTM: h_0 then c_0); tops the outputs (T, N, H) and with expose_hidden the final states.
+// cont_t = 0 starts a new sequence in stream n at timestep t: the state it would carry in
+// is multiplied by cont_t. Without expose_hidden, the final state of one forward is the
+// initial state of the next (truncated backpropagation through time: no gradient crosses
+// batches). With expose_hidden, gradients flow from the final-state tops into the
+// initial-state bottoms (Caffe drops both; see docs/caffe-compatibility.md).
+//
+// Parameters, in Caffe's order: W_x (G*H, I) and its bias (G*H), then W_static (G*H, S) when
+// there is a static input, then W_h (G*H, H), then what the cell adds (RNN's output layer,
+// GRU's recurrent bias). G is the cell's number of gate blocks (LSTM 4, GRU 3, RNN 1).
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "ops/matmul.h"
+#include "ops/op.h"
+
+namespace bks {
+
+struct RecurrentAttrs final : AttrsOf<RecurrentAttrs> {
+  int64_t num_output = 0;
+  FillerSpec weight_filler, bias_filler;
+  bool debug_info = false;
+  bool expose_hidden = false;
+  void visit(AttrVisitor& v) override;
+};
+
+// One recurrent cell type's shape of things.
+struct CellSpec {
+  int gates;                    // gate blocks of H rows in W_x and W_h
+  int states;                   // recurrent state blobs (LSTM: h and c)
+  bool recurrent_bias = false;  // R = HC W_h^T + b_h, b_h the parameter after W_h (GRU)
+};
+
+// The definition every recurrent type shares; the cell adds parameters after W_h.
+class RecurrentDef : public OpDef {
+ public:
+  explicit RecurrentDef(CellSpec cell) : cell_(cell) {}
+  int min_inputs(const OpContext& c) const override;
+  int max_inputs(const OpContext& c) const override { return min_inputs(c) + 1; }
+  int min_outputs(const OpContext& c) const override;
+  void check(const OpContext& c) const override;
+  void infer(const OpContext& c, const std::vector<Shape>& in, std::vector<Shape>& out) const override;
+  std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override;
+  OpFacts facts(const OpContext& c, const std::vector<Shape>& in) const override;
+
+ protected:
+  // Parameters after W_h (none by default).
+  virtual void extra_params(const RecurrentAttrs& a, std::vector<ParamDecl>& p) const {}
+  CellSpec cell_;
+};
+
+// Row-major GEMMs of fixed shapes, C = op(A) op(B) (+ bias per column), as matmul.h takes
+// them: plain loops in double for the reference kernel, oneDNN matmuls for the fast one.
+class FixedGemms {
+ public:
+  struct Spec {
+    char ta = 'N', tb = 'N';
+    int64_t m = 0, n = 0, k = 0;
+    bool bias = false;
+  };
+  void clear() { specs_.clear(); }
+  int add(Spec s);  // its id for run()
+  // fast: oneDNN matmuls on `eng`; else loops.
+  void prepare(dnnl::engine* eng, bool fast);
+  void run(dnnl::stream* s, int id, const float* a, const float* b, float* c, const float* bias = nullptr);
+
+ private:
+  std::vector<Spec> specs_;
+  std::vector<MatMul> mm_;
+};
+
+inline float logistic(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+class RecurrentKernel : public Kernel {
+ public:
+  RecurrentKernel(const OpInit& i, CellSpec cell, bool fast);
+  void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) override;
+  void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override;
+  std::string kernel_name() const override { return fast_ ? "oneDNN matmul" : "loops"; }
+
+ protected:
+  // The cell's own GEMMs, defined when shapes are known (after the shared ones).
+  virtual void add_gemms() {}
+  // G (T*N, gates*H) = x W_x^T + b (+ W_static x_static at every timestep).
+  void project_inputs(OpCall& c);
+  // From dG (T*N, gates*H): the gradients of W_x, b, W_static, x and the static input.
+  void project_input_grads(OpCall& c);
+  // The initial state k (N*H floats): the exposed bottom, or what the last forward left.
+  const float* initial_state(const OpCall& c, int k) const;
+  // Keeps (or, with expose_hidden, outputs) the final state k.
+  void final_state(OpCall& c, int k, const float* s);
+  // Output k's gradient at the final state (exposed and needed), else null.
+  const float* final_state_grad(const OpCall& c, int k) const;
+  float* initial_state_grad(OpCall& c, int k) const;
+  // dW_h = dR^T HC over every timestep (and db_h = the sum of dR with a recurrent bias).
+  void recurrent_weight_grads(OpCall& c, const float* dr);
+  void gemm(int id, const float* a, const float* b, float* out, const float* bias = nullptr);
+  // to (N, H) = cont_t x from, per stream: the state that carries into timestep t (forward),
+  // and the gradient that carries back out of it (backward).
+  void times_cont(int64_t t, const float* cont, const float* from, float* to) const;
+  int w_h() const { return 2 + (static_ ? 1 : 0); }  // W_h's parameter index
+  float* row(std::vector<float>& v, int64_t t, int64_t width) { return v.data() + t * n_ * width; }
+
+  RecurrentAttrs a_;
+  CellSpec cell_;
+  bool fast_;
+  bool static_ = false;
+  int64_t t_ = 0, n_ = 0, i_ = 0, s_ = 0, h_ = 0, gh_ = 0;
+  std::vector<float> g_;   // (T, N, gates*H): gate pre-activations
+  std::vector<float> dg_;  // their gradients
+  std::vector<float> hc_;  // (T, N, H): each step's incoming h, times cont_t
+  FixedGemms gemms_;
+  // Shared GEMM ids; the recurrent one is per timestep: R (N, gates*H) = HC W_h^T, and
+  // back, dHC (N, H) = dG_t W_h, then dW_h (gates*H, H) = dG^T HC over every timestep.
+  int g_x_ = -1, g_s_ = -1, g_h_ = -1, g_dhc_ = -1, g_dwh_ = -1, g_dwx_ = -1, g_dx_ = -1, g_dws_ = -1, g_dxs_ = -1;
+
+ private:
+  std::vector<std::vector<float>> carry_;  // states kept between forwards
+  std::vector<float> gs_, dgs_;            // the static input's projection, its gradient
+};
+
+// A cell's kernel class K built with its GEMMs as loops (the reference) or on oneDNN, as the
+// kernel registry constructs kernels: from the OpInit alone.
+template <class K, bool Fast>
+class RecurrentKernelOf final : public K {
+ public:
+  explicit RecurrentKernelOf(const OpInit& i) : K(i, Fast) {}
+};
+
+}  // namespace bks
