@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""LSTM and GRU layers, forward + backward, bakusoku against PyTorch (Debian's python3-torch)
+on the same sizes and threads, in the same run: wall-clock milliseconds of one training
+step's pass through the layer (median of --iters), and the ratio.
+
+bakusoku's figure is the layer's own forward + backward time from `bakusoku time` on a net
+of Input -> the layer -> EuclideanLoss. PyTorch's is nn.LSTM / nn.GRU on (T, N, I) with
+sum().backward(), timed around the call (its loss is negligible next to the layer).
+
+Usage: python3 bench/recurrent.py [--bakusoku build/src/bakusoku] [--threads 2] [--iters 20]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = [  # T, N, inputs, hidden
+    (50, 1, 64, 256),
+    (50, 32, 64, 256),
+    (100, 64, 128, 512),
+]
+
+
+def bakusoku_ms(bks, cell, t, n, i, h, threads, iters):
+    net = f"""name: "{cell}"
+layer {{ name: "in" type: "Input" top: "x" top: "cont" top: "target"
+  input_param {{ shape {{ dim: {t} dim: {n} dim: {i} }} shape {{ dim: {t} dim: {n} }} shape {{ dim: {t} dim: {n} dim: {h} }} }} }}
+layer {{ name: "rec" type: "{cell}" bottom: "x" bottom: "cont" top: "h"
+  recurrent_param {{ num_output: {h} weight_filler {{ type: "uniform" min: -0.08 max: 0.08 }} }} }}
+layer {{ name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "target" top: "loss" }}
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".prototxt", delete=False) as f:
+        f.write(net)
+    out = subprocess.run([bks, "time", "--model", f.name, "--iterations", str(iters), "--threads", str(threads)],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(f.name)
+    m = re.search(r"^rec\s+\S+\s+([0-9.]+)\s+([0-9.]+)\s+(.*)$", out, re.M)
+    return float(m.group(1)) + float(m.group(2)), m.group(3).strip()
+
+
+def torch_ms(cell, t, n, i, h, iters):
+    layer = (torch.nn.LSTM if cell == "LSTM" else torch.nn.GRU)(i, h)
+    x = torch.randn(t, n, i, requires_grad=True)
+    times = []
+    for k in range(iters + 3):
+        start = time.perf_counter()
+        y, _ = layer(x)
+        y.sum().backward()
+        if k >= 3:
+            times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bakusoku", default=os.path.join(ROOT, "build", "src", "bakusoku"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--iters", type=int, default=20)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"| cell | T x N, inputs -> hidden | bakusoku ms | PyTorch {torch.__version__} ms | bakusoku faster |")
+    print("|---|---|---|---|---|")
+    for cell in ("LSTM", "GRU"):
+        for t, n, i, h in SIZES:
+            ours, kernel = bakusoku_ms(a.bakusoku, cell, t, n, i, h, a.threads, a.iters)
+            theirs = torch_ms(cell, t, n, i, h, a.iters)
+            print(f"| {cell} | {t} x {n}, {i} -> {h} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
