@@ -596,7 +596,10 @@ void add_transformer_cases(std::vector<SweepCase>& t) {
 // continues from its given h_0 (and c_0).
 void add_recurrent_cases(std::vector<SweepCase>& t) {
   const std::pair<const char*, Cell> cells[] = {{"RNN", Cell::rnn}, {"LSTM", Cell::lstm}, {"GRU", Cell::gru}};
-  for (const auto& [type, cell] : cells) {
+  for (const auto& type_and_cell : cells) {
+    // (Named copies: clang before 16 cannot capture structured bindings.)
+    const char* type = type_and_cell.first;
+    const Cell cell = type_and_cell.second;
     const int states = cell == Cell::lstm ? 2 : 1;
     for (int variant = 0; variant < 2; ++variant) {
       const bool exposed = variant == 1, has_static = variant == 1;

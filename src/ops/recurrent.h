@@ -114,7 +114,7 @@ class RecurrentKernel : public Kernel {
   bool fast_;
   bool static_ = false;
   int64_t t_ = 0, n_ = 0, i_ = 0, s_ = 0, h_ = 0, gh_ = 0;
-  std::vector<float> g_;   // (T, N, gates*H): gate pre-activations
+  std::vector<float> g_;   // (T, N, gates*H): the inputs' share of the gate pre-activations
   std::vector<float> dg_;  // their gradients
   std::vector<float> hc_;  // (T, N, H): each step's incoming h, times cont_t
   FixedGemms gemms_;
