@@ -52,12 +52,12 @@ class LstmKernel : public RecurrentKernel {
         const float k = cont[t * n_ + n];
         for (int64_t d = 0; d < h_; ++d) {
           const int64_t b = n * gh_ + d;
-          const float i = logistic(g[b] + r_[b]), f = logistic(g[b + h_] + r_[b + h_]);
-          const float o = logistic(g[b + 2 * h_] + r_[b + 2 * h_]), gg = std::tanh(g[b + 3 * h_] + r_[b + 3 * h_]);
-          act[b] = i, act[b + h_] = f, act[b + 2 * h_] = o, act[b + 3 * h_] = gg;
-          const float cell = k * f * c_prev[n * h_ + d] + i * gg;
+          const LstmGates a = lstm_gates(g[b] + r_[b], g[b + h_] + r_[b + h_], g[b + 2 * h_] + r_[b + 2 * h_],
+                                         g[b + 3 * h_] + r_[b + 3 * h_]);
+          act[b] = a.i, act[b + h_] = a.f, act[b + 2 * h_] = a.o, act[b + 3 * h_] = a.g;
+          const float cell = lstm_cell(a, k, c_prev[n * h_ + d]);
           ct[n * h_ + d] = cell;
-          ht[n * h_ + d] = o * std::tanh(cell);
+          ht[n * h_ + d] = a.o * std::tanh(cell);
         }
       }
       h_prev = ht;
@@ -86,15 +86,11 @@ class LstmKernel : public RecurrentKernel {
         const float k = cont[t * n_ + n];
         for (int64_t d = 0; d < h_; ++d) {
           const int64_t b = n * gh_ + d, s = n * h_ + d;
-          const float i = act[b], f = act[b + h_], o = act[b + 2 * h_], gg = act[b + 3 * h_];
+          const LstmGates a{act[b], act[b + h_], act[b + 2 * h_], act[b + 3 * h_]};
           const float dh = dh_[s] + (dy ? dy[t * n_ * h_ + s] : 0.f);
-          const float tc = std::tanh(ct[s]);
-          const float dcell = dc_[s] + dh * o * (1.f - tc * tc);
-          dg[b] = dcell * gg * i * (1.f - i);
-          dg[b + h_] = dcell * k * c_prev[s] * f * (1.f - f);
-          dg[b + 2 * h_] = dh * tc * o * (1.f - o);
-          dg[b + 3 * h_] = dcell * i * (1.f - gg * gg);
-          dc_[s] = dcell * k * f;
+          const LstmStepGrad grad = lstm_step_grad(a, k, c_prev[s], ct[s], dc_[s], dh);
+          dg[b] = grad.i, dg[b + h_] = grad.f, dg[b + 2 * h_] = grad.o, dg[b + 3 * h_] = grad.g;
+          dc_[s] = grad.c_prev;
         }
       }
       gemm(g_dhc_, dg, wh, dhc_.data());

@@ -45,8 +45,9 @@ class LstmUnitKernel final : public Kernel {
       for (int64_t d = 0; d < h_; ++d) {
         const float* g = x + n * 4 * h_ + d;
         const int64_t s = n * h_ + d;
-        cell[s] = cont[n] * logistic(g[h_]) * c_prev[s] + logistic(g[0]) * std::tanh(g[3 * h_]);
-        h[s] = logistic(g[2 * h_]) * std::tanh(cell[s]);
+        const LstmGates a = lstm_gates(g[0], g[h_], g[2 * h_], g[3 * h_]);
+        cell[s] = lstm_cell(a, cont[n], c_prev[s]);
+        h[s] = a.o * std::tanh(cell[s]);
       }
   }
   void backward(OpCall& c) override {
@@ -59,16 +60,13 @@ class LstmUnitKernel final : public Kernel {
       for (int64_t d = 0; d < h_; ++d) {
         const float* g = x + n * 4 * h_ + d;
         const int64_t s = n * h_ + d;
-        const float i = logistic(g[0]), f = logistic(g[h_]), o = logistic(g[2 * h_]), gg = std::tanh(g[3 * h_]);
-        const float tc = std::tanh(cell[s]), dhs = dh ? dh[s] : 0.f;
-        const float dc = (dcell ? dcell[s] : 0.f) + dhs * o * (1.f - tc * tc);
-        if (dc_prev) dc_prev[s] = dc * cont[n] * f;
+        const LstmGates a = lstm_gates(g[0], g[h_], g[2 * h_], g[3 * h_]);
+        const LstmStepGrad grad =
+            lstm_step_grad(a, cont[n], c_prev[s], cell[s], dcell ? dcell[s] : 0.f, dh ? dh[s] : 0.f);
+        if (dc_prev) dc_prev[s] = grad.c_prev;
         if (!dx) continue;
         float* dg = dx + n * 4 * h_ + d;
-        dg[0] = dc * gg * i * (1.f - i);
-        dg[h_] = dc * cont[n] * c_prev[s] * f * (1.f - f);
-        dg[2 * h_] = dhs * tc * o * (1.f - o);
-        dg[3 * h_] = dc * i * (1.f - gg * gg);
+        dg[0] = grad.i, dg[h_] = grad.f, dg[2 * h_] = grad.o, dg[3 * h_] = grad.g;
       }
   }
 

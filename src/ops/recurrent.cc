@@ -37,6 +37,10 @@ BKS_REGISTER_ATTRS("GRU", RecurrentAttrs, recurrent_from_caffe, recurrent_to_caf
 
 // ---- definition ----
 
+bool has_static_input(const RecurrentAttrs& a, const CellSpec& cell, size_t inputs) {
+  return inputs - (a.expose_hidden ? static_cast<size_t>(cell.states) : 0) == 3;
+}
+
 int RecurrentDef::min_inputs(const OpContext& c) const {
   return 2 + (c.node.attrs.as<RecurrentAttrs>().expose_hidden ? cell_.states : 0);
 }
@@ -57,7 +61,7 @@ void RecurrentDef::infer(const OpContext& c, const std::vector<Shape>& in, std::
   if (in[1] != Shape{t, n})
     c.fail("bottom 1 (cont) must be (timesteps, streams) = ({}, {}), got {}", t, n, shape_str(in[1]));
   const size_t first_state = in.size() - (a.expose_hidden ? cell_.states : 0);
-  if (first_state == 3 && (in[2].empty() || in[2][0] != n))
+  if (has_static_input(a, cell_, in.size()) && (in[2].empty() || in[2][0] != n))
     c.fail("bottom 2 (the static input) must be ({}, ...), one item per stream, got {}", n, shape_str(in[2]));
   const Shape state{1, n, a.num_output};
   for (size_t k = first_state; k < in.size(); ++k)
@@ -72,7 +76,7 @@ std::vector<ParamDecl> RecurrentDef::params(const OpContext& c, const std::vecto
   const int64_t gh = cell_.gates * a.num_output;
   std::vector<ParamDecl> p{{{gh, shape_count(in[0], 2, static_cast<int>(in[0].size()))}, a.weight_filler, true},
                            {{gh}, a.bias_filler, true}};
-  if (in.size() - (a.expose_hidden ? cell_.states : 0) == 3)
+  if (has_static_input(a, cell_, in.size()))
     p.push_back({{gh, shape_count(in[2], 1, static_cast<int>(in[2].size()))}, a.weight_filler, true});
   p.push_back({{gh, a.num_output}, a.weight_filler, true});
   if (cell_.recurrent_bias) p.push_back({{gh}, a.bias_filler, true});
@@ -128,8 +132,7 @@ RecurrentKernel::RecurrentKernel(const OpInit& i, CellSpec cell, bool fast)
     : Kernel(i), a_(i.node.attrs.as<RecurrentAttrs>()), cell_(cell), fast_(fast) {}
 
 void RecurrentKernel::reshape(const std::vector<Shape>& in, const std::vector<Shape>&) {
-  const size_t first_state = in.size() - (a_.expose_hidden ? cell_.states : 0);
-  static_ = first_state == 3;
+  static_ = has_static_input(a_, cell_, in.size());
   const int64_t n = in[0][1];
   if (n != n_ || carry_.empty()) carry_.assign(static_cast<size_t>(cell_.states), std::vector<float>());
   t_ = in[0][0];
@@ -175,6 +178,12 @@ void RecurrentKernel::gemm(int id, const float* a, const float* b, float* out, c
   gemms_.run(fast_ ? &static_cast<CpuBackend&>(backend_).stream() : nullptr, id, a, b, out, bias);
 }
 
+void RecurrentKernel::sum_rows(const float* m, int64_t rows, int64_t cols, float* out) {
+  std::fill(out, out + cols, 0.f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[j] += m[r * cols + j];
+}
+
 void RecurrentKernel::times_cont(int64_t t, const float* cont, const float* from, float* to) const {
   for (int64_t n = 0; n < n_; ++n)
     for (int64_t d = 0; d < h_; ++d) to[n * h_ + d] = cont[t * n_ + n] * from[n * h_ + d];
@@ -193,12 +202,7 @@ void RecurrentKernel::project_inputs(OpCall& c) {
 void RecurrentKernel::project_input_grads(OpCall& c) {
   const float* dg = dg_.data();
   if (c.param_grad[0]) gemm(g_dwx_, dg, c.in[0]->f32(), c.param_grad[0]->f32());
-  if (c.param_grad[1]) {
-    float* db = c.param_grad[1]->f32();
-    std::fill(db, db + gh_, 0.f);
-    for (int64_t r = 0; r < t_ * n_; ++r)
-      for (int64_t j = 0; j < gh_; ++j) db[j] += dg[r * gh_ + j];
-  }
+  if (c.param_grad[1]) sum_rows(dg, t_ * n_, gh_, c.param_grad[1]->f32());
   if (c.in_grad[0]) gemm(g_dx_, dg, c.params[0]->f32(), c.in_grad[0]->f32());
   if (!static_) return;
   std::fill(dgs_.begin(), dgs_.end(), 0.f);
@@ -212,12 +216,7 @@ void RecurrentKernel::project_input_grads(OpCall& c) {
 
 void RecurrentKernel::recurrent_weight_grads(OpCall& c, const float* dr) {
   if (c.param_grad[w_h()]) gemm(g_dwh_, dr, hc_.data(), c.param_grad[w_h()]->f32());
-  if (cell_.recurrent_bias && c.param_grad[w_h() + 1]) {
-    float* db = c.param_grad[w_h() + 1]->f32();
-    std::fill(db, db + gh_, 0.f);
-    for (int64_t r = 0; r < t_ * n_; ++r)
-      for (int64_t j = 0; j < gh_; ++j) db[j] += dr[r * gh_ + j];
-  }
+  if (cell_.recurrent_bias && c.param_grad[w_h() + 1]) sum_rows(dr, t_ * n_, gh_, c.param_grad[w_h() + 1]->f32());
 }
 
 const float* RecurrentKernel::initial_state(const OpCall& c, int k) const {

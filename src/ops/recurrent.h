@@ -39,6 +39,9 @@ struct CellSpec {
   bool recurrent_bias = false;  // R = HC W_h^T + b_h, b_h the parameter after W_h (GRU)
 };
 
+// Whether a recurrent layer with these inputs has a static input (the one after cont).
+bool has_static_input(const RecurrentAttrs& a, const CellSpec& cell, size_t inputs);
+
 // The definition every recurrent type shares; the cell adds parameters after W_h.
 class RecurrentDef : public OpDef {
  public:
@@ -79,6 +82,26 @@ class FixedGemms {
 
 inline float logistic(float x) { return 1.f / (1.f + std::exp(-x)); }
 
+// One LSTM step on one element, as LSTM repeats it and LSTMUnit computes it once: the gates
+// from their pre-activations, c = cont f c_prev + i g, h = o tanh(c).
+struct LstmGates {
+  float i, f, o, g;
+};
+inline LstmGates lstm_gates(float i, float f, float o, float g) {
+  return {logistic(i), logistic(f), logistic(o), std::tanh(g)};
+}
+inline float lstm_cell(const LstmGates& a, float cont, float c_prev) { return cont * a.f * c_prev + a.i * a.g; }
+// Its backward, from the gradients reaching c and h: the four pre-activations' and c_prev's.
+struct LstmStepGrad {
+  float i, f, o, g, c_prev;
+};
+inline LstmStepGrad lstm_step_grad(const LstmGates& a, float cont, float c_prev, float c, float dc, float dh) {
+  const float tc = std::tanh(c);
+  const float dcell = dc + dh * a.o * (1.f - tc * tc);
+  return {dcell * a.g * a.i * (1.f - a.i), dcell * cont * c_prev * a.f * (1.f - a.f), dh * tc * a.o * (1.f - a.o),
+          dcell * a.i * (1.f - a.g * a.g), dcell * cont * a.f};
+}
+
 class RecurrentKernel : public Kernel {
  public:
   RecurrentKernel(const OpInit& i, CellSpec cell, bool fast);
@@ -103,6 +126,8 @@ class RecurrentKernel : public Kernel {
   // dW_h = dR^T HC over every timestep (and db_h = the sum of dR with a recurrent bias).
   void recurrent_weight_grads(OpCall& c, const float* dr);
   void gemm(int id, const float* a, const float* b, float* out, const float* bias = nullptr);
+  // out (cols) = the sum of the rows of m (rows, cols): a bias's gradient.
+  static void sum_rows(const float* m, int64_t rows, int64_t cols, float* out);
   // to (N, H) = cont_t x from, per stream: the state that carries into timestep t (forward),
   // and the gradient that carries back out of it (backward).
   void times_cont(int64_t t, const float* cont, const float* from, float* to) const;

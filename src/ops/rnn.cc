@@ -60,12 +60,7 @@ class RnnKernel : public RecurrentKernel {
     const float* dy = c.out_grad[0] ? c.out_grad[0]->f32() : nullptr;
     for (size_t j = 0; j < do_.size(); ++j) do_[j] = dy ? dy[j] * (1.f - o_[j] * o_[j]) : 0.f;
     if (Tensor* dwo = c.param_grad[w_h() + 1]) gemm(g_dwo_, do_.data(), hs_.data(), dwo->f32());
-    if (Tensor* dbo = c.param_grad[w_h() + 2]) {
-      float* db = dbo->f32();
-      std::fill(db, db + h_, 0.f);
-      for (int64_t r = 0; r < t_ * n_; ++r)
-        for (int64_t d = 0; d < h_; ++d) db[d] += do_[static_cast<size_t>(r * h_ + d)];
-    }
+    if (Tensor* dbo = c.param_grad[w_h() + 2]) sum_rows(do_.data(), t_ * n_, h_, dbo->f32());
     gemm(g_dhs_, do_.data(), c.params[w_h() + 1]->f32(), dhs_.data());
     const float* dh_end = final_state_grad(c, 0);
     for (size_t j = 0; j < dh_.size(); ++j) dh_[j] = dh_end ? dh_end[j] : 0.f;
