@@ -39,6 +39,8 @@ class OpHarness {
   void check_gradients(float step = 1e-3f, float tol = 1e-2f, std::vector<int> inputs = {});
 
   Kernel& op() { return *op_; }
+  // The node the layer became (what a kernel on another backend is built for).
+  const Node& node() const { return *node_; }
   const OpFacts& facts() const { return facts_; }
   bool can_propagate_to(int i) const {
     return i >= static_cast<int>(facts_.can_propagate_to.size()) || facts_.can_propagate_to[i];

@@ -30,6 +30,7 @@ TEST(Cli, DeviceQuery) {
   auto r = run_cmd("device_query");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("oneDNN"), std::string::npos);
+  EXPECT_NE(r.output.find("GPU"), std::string::npos) << "a line on the GPUs, none or some";
 }
 
 TEST(Cli, UsageErrorsExitTwo) {
@@ -70,6 +71,17 @@ TEST(Cli, SemanticErrorsExitTwoWithFileAndLine) {
   r = run_cmd("train --solver " + solver + " --out " + (fs::temp_directory_path() / "bks_cli_bad").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("wobbly"), std::string::npos) << r.output;
+}
+
+// A GPU that is not there (no CUDA build, no GPU, or not that many) is one clear line.
+TEST(Cli, GpuThatIsNotThereExitsTwo) {
+  std::string solver =
+      write_temp("gpu_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 1\n");
+  auto r =
+      run_cmd("train --solver " + solver + " --gpu 7 --out " + (fs::temp_directory_path() / "bks_cli_gpu").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpu 7: "), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
 }
 
 TEST(Cli, RefusesToTrainIntoAnExistingRun) {

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "backend/accelerator.h"
 #include "cli/commands.h"
 #include "cli/train_ranks.h"
 #include "core/error.h"
@@ -20,7 +21,10 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--snapshot", opt->snapshot, "Resume from this .solverstate")->excludes(w);
   cmd->add_option("--out", opt->out_dir, "Run directory (default runs/<net>-<UTC time>)");
   cmd->add_option("--threads", opt->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gpu", opt->gpu, "GPU id (needs a CUDA build)");
+  cmd->add_option("--gpu", opt->gpu,
+                  "GPU to train on (default: as the solver's solver_mode and device_id say; -1: the CPU)");
+  cmd->add_flag("--tf32", opt->tf32,
+                "TF32 arithmetic for FP32 convolutions and matrix products on the GPU (faster; changes results)");
   cmd->add_option("--keep-snapshots", opt->keep_snapshots, "Keep only the newest N snapshots (default: all)")
       ->check(CLI::NonNegativeNumber);
   // Data-parallel runs (started by mpirun or srun; docs/distributed.md).
@@ -91,7 +95,14 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
     }
     if (*no_pin) input_error("--no-pin goes with --ranks");
     if (opt->lr_scale == "none" && opt->warmup_iters > 0) input_error("--warmup-iters needs --lr-scale linear");
-    if (opt->gpu >= 0) input_error("--gpu {}: this build of bakusoku has no CUDA backend", opt->gpu);
+    if (opt->gpu >= 0) {
+      try {
+        make_gpu_backend(opt->gpu);
+      } catch (const RuntimeError& e) {  // why there is none: no CUDA build, no GPU, no such index
+        input_error("--gpu {}: {}", opt->gpu, e.what());
+      }
+    }
+    if (opt->gpu < TrainOptions::kAsSolverSays) input_error("--gpu {}: give a GPU index, or -1 for the CPU", opt->gpu);
     install_interrupt_handler();
     TrainResult r = train(*opt);
     if (dist::world().rank() > 0) return r.interrupted ? 130 : 0;  // rank 0 reports for all

@@ -1,11 +1,15 @@
 #include "core/tensor.h"
 
+#include <array>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <unistd.h>
+
+#include "core/device_memory.h"
 
 namespace bks {
 
@@ -82,8 +86,29 @@ int canonical_axis(int64_t axis, int ndim, const char* what) {
   return static_cast<int>(a);
 }
 
+namespace {
+std::array<const DeviceMemoryOps*, 2> g_device_ops{};
+}  // namespace
+
+void set_device_memory_ops(DeviceKind k, const DeviceMemoryOps* ops) { g_device_ops[static_cast<size_t>(k)] = ops; }
+
+const DeviceMemoryOps& device_memory_ops(Device d) {
+  const DeviceMemoryOps* ops = g_device_ops[static_cast<size_t>(d.kind)];
+  if (!ops) runtime_error("a tensor on {} needs the CUDA backend, which this build of bakusoku does not have", d.str());
+  return *ops;
+}
+
+Tensor to_device(const Tensor& t, Device d) {
+  Tensor r(t.shape(), t.dtype(), d);
+  r.copy_from(t);
+  return r;
+}
+
 Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
-  BKS_CHECK(dev.kind == DeviceKind::cpu, "device {} storage needs the CUDA backend", dev.str());
+  if (dev.kind != DeviceKind::cpu) {
+    ptr_ = device_memory_ops(dev).allocate(std::max<size_t>(bytes, 1), dev.index);
+    return;
+  }
   // Zero-filling more than the machine holds would end in the kernel's OOM killer, silently.
   static const double physical =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
@@ -96,7 +121,12 @@ Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
   std::memset(ptr_, 0, rounded);
 }
 
-Storage::~Storage() { std::free(ptr_); }
+Storage::~Storage() {
+  if (dev_.kind == DeviceKind::cpu)
+    std::free(ptr_);
+  else
+    device_memory_ops(dev_).release(ptr_, std::max<size_t>(bytes_, 1), dev_.index);
+}
 
 Tensor::Tensor(Shape shape, DType dtype, Device dev) : shape_(std::move(shape)), dtype_(dtype) {
   check_shape(shape_, dtype_size(dtype_), "tensor");
@@ -142,18 +172,29 @@ void Tensor::alias_of(const Tensor& other, const Shape& shape, size_t byte_offse
 }
 
 void Tensor::zero() {
-  if (storage_) std::memset(raw(), 0, phys_bytes());
+  if (!storage_) return;
+  if (device().kind == DeviceKind::cpu)
+    std::memset(raw(), 0, phys_bytes());
+  else
+    device_memory_ops(device()).zero(raw(), phys_bytes(), device());
 }
 
 void Tensor::fill(float v) {
   BKS_CHECK(dtype_ == DType::f32, "fill on {}", dtype_name(dtype_));
+  BKS_CHECK(device().kind == DeviceKind::cpu, "fill on {}", device().str());
   std::fill_n(f32(), numel(), v);
 }
 
 void Tensor::copy_from(const Tensor& src) {
   BKS_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy {} {} into {} {}", shape_str(src.shape()),
             dtype_name(src.dtype()), shape_str(shape_), dtype_name(dtype_));
-  if (raw() != src.raw()) std::memcpy(raw(), src.raw(), std::min(phys_bytes(), src.phys_bytes()));
+  if (raw() == src.raw()) return;
+  size_t n = std::min(phys_bytes(), src.phys_bytes());
+  if (device().kind == DeviceKind::cpu && src.device().kind == DeviceKind::cpu)
+    std::memcpy(raw(), src.raw(), n);
+  else
+    device_memory_ops(device().kind == DeviceKind::cpu ? src.device() : device())
+        .copy(raw(), device(), src.raw(), src.device(), n);
 }
 
 Tensor Tensor::clone() const {

@@ -60,6 +60,10 @@ std::vector<const KernelRegistry::Entry*> KernelRegistry::entries(const std::str
 
 bool KernelRegistry::has(const std::string& type) const { return !entries(type).empty(); }
 
+void KernelRegistry::set_fallback(DeviceKind device, KernelFactory make) {
+  fallbacks_.emplace_back(device, std::move(make));
+}
+
 std::unique_ptr<Kernel> KernelRegistry::create(const OpInit& init) const {
   DeviceKind dev = init.backend.device().kind;
   bool any_for_device = false, any_for_precision = false;
@@ -70,6 +74,9 @@ std::unique_ptr<Kernel> KernelRegistry::create(const OpInit& init) const {
     any_for_precision = true;
     if (!e.supports || e.supports(init)) return e.make(init);
   }
+  if (dev != DeviceKind::cpu && has(init.node.type))
+    for (const auto& [d, make] : fallbacks_)
+      if (d == dev) return make(init);
   if (any_for_device && !any_for_precision)
     input_error("{}: no {} kernel of {} computes in {}", init.where, init.backend.device().str(), init.node.type,
                 precision_name(init.precision()));

@@ -167,9 +167,14 @@ class KernelRegistry {
   // The entries for a type, in order of preference.
   std::vector<const Entry*> entries(const std::string& type) const;
   bool has(const std::string& type) const;
+  // What builds a kernel for a node that no kernel of `device` supports (the CUDA layer's
+  // runs the CPU kernel on host copies and says so in its name); without one, that is an
+  // error naming the layer and the device.
+  void set_fallback(DeviceKind device, KernelFactory make);
 
  private:
   std::vector<Entry> entries_;
+  std::vector<std::pair<DeviceKind, KernelFactory>> fallbacks_;
 };
 
 struct KernelRegistrar {

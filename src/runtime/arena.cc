@@ -2,10 +2,11 @@
 
 namespace bks {
 
-void Arena::reserve(size_t bytes) {
+void Arena::reserve(size_t bytes, Device dev) {
+  BKS_CHECK(!storage_ || storage_->device() == dev, "one arena on {} and {}", storage_->device().str(), dev.str());
   if (storage_ && storage_->bytes() >= bytes) return;
   storage_.reset();  // free the old buffer before allocating the new one
-  storage_ = std::make_shared<Storage>(bytes, Device{});
+  storage_ = std::make_shared<Storage>(bytes, dev);
   for (auto& [user, rebind] : users_) rebind();
 }
 

@@ -13,8 +13,9 @@ namespace bks {
 
 class Arena {
  public:
-  // Grows the buffer to at least `bytes` (contents are not kept) and rebinds all users.
-  void reserve(size_t bytes);
+  // Grows the buffer to at least `bytes` on `dev` (contents are not kept) and rebinds all
+  // users. Every net sharing an arena runs on the same device.
+  void reserve(size_t bytes, Device dev = {});
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   size_t size() const { return storage_ ? storage_->bytes() : 0; }
   // `rebind` is called whenever the buffer moves; remove_user stops that.

@@ -12,7 +12,7 @@ Evaluation evaluate(Net& net, int batches, int64_t first_step, int part, int par
     ++e.batches;
     e.loss += net.forward(first_step + i);
     for (size_t k = 0; k < outs.size(); ++k) {
-      const Tensor& v = net.value(outs[k]);
+      const Tensor v = net.host_value(outs[k]);
       double s = 0;
       for (int64_t j = 0; j < v.numel(); ++j) s += v.f32()[j];
       e.output_means[k] += s / static_cast<double>(std::max<int64_t>(v.numel(), 1));

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "backend/dnnl_util.h"
+#include "core/device_memory.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "ops/shape_inference.h"
@@ -19,6 +20,10 @@ namespace {
 // Sums over the whole buffer: blocked layouts keep their padding at zero, so this is right
 // for every layout.
 void add_into(Tensor& dst, const Tensor& src) {
+  if (dst.device().kind != DeviceKind::cpu) {
+    device_memory_ops(dst.device()).add(dst.f32(), src.f32(), dst.phys_numel(), dst.device());
+    return;
+  }
   float* d = dst.f32();
   const float* s = src.f32();
   parallel_ranges(dst.phys_numel(), [=](int64_t b, int64_t e) {
@@ -114,10 +119,18 @@ void Net::apply_plan() {
   skipped_.assign(num_nodes(), false);
   planned_value_bytes_.assign(nv, 0);
   for (int v = 0; v < nv; ++v) planned_value_bytes_[v] = plan_.buffer_bytes(graph_, v);
+  const Device dev = backend_.device();
   for (int v = 0; v < nv; ++v)
-    if (plan_.grad.has_grad[v]) grad_[v] = Tensor(Shape{0});
+    if (plan_.grad.has_grad[v]) grad_[v] = Tensor(Shape{0}, DType::f32, dev);
+  if (on_device())
+    for (int idx : param_indices_) {
+      const Param& p = store_.at(idx);
+      DeviceParam& dp = device_params_[idx];
+      dp.data = Tensor(p.data.shape(), DType::f32, dev);
+      if (p.learnable) dp.grad = Tensor(p.data.shape(), DType::f32, dev);
+    }
   options_.arena->add_user(this, [this] { bind_to_arena(); });
-  options_.arena->reserve(plan_.memory.arena_bytes);  // rebinds every user of the arena, this net too
+  options_.arena->reserve(plan_.memory.arena_bytes, dev);  // rebinds every user of the arena, this net too
   bind_to_arena();
   for (int n = 0; n < num_nodes(); ++n) {
     const Node& node = graph_.nodes[n];
@@ -135,7 +148,8 @@ void Net::apply_plan() {
     OpCall& c = calls_[n];
     for (int v : node.inputs) c.in.push_back(&data_[v]);
     for (int v : node.outputs) c.out.push_back(&data_[v]);
-    for (int idx : node_params_[n]) c.params.push_back(&store_.at(idx).data);
+    for (int idx : node_params_[n])
+      c.params.push_back(on_device() ? &device_params_.at(idx).data : &store_.at(idx).data);
     for (int v : node.outputs) c.out_grad.push_back(grad_[v].defined() ? &grad_[v] : nullptr);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       Tensor* g = nullptr;
@@ -199,6 +213,7 @@ void Net::bind_to_arena() {
     }
     // Own buffer: drop an arena binding first so reshape() cannot land inside the arena.
     if (storage && t.uses_storage(storage.get())) t = Tensor();
+    if (t.device() != backend_.device()) t = Tensor(Shape{0}, DType::f32, backend_.device());
     t.reshape(s, phys, dtype);
   };
   // A value shares the buffer of the value it aliases, bound first: an earlier one (in
@@ -231,7 +246,7 @@ void Net::bind_to_arena() {
     for (size_t i = 0; i < graph_.nodes[n].inputs.size(); ++i)
       if (plan_.grad.accumulate_in_grad[n][i]) {
         int v = graph_.nodes[n].inputs[i];
-        if (k == scratch_.size()) scratch_.emplace_back(Shape{0});
+        if (k == scratch_.size()) scratch_.emplace_back(Shape{0}, DType::f32, backend_.device());
         bind(scratch_[k], plan_.memory.scratch_offset[k], graph_.values[v].shape, plan_.blocked_bytes(v), DType::f32);
         ++k;
       }
@@ -239,6 +254,7 @@ void Net::bind_to_arena() {
 
 float Net::forward(int64_t step) {
   backend_.enter();
+  if (on_device()) upload_params();
   for (int n = 0; n < num_nodes(); ++n) {
     calls_[n].step = step;
     if (skipped_[n]) {
@@ -252,12 +268,14 @@ float Net::forward(int64_t step) {
     if (debug_info_) forward_debug_info(n);
     if (forward_hook_) forward_hook_(n);
   }
+  if (on_device() && phase_ == proto::TRAIN) download_changed_params();
   double loss = 0.0;
   for (int v = 0; v < static_cast<int>(plan_.grad.loss_weight.size()); ++v) {
     if (plan_.grad.loss_weight[v] == 0.f) continue;
-    const float* p = data_[v].f32();
+    Tensor h = host_value(v);
+    const float* p = h.f32();
     double s = 0.0;
-    for (int64_t i = 0; i < data_[v].numel(); ++i) s += p[i];
+    for (int64_t i = 0; i < h.numel(); ++i) s += p[i];
     loss += plan_.grad.loss_weight[v] * s;
   }
   return static_cast<float>(loss);
@@ -266,7 +284,16 @@ float Net::forward(int64_t step) {
 void Net::backward() {
   backend_.enter();
   for (int v = 0; v < static_cast<int>(plan_.grad.loss_weight.size()); ++v)
-    if (plan_.grad.loss_weight[v] != 0.f && grad_[v].defined()) grad_[v].fill(plan_.grad.loss_weight[v]);
+    if (plan_.grad.loss_weight[v] != 0.f && grad_[v].defined()) {
+      if (!on_device()) {
+        grad_[v].fill(plan_.grad.loss_weight[v]);
+        continue;
+      }
+      Tensor w(grad_[v].shape());  // a scalar or so: filled here, copied over
+      w.fill(plan_.grad.loss_weight[v]);
+      grad_[v].copy_from(w);
+    }
+  for (auto& [idx, dp] : device_params_) dp.written = false;
   for (int n = num_nodes() - 1; n >= 0; --n) {
     const Node& node = graph_.nodes[n];
     OpCall& c = calls_[n];
@@ -281,6 +308,12 @@ void Net::backward() {
         c.param_grad[i] = nullptr;
         continue;
       }
+      if (on_device()) {  // this pass's sum on the device; the store's is added to on download
+        DeviceParam& dp = device_params_.at(node_params_[n][i]);
+        if (dp.written && !dp.scratch.defined()) dp.scratch = Tensor(p.data.shape(), DType::f32, backend_.device());
+        c.param_grad[i] = dp.written ? &dp.scratch : &dp.grad;
+        continue;
+      }
       if (p.grad_written && !p.scratch.defined()) p.scratch = Tensor(p.data.shape());
       c.param_grad[i] = p.grad_written ? &p.scratch : &p.grad;
     }
@@ -291,14 +324,23 @@ void Net::backward() {
       if (plan_.grad.accumulate_in_grad[n][i]) add_into(grad_[node.inputs[i]], *c.in_grad[i]);
     for (size_t i = 0; i < node_params_[n].size(); ++i) {
       if (!c.param_grad[i]) continue;
+      if (on_device()) {
+        DeviceParam& dp = device_params_.at(node_params_[n][i]);
+        if (c.param_grad[i] == &dp.scratch) add_into(dp.grad, dp.scratch);
+        dp.written = true;
+        continue;
+      }
       Param& p = store_.at(node_params_[n][i]);
       if (c.param_grad[i] == &p.scratch) add_into(p.grad, p.scratch);
       p.grad_written = true;
     }
     if (debug_info_) backward_debug_info(n);
+    if (on_device())
+      for (int idx : plan_.grad.grad_ready_after[n]) download_grad(idx);
     if (grad_ready_)
       for (int idx : plan_.grad.grad_ready_after[n]) grad_ready_(idx);
   }
+  for (auto& [idx, dp] : device_params_) download_grad(idx);  // any the plan did not list
   if (debug_info_) backward_norms_debug_info();
 }
 
@@ -324,6 +366,34 @@ std::vector<int> Net::grad_ready_order() const {
     if (plan_.grad.runs_backward[n])
       for (int idx : plan_.grad.grad_ready_after[n]) order.push_back(idx);
   return order;
+}
+
+Tensor Net::host_value(int v) { return on_device() ? to_device(data_[v], Device{}) : data_[v]; }
+
+void Net::upload_params() {
+  for (auto& [idx, dp] : device_params_) dp.data.copy_from(store_.at(idx).data);
+}
+
+void Net::download_changed_params() {
+  for (auto& [idx, dp] : device_params_)
+    if (!store_.at(idx).learnable) store_.at(idx).data.copy_from(dp.data);
+}
+
+void Net::download_grad(int idx) {
+  DeviceParam& dp = device_params_.at(idx);
+  if (!dp.written) return;
+  dp.written = false;
+  Param& p = store_.at(idx);
+  if (p.grad_written)  // earlier micro-batches of this iteration (iter_size)
+    add_into(p.grad, to_device(dp.grad, Device{}));
+  else
+    p.grad.copy_from(dp.grad);
+  p.grad_written = true;
+}
+
+void Net::set_debug_info(bool on) {
+  if (on && on_device()) input_error("{}: debug_info runs on the CPU only so far", graph_.source);
+  debug_info_ = on;
 }
 
 Tensor& Net::value(const std::string& name) {

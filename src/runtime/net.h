@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,12 @@ class Net {
   const Graph& graph() const { return graph_; }
   Phase phase() const { return phase_; }
   Tensor& value(int v) { return data_[v]; }
+  // Value v's data where the CPU can read it: the value itself on a CPU backend, a copy of
+  // it on a GPU one.
+  Tensor host_value(int v);
+  // Whether the backend is a GPU (values, gradients and the kernels' parameters live there;
+  // the store's parameters stay on the CPU, see device_params_).
+  bool on_device() const { return backend_.device().kind != DeviceKind::cpu; }
   Tensor& value(const std::string& name);
   Tensor& grad(int v) { return grad_[v]; }
   const Plan& plan() const { return plan_; }
@@ -109,7 +116,7 @@ class Net {
   // each node's tops and parameters after it runs, backward that of each gradient it wrote
   // (bottoms, parameters) and the net's parameter norms, one line each, as Caffe's
   // Net::ForwardDebugInfo/BackwardDebugInfo do. Off, it costs one branch per node.
-  void set_debug_info(bool on) { debug_info_ = on; }
+  void set_debug_info(bool on);
   bool debug_info() const { return debug_info_; }
   // Caffe's UpdateDebugInfo: each parameter's mean |data| and |diff| (after a solver step).
   void update_debug_info();
@@ -150,6 +157,18 @@ class Net {
   std::vector<size_t> planned_value_bytes_;
   std::vector<bool> skipped_;
   std::function<void(int)> grad_ready_, forward_hook_;
+  // On a GPU backend the parameter store stays on the CPU (solvers, snapshots, pruning and
+  // allreduce work there unchanged) and the kernels get device copies: uploaded before each
+  // forward, parameters the forward changes (BatchNorm's statistics) downloaded after it,
+  // and each gradient downloaded into the store as soon as it is complete in backward.
+  struct DeviceParam {
+    Tensor data, grad, scratch;
+    bool written = false;  // grad holds this pass's sum
+  };
+  std::map<int, DeviceParam> device_params_;  // by store index
+  void upload_params();
+  void download_changed_params();
+  void download_grad(int idx);
   Profiler* profiler_ = nullptr;
   bool debug_info_ = false;
 };

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "backend/accelerator.h"
 #include "backend/backend.h"
 #include "backend/dnnl_util.h"
 #include "core/file_io.h"
@@ -162,6 +163,9 @@ class TrainerImpl {
 
  private:
   void setup();
+  // Picks the nets' device: --gpu, else the solver's solver_mode and device_id (gpu_ stays
+  // null for the CPU).
+  void choose_gpu();
   // setup() on every rank, then the ranks agree that all of them succeeded with the same
   // net and solver; the weights are rank 0's from then on.
   void setup_everywhere();
@@ -196,6 +200,8 @@ class TrainerImpl {
   bool last_micro_step_ = true;   // the backward pass that completes this step's gradients
   proto::SolverParameter sp_;
   std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Backend> gpu_;  // the nets' backend when training on a GPU
+  Backend& net_backend() { return gpu_ ? *gpu_ : *backend_; }
   ParamStore store_;
   std::unique_ptr<Net> train_net_;
   std::vector<std::unique_ptr<Net>> test_nets_;
@@ -290,8 +296,7 @@ void TrainerImpl::setup() {
   }
   if (sp_.has_snapshot_prefix())
     log::debug("snapshot_prefix '{}' is not used: snapshots go to {}/snapshots", sp_.snapshot_prefix(), run_dir_);
-  if (sp_.solver_mode() == proto::SolverParameter::GPU && sp_.has_solver_mode())
-    log::warn("{}: solver_mode GPU: this build trains on the CPU", opt_.solver);
+  choose_gpu();
 
   // Ranks sharing a host share its cores.
   int threads = opt_.threads;
@@ -327,15 +332,16 @@ void TrainerImpl::setup() {
         log::info("Distillation: {}", line);
     return g;
   };
-  train_net_ = std::make_unique<Net>(graph_of(ns.train, train_state), proto::TRAIN, store_, *backend_, seed_, net_opt);
+  train_net_ =
+      std::make_unique<Net>(graph_of(ns.train, train_state), proto::TRAIN, store_, net_backend(), seed_, net_opt);
   net_opt.force_backward = false;
   net_opt.batch_stats_sum = nullptr;  // test passes split batches over ranks: no shared statistics
   // Caffe's solver prints the train net's statistics on display iterations, the test nets'
   // on every pass; bakusoku also takes the net's own debug_info, which Caffe's solver overrides.
   debug_info_ = sp_.debug_info() || ns.train.param.debug_info();
   for (size_t i = 0; i < ns.test.size(); ++i) {
-    test_nets_.push_back(
-        std::make_unique<Net>(graph_of(ns.test[i], ns.test_states[i]), proto::TEST, store_, *backend_, seed_, net_opt));
+    test_nets_.push_back(std::make_unique<Net>(graph_of(ns.test[i], ns.test_states[i]), proto::TEST, store_,
+                                               net_backend(), seed_, net_opt));
     test_nets_.back()->set_debug_info(debug_info_);
     test_iters_.push_back(sp_.test_iter(static_cast<int>(i)));
   }
@@ -426,6 +432,8 @@ void TrainerImpl::setup() {
                         {"max_iter", sp_.max_iter()},
                         {"seed", seed_},
                         {"threads", backend_->threads()},
+                        {"device", gpu_ ? gpu_->describe() : "cpu"},
+                        {"tf32", gpu_ != nullptr && opt_.tf32},
                         {"batch_size", batch_},
                         {"world_size", comm_.size()},
                         {"hosts", comm_.hosts()},
@@ -733,7 +741,7 @@ TrainResult TrainerImpl::run() {
       std::vector<double> values;
       for (int v : train_net_->outputs())
         if (train_net_->loss_weight(v) == 0.f && train_net_->value(v).numel() == 1)
-          scalars.push_back(v), values.push_back(train_net_->value(v).f32()[0]);
+          scalars.push_back(v), values.push_back(train_net_->host_value(v).f32()[0]);
       comm_.allreduce_sum(values.data(), values.size());
       for (size_t k = 0; k < scalars.size(); ++k)
         rec[json_number_key(train_net_->graph().values[scalars[k]].name)] = values[k] / comm_.size();
@@ -773,6 +781,28 @@ TrainResult TrainerImpl::run() {
 }
 
 }  // namespace
+
+void TrainerImpl::choose_gpu() {
+  const bool asked = opt_.gpu >= 0;
+  const bool solver_asks = opt_.gpu == TrainOptions::kAsSolverSays && sp_.has_solver_mode() &&
+                           sp_.solver_mode() == proto::SolverParameter::GPU;
+  if (!asked && !solver_asks) return;
+  const int index = asked ? opt_.gpu : sp_.device_id();
+  std::string why_not;
+  if (!opt_.teacher.empty())
+    why_not = "--teacher runs on the CPU only so far";
+  else if (const Accelerator* a = accelerator(); !a)
+    why_not = "this build of bakusoku has no CUDA backend";
+  else if (a->gpus().empty())
+    why_not = a->why_none();
+  if (!why_not.empty()) {
+    if (asked) input_error("--gpu {}: {} (--gpu -1 trains on the CPU)", opt_.gpu, why_not);
+    if (lead_) log::warn("{}: solver_mode GPU, but {}: training on the CPU", opt_.solver, why_not);
+    return;
+  }
+  gpu_ = make_gpu_backend(index, opt_.tf32);
+  if (lead_) log::info("Training on {}", gpu_->describe());
+}
 
 TrainResult train(const TrainOptions& opt) { return TrainerImpl(opt).run(); }
 

@@ -14,7 +14,11 @@ struct TrainOptions {
   std::string snapshot;  // .solverstate to resume from, optional
   std::string out_dir;   // run directory; default runs/<net>-<UTC time> (or the snapshot's run)
   int threads = 0;       // 0: all cores
-  int gpu = -1;          // -1: CPU
+  // The GPU to train on: kAsSolverSays follows the solver's solver_mode and device_id (the
+  // CPU, with a warning, when the solver asks for a GPU this machine lacks); -1: the CPU.
+  static constexpr int kAsSolverSays = -2;
+  int gpu = kAsSolverSays;
+  bool tf32 = false;  // TF32 arithmetic for FP32 convolutions and matrix products on a GPU
   std::string command_line;
   bool progress = true;    // print progress and test results to stdout
   int keep_snapshots = 0;  // keep the newest N snapshots; 0 keeps all (Caffe's behaviour)

@@ -1,0 +1,165 @@
+// Convolution on the GPU through cuDNN: forward, backward-data and backward-filter, grouped
+// and dilated, with each direction's algorithm chosen by measurement (cudnnFind*) once per
+// shape and kept for the process, among those whose scratch memory fits the backend's
+// workspace limit. With TF32 off (the default) only FP32-FMA algorithms are candidates, so
+// results match the CPU's to rounding. The bias is added by cuDNN as well.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "cuda/cuda_check.h"
+#include "cuda/cudnn_desc.h"
+#include "cuda/gpu_kernel.h"
+#include "ops/conv_attrs.h"
+
+namespace bks::cuda {
+
+namespace {
+
+struct ConvAlgos {
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  cudnnMathType_t fwd_math{}, bwd_data_math{}, bwd_filter_math{};
+  size_t workspace = 0;
+  std::string summary;
+};
+
+// Choices by (shapes, geometry, TF32, workspace limit): measured once per process.
+std::mutex g_cache_mu;
+std::map<std::string, ConvAlgos> g_cache;
+
+// The fastest measured result that succeeded, fits `limit` and uses allowed math.
+template <class Perf>
+const Perf* pick(const Perf* perf, int n, size_t limit, bool tf32, const std::string& what) {
+  for (int i = 0; i < n; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > limit) continue;
+    if (!tf32 && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
+    return &p;
+  }
+  runtime_error("cuDNN has no {} algorithm for this convolution within the {} MB workspace limit", what, limit >> 20);
+}
+
+class ConvolutionCudnn final : public GpuKernel {
+ public:
+  explicit ConvolutionCudnn(const OpInit& i) : GpuKernel(i), a_(i.node.attrs.as<ConvAttrs>()) {}
+
+  void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
+    const Shape& x = in[0];
+    const Shape& y = out[0];
+    int64_t g = a_.group;
+    x_.set(x);
+    y_.set(y);
+    w_.set(a_.num_output, x[1] / g, a_.kernel[0], a_.kernel[1]);
+    if (a_.bias_term) b_.set(1, a_.num_output, 1, 1);
+    BKS_CUDNN_CALL(cudnnSetConvolution2dDescriptor(
+        conv_, cudnn_dim(a_.pad[0]), cudnn_dim(a_.pad[1]), cudnn_dim(a_.stride[0]), cudnn_dim(a_.stride[1]),
+        cudnn_dim(a_.dilation[0]), cudnn_dim(a_.dilation[1]), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    BKS_CUDNN_CALL(cudnnSetConvolutionGroupCount(conv_, cudnn_dim(g)));
+    std::string key = fmt::format("{}>{} k{} s{} p{} d{} g{} tf32 {} ws {}", shape_str(x), shape_str(y),
+                                  fmt::join(a_.kernel, "x"), fmt::join(a_.stride, "x"), fmt::join(a_.pad, "x"),
+                                  fmt::join(a_.dilation, "x"), g, gpu_.tf32(), gpu_.workspace_limit());
+    {
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      auto it = g_cache.find(key);
+      if (it != g_cache.end()) {
+        algos_ = it->second;
+        return;
+      }
+    }
+    algos_ = measure();
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    g_cache[key] = algos_;
+  }
+
+  void forward(OpCall& c) override {
+    const float one = 1.f, zero = 0.f;
+    void* ws = gpu_.workspace(algos_.workspace);
+    BKS_CUDNN_CALL(cudnnSetConvolutionMathType(conv_, algos_.fwd_math));
+    BKS_CUDNN_CALL(cudnnConvolutionForward(gpu_.cudnn(), &one, x_, c.in[0]->f32(), w_, c.params[0]->f32(), conv_,
+                                           algos_.fwd, ws, algos_.workspace, &zero, y_, c.out[0]->f32()));
+    if (a_.bias_term)
+      BKS_CUDNN_CALL(cudnnAddTensor(gpu_.cudnn(), &one, b_, c.params[1]->f32(), &one, y_, c.out[0]->f32()));
+  }
+
+  void backward(OpCall& c) override {
+    const float one = 1.f, zero = 0.f;
+    void* ws = gpu_.workspace(algos_.workspace);
+    const float* dy = c.out_grad[0]->f32();
+    if (a_.bias_term && c.param_grad.size() > 1 && c.param_grad[1])
+      BKS_CUDNN_CALL(cudnnConvolutionBackwardBias(gpu_.cudnn(), &one, y_, dy, &zero, b_, c.param_grad[1]->f32()));
+    if (c.param_grad[0]) {
+      BKS_CUDNN_CALL(cudnnSetConvolutionMathType(conv_, algos_.bwd_filter_math));
+      BKS_CUDNN_CALL(cudnnConvolutionBackwardFilter(gpu_.cudnn(), &one, x_, c.in[0]->f32(), y_, dy, conv_,
+                                                    algos_.bwd_filter, ws, algos_.workspace, &zero, w_,
+                                                    c.param_grad[0]->f32()));
+    }
+    if (c.in_grad[0]) {
+      BKS_CUDNN_CALL(cudnnSetConvolutionMathType(conv_, algos_.bwd_data_math));
+      BKS_CUDNN_CALL(cudnnConvolutionBackwardData(gpu_.cudnn(), &one, w_, c.params[0]->f32(), y_, dy, conv_,
+                                                  algos_.bwd_data, ws, algos_.workspace, &zero, x_,
+                                                  c.in_grad[0]->f32()));
+    }
+  }
+
+  std::string kernel_name() const override { return "cuDNN " + algos_.summary; }
+  std::string tuning_decision() const override { return algos_.summary; }
+
+ private:
+  ConvAlgos measure() {
+    bool tf32 = gpu_.tf32();
+    size_t limit = gpu_.workspace_limit();
+    // FMA math unless TF32 was asked for: cuDNN then measures only algorithms that keep FP32.
+    BKS_CUDNN_CALL(cudnnSetConvolutionMathType(conv_, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    ConvAlgos r;
+    constexpr int kMax = 16;
+    int n = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[kMax];
+    BKS_CUDNN_CALL(cudnnFindConvolutionForwardAlgorithm(gpu_.cudnn(), x_, w_, conv_, y_, kMax, &n, fwd));
+    const auto* f = pick(fwd, n, limit, tf32, "forward");
+    r.fwd = f->algo;
+    r.fwd_math = tf32 ? f->mathType : CUDNN_FMA_MATH;
+    r.workspace = f->memory;
+    if (phase() == proto::TRAIN) {
+      cudnnConvolutionBwdDataAlgoPerf_t bd[kMax];
+      BKS_CUDNN_CALL(cudnnFindConvolutionBackwardDataAlgorithm(gpu_.cudnn(), w_, y_, conv_, x_, kMax, &n, bd));
+      const auto* d = pick(bd, n, limit, tf32, "backward-data");
+      r.bwd_data = d->algo;
+      r.bwd_data_math = tf32 ? d->mathType : CUDNN_FMA_MATH;
+      cudnnConvolutionBwdFilterAlgoPerf_t bf[kMax];
+      BKS_CUDNN_CALL(cudnnFindConvolutionBackwardFilterAlgorithm(gpu_.cudnn(), x_, y_, conv_, w_, kMax, &n, bf));
+      const auto* w = pick(bf, n, limit, tf32, "backward-filter");
+      r.bwd_filter = w->algo;
+      r.bwd_filter_math = tf32 ? w->mathType : CUDNN_FMA_MATH;
+      r.workspace = std::max({r.workspace, d->memory, w->memory});
+      r.summary = fmt::format("fwd {} bwd-data {} bwd-filter {}", static_cast<int>(r.fwd), static_cast<int>(r.bwd_data),
+                              static_cast<int>(r.bwd_filter));
+    } else {
+      r.summary = fmt::format("fwd {}", static_cast<int>(r.fwd));
+    }
+    return r;
+  }
+
+  const ConvAttrs& a_;
+  TensorDesc x_, y_, b_;
+  FilterDesc w_;
+  ConvDesc conv_;
+  ConvAlgos algos_;
+};
+
+// One input and output of 4 dimensions, channels on axis 1 (what cuDNN's 2-d descriptors
+// describe); other convolutions have no GPU kernel yet.
+bool supports(const OpInit& i) {
+  const ConvAttrs& a = i.node.attrs.as<ConvAttrs>();
+  return i.node.inputs.size() == 1 && i.node.outputs.size() == 1 && a.kernel.size() == 2 && a.axis == 1;
+}
+
+}  // namespace
+
+BKS_REGISTER_KERNEL("Convolution", DeviceKind::cuda, ConvolutionCudnn, "cuDNN", 10, supports);
+
+}  // namespace bks::cuda
