@@ -1,7 +1,7 @@
 // Achieved TFLOP/s of bakusoku's GPU convolution kernel (cuDNN, algorithms chosen by
 // measurement) on ResNet-50's convolutions, forward and backward (data + filter), in FP32
 // and with TF32. Built with the CUDA backend; scripts/gpu_check.sh runs it.
-//   gpu_conv_bench [batch ...]   (default: 64 256)
+//   gpu_conv_bench [-v] [batch ...]   (default: 64 256; -v logs every algorithm cuDNN measured)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/device_memory.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "cuda/cuda_backend.h"
 #include "formats/caffe_net.h"
@@ -68,7 +69,12 @@ double time_ms(cudaStream_t s, F f, int reps = 10) {
 
 int main(int argc, char** argv) try {
   std::vector<int64_t> batches;
-  for (int i = 1; i < argc; ++i) batches.push_back(std::atoll(argv[i]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "-v")
+      log::set_level(log::Level::debug);
+    else
+      batches.push_back(std::atoll(argv[i]));
+  }
   if (batches.empty()) batches = {64, 256};
   if (cuda::gpu_count() == 0) {
     fmt::print("gpu_conv_bench: skipped: no GPU\n");
@@ -92,7 +98,7 @@ int main(int argc, char** argv) try {
         node.outputs = {1};
         int64_t o = (k.hw + 2 * k.pad - k.k) / k.stride + 1;
         Shape xs{n, k.c, k.hw, k.hw}, ys{n, k.oc, o, o}, ws{k.oc, k.c, k.k, k.k};
-        OpInit init{node, "bench", proto::TRAIN, 1, gpu};
+        OpInit init{node, fmt::format("{} batch {} {}", k.name, n, tf32 ? "TF32" : "FP32"), proto::TRAIN, 1, gpu};
         auto kernel = KernelRegistry::get().create(init);
         kernel->reshape({xs}, {ys});
         kernel->prepare({xs}, {ys});

@@ -187,6 +187,32 @@ TEST(Gpu, Tf32IsOffUnlessAsked) {
   EXPECT_GT(err[1], 10 * err[0]);
 }
 
+// cuDNN's implicit precomputed GEMM (forward algorithm 1) can add the bias in the same pass
+// (cudnnConvolutionBiasActivationForward): forced here, fused and not, with FP32 and with
+// TF32 math, the result is still the CPU's (to FP32 and to TF32 rounding).
+TEST(Gpu, ConvolutionWithFusedBiasMatches) {
+  SKIP_WITHOUT_GPU();
+  setenv("BKS_CUDNN_FWD_ALGO", "1", 1);
+  for (int k = 0; k < 4; ++k) {
+    const bool tf32 = k & 1, fused = k & 2;
+    setenv("BKS_CUDNN_FUSED_BIAS", fused ? "1" : "0", 1);
+    // A shape per case: choices are cached per shape.
+    OpHarness cpu(kConv + "num_output: 32 kernel_size: 3 pad: 1 }", {{4, 16, 14, 14 + k}});
+    cpu.forward();
+    cuda::CudaBackend gpu(0);
+    gpu.set_tf32(tf32);
+    GpuRun g(cpu, gpu);
+    g.kernel->forward(g.call);
+    const double out = max_rel_error(cpu.out[0], to_cpu(g.out[0]));
+    std::printf("  %s %s: out %.1e\n", tf32 ? "TF32" : "FP32", g.kernel->reported_name().c_str(), out);
+    EXPECT_NE(g.kernel->reported_name().find("fwd 1"), std::string::npos) << "algorithm 1 was not chosen";
+    EXPECT_EQ(g.kernel->reported_name().find("fused bias") != std::string::npos, fused) << g.kernel->reported_name();
+    EXPECT_LE(out, tf32 ? 1e-2 : 1e-4);
+  }
+  unsetenv("BKS_CUDNN_FWD_ALGO");
+  unsetenv("BKS_CUDNN_FUSED_BIAS");
+}
+
 // A steady-state step allocates nothing from the device: the second round of the same
 // tensors comes entirely from the cache.
 TEST(Gpu, CachingAllocatorReusesBlocks) {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include <array>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -140,6 +140,13 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   BKS_CUDNN_CALL(cudnnCreate(&cudnn_));
   BKS_CUDNN_CALL(cudnnSetStream(cudnn_, stream_));
   set_tf32(false);
+  if (const char* mb = std::getenv("BKS_CUDNN_WORKSPACE_MB")) {
+    char* end = nullptr;
+    long long v = std::strtoll(mb, &end, 10);
+    if (end == mb || *end || v < 0 || v > (1LL << 30))
+      input_error("BKS_CUDNN_WORKSPACE_MB={}: give a number of megabytes", mb);
+    workspace_limit_ = static_cast<size_t>(v) << 20;
+  }
 }
 
 CudaBackend::~CudaBackend() {

@@ -34,8 +34,8 @@ class CudaBackend final : public Backend {
   // since it rounds inputs to 10 mantissa bits and changes results (train --tf32).
   bool tf32() const { return tf32_; }
   void set_tf32(bool on);
-  // The most scratch memory a cuDNN algorithm may use; algorithms that need more are not
-  // chosen.
+  // The most scratch memory a cuDNN algorithm may use (BKS_CUDNN_WORKSPACE_MB, default
+  // 1024); algorithms that need more are not chosen.
   size_t workspace_limit() const { return workspace_limit_; }
   void set_workspace_limit(size_t bytes) { workspace_limit_ = bytes; }
   // Scratch memory of at least `bytes`, shared by the kernels of this backend (they run one

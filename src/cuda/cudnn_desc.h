@@ -42,6 +42,8 @@ class FilterDesc
 using ConvDesc =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 using PoolDesc = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+using ActivationDesc =
+    Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor, cudnnDestroyActivationDescriptor>;
 
 // A dimension as cuDNN's int; InputError when it does not fit.
 int cudnn_dim(int64_t v);
