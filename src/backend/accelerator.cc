@@ -42,14 +42,23 @@ const Accelerator* accelerator() {
   return g_accelerator;
 }
 
-std::unique_ptr<Backend> make_gpu_backend(int index, bool tf32) {
+std::string gpu_problem(int index) {
   const Accelerator* a = accelerator();
   if (!a)
-    runtime_error("GPU {} was asked for, but {}", index,
-                  g_load_error.empty() ? "this build of bakusoku has no CUDA backend"
-                                       : "this build of bakusoku cannot use a GPU here: " + g_load_error);
-  if (a->gpus().empty()) runtime_error("GPU {} was asked for, but {} (--gpu -1 runs on the CPU)", index, a->why_none());
-  return a->make_backend(index, tf32);
+    return g_load_error.empty() ? "this build of bakusoku has no CUDA backend"
+                                : "this build of bakusoku cannot use a GPU here: " + g_load_error;
+  const int n = static_cast<int>(a->gpus().size());
+  if (n == 0) return a->why_none();
+  if (index < 0 || index >= n)
+    return fmt::format("GPU {} does not exist: this machine has {} GPU{} (0 to {})", index, n, n == 1 ? "" : "s",
+                       n - 1);
+  return "";
+}
+
+std::unique_ptr<Backend> make_gpu_backend(int index, bool tf32) {
+  if (std::string problem = gpu_problem(index); !problem.empty())
+    runtime_error("GPU {} was asked for, but {} (--gpu -1 runs on the CPU)", index, problem);
+  return accelerator()->make_backend(index, tf32);
 }
 
 }  // namespace bks

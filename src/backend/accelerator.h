@@ -41,8 +41,12 @@ void register_accelerator(const Accelerator* a);
 // backend or where that library cannot load (make_gpu_backend says why).
 const Accelerator* accelerator();
 
-// A backend on GPU `index`, with an error that says plainly why there is none: the build
-// has no CUDA backend, or the machine has no GPU, or not that many.
+// Why GPU `index` cannot be used, said plainly (the build has no CUDA backend or cannot
+// load it, the machine has no GPU, or not that many); empty when it can. Checks without
+// creating a backend, so callers can validate a request before any work starts.
+std::string gpu_problem(int index);
+
+// A backend on GPU `index`; RuntimeError with gpu_problem() when there is none.
 std::unique_ptr<Backend> make_gpu_backend(int index, bool tf32 = false);
 
 }  // namespace bks

@@ -95,13 +95,9 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
     }
     if (*no_pin) input_error("--no-pin goes with --ranks");
     if (opt->lr_scale == "none" && opt->warmup_iters > 0) input_error("--warmup-iters needs --lr-scale linear");
-    if (opt->gpu >= 0) {
-      try {
-        make_gpu_backend(opt->gpu);
-      } catch (const RuntimeError& e) {  // why there is none: no CUDA build, no GPU, no such index
-        input_error("--gpu {}: {}", opt->gpu, e.what());
-      }
-    }
+    if (opt->gpu >= 0)  // before any work: no CUDA build, no GPU, no such index
+      if (std::string problem = gpu_problem(opt->gpu); !problem.empty())
+        input_error("--gpu {}: {} (--gpu -1 trains on the CPU)", opt->gpu, problem);
     if (opt->gpu < TrainOptions::kAsSolverSays) input_error("--gpu {}: give a GPU index, or -1 for the CPU", opt->gpu);
     install_interrupt_handler();
     TrainResult r = train(*opt);

@@ -52,7 +52,6 @@ class HostKernel final : public GpuKernel {
   void forward(OpCall& c) override {
     if (facts_.output_is_view) return;  // the output is the input's buffer, reshaped
     OpCall h = host_call(c);
-    for (size_t i = 0; i < c.in.size(); ++i) in_[i].copy_from(*c.in[i]);
     cpu_->forward(h);
     for (size_t j = 0; j < c.out.size(); ++j) c.out[j]->copy_from(out_[j]);
     // Parameters the forward changes (running statistics) go back too.
@@ -62,20 +61,20 @@ class HostKernel final : public GpuKernel {
   void backward(OpCall& c) override {
     if (facts_.output_is_view) return;
     OpCall h = host_call(c);
-    for (size_t i = 0; i < c.in.size(); ++i) in_[i].copy_from(*c.in[i]);
     for (size_t j = 0; j < c.out.size(); ++j) out_[j].copy_from(*c.out[j]);
     h.out_grad.assign(c.out_grad.size(), nullptr);
-    out_grad_.resize(c.out_grad.size());
     for (size_t j = 0; j < c.out_grad.size(); ++j)
-      if (c.out_grad[j]) h.out_grad[j] = &(out_grad_[j] = to_device(*c.out_grad[j], Device{}));
+      if (c.out_grad[j]) {
+        Tensor& g = host_buffer(out_grad_, j, c.out_grad[j]->shape());
+        g.copy_from(*c.out_grad[j]);
+        h.out_grad[j] = &g;
+      }
     h.in_grad.assign(c.in_grad.size(), nullptr);
-    in_grad_.resize(c.in_grad.size());
     for (size_t i = 0; i < c.in_grad.size(); ++i)
-      if (c.in_grad[i]) h.in_grad[i] = &(in_grad_[i] = Tensor(c.in_grad[i]->shape()));
+      if (c.in_grad[i]) h.in_grad[i] = &host_buffer(in_grad_, i, c.in_grad[i]->shape());
     h.param_grad.assign(c.param_grad.size(), nullptr);
-    param_grad_.resize(c.param_grad.size());
     for (size_t p = 0; p < c.param_grad.size(); ++p)
-      if (c.param_grad[p]) h.param_grad[p] = &(param_grad_[p] = Tensor(c.param_grad[p]->shape()));
+      if (c.param_grad[p]) h.param_grad[p] = &host_buffer(param_grad_, p, c.param_grad[p]->shape());
     cpu_->backward(h);
     for (size_t i = 0; i < c.in_grad.size(); ++i)
       if (c.in_grad[i]) c.in_grad[i]->copy_from(in_grad_[i]);
@@ -85,24 +84,31 @@ class HostKernel final : public GpuKernel {
 
   int64_t output_batch(const OpCall& c) override {
     OpCall h = host_call(c);
-    for (size_t i = 0; i < c.in.size(); ++i) in_[i].copy_from(*c.in[i]);
     return cpu_->output_batch(h);
   }
   int64_t dataset_size() const override { return cpu_->dataset_size(); }
   std::string kernel_name() const override { return "CPU on host copies: " + cpu_->reported_name(); }
 
  private:
-  // The call with host tensors in place of the device ones (parameters copied over).
+  // Host buffer i of `v`, of shape s: last call's when it fits (kernels overwrite what they
+  // write), so steady-state steps allocate nothing.
+  static Tensor& host_buffer(std::vector<Tensor>& v, size_t i, const Shape& s) {
+    if (v.size() <= i) v.resize(i + 1);
+    if (!v[i].defined() || v[i].shape() != s) v[i] = Tensor(s);
+    return v[i];
+  }
+
+  // The call with host tensors in place of the device ones, inputs and parameters copied
+  // over.
   OpCall host_call(const OpCall& c) {
     OpCall h;
     h.step = c.step;
-    params_.resize(c.params.size());
     for (size_t p = 0; p < c.params.size(); ++p) {
-      if (!params_[p].defined() || params_[p].shape() != c.params[p]->shape())
-        params_[p] = Tensor(c.params[p]->shape());
-      params_[p].copy_from(*c.params[p]);
-      h.params.push_back(&params_[p]);
+      Tensor& t = host_buffer(params_, p, c.params[p]->shape());
+      t.copy_from(*c.params[p]);
+      h.params.push_back(&t);
     }
+    for (size_t i = 0; i < c.in.size(); ++i) in_[i].copy_from(*c.in[i]);
     for (auto& t : in_) h.in.push_back(&t);
     for (auto& t : out_) h.out.push_back(&t);
     return h;

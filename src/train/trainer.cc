@@ -788,13 +788,7 @@ void TrainerImpl::choose_gpu() {
                            sp_.solver_mode() == proto::SolverParameter::GPU;
   if (!asked && !solver_asks) return;
   const int index = asked ? opt_.gpu : sp_.device_id();
-  std::string why_not;
-  if (!opt_.teacher.empty())
-    why_not = "--teacher runs on the CPU only so far";
-  else if (const Accelerator* a = accelerator(); !a)
-    why_not = "this build of bakusoku has no CUDA backend";
-  else if (a->gpus().empty())
-    why_not = a->why_none();
+  const std::string why_not = opt_.teacher.empty() ? gpu_problem(index) : "--teacher runs on the CPU only so far";
   if (!why_not.empty()) {
     if (asked) input_error("--gpu {}: {} (--gpu -1 trains on the CPU)", opt_.gpu, why_not);
     if (lead_) log::warn("{}: solver_mode GPU, but {}: training on the CPU", opt_.solver, why_not);
