@@ -17,7 +17,7 @@ packages=(
   openmpi-bin libopenmpi-dev openssh-client iproute2
   slurmctld slurmd slurm-client munge
   chromium
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 
 # The dashboard's browser test runs under Node.js (playwright-core from npm). A machine

@@ -56,6 +56,17 @@ class OpHarness {
   OpCall call_;
 };
 
+// The message of the InputError `f` throws ("" when it throws none).
+template <class F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Builds an index-accessible naive view for references: x(n, c, h, w) of a 4-d tensor.
 inline float at4(const Tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
   return t.f32()[((n * t.dim(1) + c) * t.dim(2) + h) * t.dim(3) + w];

@@ -84,6 +84,46 @@ TEST(Cli, GpuThatIsNotThereExitsTwo) {
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
 }
 
+// sample's bad input: one line naming what is wrong, exit 2, before any weights are read.
+TEST(Cli, SampleBadInputExitsTwo) {
+  const std::string text = write_temp("sample_text.txt", "abcabcabcabc");
+  const std::string layers =
+      "layer { name: 'e' type: 'Embed' bottom: 'c' top: 'e' embed_param { num_output: 4 input_dim: 3 } }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'e' top: 'y' inner_product_param { num_output: 3 axis: 2 } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'y' bottom: 'n' top: 'loss' softmax_param { axis: 2 } }\n";
+  const std::string net =
+      write_temp("sample_net.prototxt",
+                 "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'n' text_data_param { "
+                 "source: '" +
+                     text + "' batch_size: 1 seq_len: 2 } }\n" + layers);
+  auto unknown = run_cmd("sample --model " + net + " --weights /nonexistent.safetensors --primer 'abz'");
+  EXPECT_EQ(unknown.code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("--primer character 'z' U+007A (character 2) is not among the 3 characters"),
+            std::string::npos)
+      << unknown.output;
+  auto not_utf8 =
+      run_cmd("sample --model " + net + " --weights /nonexistent.safetensors --primer \"$(printf 'a\\377')\"");
+  EXPECT_EQ(not_utf8.code, 2) << not_utf8.output;
+  EXPECT_NE(not_utf8.output.find("--primer: not UTF-8 text"), std::string::npos) << not_utf8.output;
+  const std::string gone =
+      write_temp("sample_gone.prototxt",
+                 "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'n' text_data_param { "
+                 "source: '/nonexistent/text.txt' batch_size: 1 } }\n" +
+                     layers);
+  auto no_text = run_cmd("sample --model " + gone + " --weights /nonexistent.safetensors");
+  EXPECT_EQ(no_text.code, 2) << no_text.output;
+  EXPECT_NE(no_text.output.find("layer 'text': the characters come from its text_data_param source"), std::string::npos)
+      << no_text.output;
+  auto no_layer = run_cmd("sample --model " + kLenet + " --weights /nonexistent.safetensors");
+  EXPECT_EQ(no_layer.code, 2) << no_layer.output;
+  EXPECT_NE(no_layer.output.find("sample needs a TextData layer"), std::string::npos) << no_layer.output;
+  auto no_weights = run_cmd("sample --model " + net + " --weights /nonexistent.safetensors");
+  EXPECT_EQ(no_weights.code, 2) << no_weights.output;
+  EXPECT_NE(no_weights.output.find("/nonexistent.safetensors"), std::string::npos) << no_weights.output;
+  EXPECT_EQ(run_cmd("sample --model " + net + " --weights w --temperature -1").code, 2);
+  EXPECT_EQ(count_lines(unknown.output), 1) << unknown.output;
+}
+
 TEST(Cli, RefusesToTrainIntoAnExistingRun) {
   std::string dir = (fs::temp_directory_path() / "bks_cli_existing").string();
   fs::remove_all(dir);

@@ -1560,6 +1560,13 @@ std::vector<SweepCase> build_cases() {
                .no_oracle = kDataExempt,
                .no_gradient = kDataExempt,
                .outputs = 2});
+  t.push_back({.name = "TextData",
+               .layer = "type: 'TextData' text_data_param { source: 'fortunes/*.txt' batch_size: 8 seq_len: 25 "
+                        "holdout: 0.1 read_holdout: true vocabulary: 'chars.txt' vocabulary_size: 96 }",
+               .no_oracle = "reads a text file (no computation to check against an oracle); its batches are tested "
+                            "in test_formats_text",
+               .no_gradient = kDataExempt,
+               .outputs = 3});
   t.push_back({.name = "MemoryData",
                .layer = "type: 'MemoryData' memory_data_param { batch_size: 2 channels: 3 height: 4 width: 5 }",
                .no_oracle = "filled by the caller: its kernel computes nothing",

@@ -14,17 +14,6 @@
 namespace bks::test {
 namespace {
 
-// The InputError a layer's construction throws (empty when none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // ---- Permute ----
 
 TEST(Permute, MovesChannelsLastAsSsdHeadsDo) {
@@ -51,11 +40,11 @@ TEST(Permute, AxesLeftOutFollowInOrder) {
 }
 
 TEST(Permute, BadOrderNamesTheField) {
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(input_error_of([] {
               OpHarness("type: 'Permute' permute_param { order: 1 order: 1 }", {{2, 3}});
             }).find("permute_param.order names axis 1 twice"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(input_error_of([] {
               OpHarness("type: 'Permute' permute_param { order: 3 }", {{2, 3, 4}});
             }).find("permute_param.order 3 must be less than"),
             std::string::npos);
@@ -115,7 +104,7 @@ TEST(Normalize, ChannelScaleHasOneValuePerChannel) {
 }
 
 TEST(Normalize, NegativeEpsNamesTheField) {
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(input_error_of([] {
               OpHarness("type: 'Normalize' norm_param { eps: -1 }", {{1, 2, 2, 2}});
             }).find("norm_param.eps must be non-negative"),
             std::string::npos);
@@ -183,7 +172,7 @@ TEST(PriorBox, RepeatedRatiosNoFlipDefaultVarianceAndTruncatedSizes) {
 
 TEST(PriorBox, BadFieldsAreNamed) {
   auto err = [](const char* params, std::vector<Shape> in = {{1, 1, 2, 2}, {1, 3, 8, 8}}) {
-    return error_of([&] { OpHarness(std::string("type: 'PriorBox' prior_box_param { ") + params + " }", in); });
+    return input_error_of([&] { OpHarness(std::string("type: 'PriorBox' prior_box_param { ") + params + " }", in); });
   };
   EXPECT_NE(err("max_size: 4").find("prior_box_param.min_size is required"), std::string::npos);
   EXPECT_NE(err("min_size: 4 max_size: 3").find("prior_box_param.max_size 3 must be greater"), std::string::npos);
@@ -352,20 +341,20 @@ TEST(DetectionOutput, NothingDetectedGivesTheForksPlaceholderRows) {
 
 TEST(DetectionOutput, BadInputNamesTheField) {
   const std::vector<Shape> in{{1, 64}, {1, 32}, {1, 2, 64}};
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(input_error_of([&] {
               OpHarness("type: 'DetectionOutput'", in, proto::TEST);
             }).find("detection_output_param.num_classes is required"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(input_error_of([&] {
               OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 3 }", in, proto::TEST);
             }).find("16 priors x detection_output_param.num_classes 3 need 48"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(input_error_of([&] {
               OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 2 nms_param { eta: 0 } }", in,
                         proto::TEST);
             }).find("nms_param.eta must be in (0, 1]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(input_error_of([&] {
               OpHarness("type: 'DetectionOutput' detection_output_param { num_classes: 2 }",
                         {{1, 64}, {1, 32}, {1, 64}}, proto::TEST);
             }).find("the priors (bottom 2)"),
@@ -485,12 +474,12 @@ TEST(SsdTraining, ForkTrainingFieldsAreNamedAsUnsupported) {
                            "layer { name: 'd' type: 'Data' transform_param { resize_param { height: 300 } } }",
                            "layer { name: 'l' type: 'MultiBoxLoss' multibox_loss_param { num_classes: 21 } }"}) {
     proto::NetParameter net;
-    const std::string e = error_of([&] { parse_prototxt_string(text, "train.prototxt", net); });
+    const std::string e = input_error_of([&] { parse_prototxt_string(text, "train.prototxt", net); });
     EXPECT_NE(e.find("train.prototxt:1:"), std::string::npos) << e;
     EXPECT_NE(e.find("AnnotatedData, MultiBoxLoss and DetectionEvaluate are not supported"), std::string::npos) << e;
   }
   proto::NetParameter net;
-  EXPECT_EQ(error_of([&] { parse_prototxt_string("layer { bogus: 1 }", "n.prototxt", net); }).find("SSD"),
+  EXPECT_EQ(input_error_of([&] { parse_prototxt_string("layer { bogus: 1 }", "n.prototxt", net); }).find("SSD"),
             std::string::npos);
 }
 

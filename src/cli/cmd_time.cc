@@ -61,10 +61,11 @@ Runner add_time(CLI::App& app) {
     if (batch > 0) {
       // Slow nets (FCN at 500x500: 0.03 images/s on two cores) keep two significant digits.
       const double rate = batch * 1000.0 / per_iter;
+      const std::string unit = net.data_unit();
       if (rate >= 10)
-        fmt::print(" ({:.0f} images/s at batch {})", rate, batch);
+        fmt::print(" ({:.0f} {}/s at batch {})", rate, unit, batch);
       else
-        fmt::print(" ({:.2g} images/s at batch {})", rate, batch);
+        fmt::print(" ({:.2g} {}/s at batch {})", rate, unit, batch);
     }
     fmt::print("\nTotal time: {:.1f} ms for {} iterations\n", total_ms, o->iterations);
     if (!o->trace.empty()) {

@@ -104,8 +104,8 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
     if (dist::world().rank() > 0) return r.interrupted ? 130 : 0;  // rank 0 reports for all
     std::string acc;
     for (auto& [k, v] : r.last_test) acc += fmt::format("  {} {:.4f}", k, v);
-    fmt::print("{} iterations in {:.1f} s ({:.1f} s training, the rest testing and setup): {:.0f} images/s{}{}\n",
-               r.trained_iterations, r.wall_s, r.train_s, r.images_per_s,
+    fmt::print("{} iterations in {:.1f} s ({:.1f} s training, the rest testing and setup): {:.0f} {}/s{}{}\n",
+               r.trained_iterations, r.wall_s, r.train_s, r.images_per_s, r.item_unit,
                r.world_size > 1 ? fmt::format(" over {} ranks", r.world_size) : "",
                acc.empty() ? "" : "\nFinal test:" + acc);
     fmt::print("Run directory: {}\n", r.run_dir);

@@ -13,6 +13,7 @@ using Runner = std::function<int()>;
 Runner add_train(CLI::App& app, const std::string& command_line);
 Runner add_test(CLI::App& app);
 Runner add_time(CLI::App& app);
+Runner add_sample(CLI::App& app);
 Runner add_device_query(CLI::App& app);
 Runner add_deploy(CLI::App& app);
 Runner add_export(CLI::App& app);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add("train", [&](CLI::App& a) { return bks::cli::add_train(a, command_line); });
   add("test", bks::cli::add_test);
   add("time", bks::cli::add_time);
+  add("sample", bks::cli::add_sample);
   add("device_query", bks::cli::add_device_query);
   add("deploy", bks::cli::add_deploy);
   add("export", bks::cli::add_export);

@@ -68,8 +68,8 @@ void add_net_level_inputs(const NetLoad& net, Graph& g, std::map<std::string, in
 }  // namespace
 
 bool caffe_data_layer_type(const std::string& type) {
-  static const std::set<std::string> kinds{"Data",       "HDF5Data",  "ImageData",  "Input",
-                                           "MemoryData", "DummyData", "WindowData", "DenseImageData"};
+  static const std::set<std::string> kinds{"Data",      "HDF5Data",   "ImageData",      "Input",   "MemoryData",
+                                           "DummyData", "WindowData", "DenseImageData", "TextData"};
   return kinds.count(type) > 0;
 }
 

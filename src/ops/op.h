@@ -97,6 +97,10 @@ class Kernel {
   virtual int64_t output_batch(const OpCall& c) { return -1; }
   // Data layers: samples in their dataset (for epochs); 0 for every other op.
   virtual int64_t dataset_size() const { return 0; }
+  // Data layers: the items one batch holds, for throughput and epochs (0: axis 0 of the first
+  // output; dataset_size() then counts in the same items), and what they are.
+  virtual int64_t items_per_batch() const { return 0; }
+  virtual const char* item_unit() const { return "images"; }
   // Which implementation runs (logged with --verbose; never a silent slow path).
   virtual std::string kernel_name() const { return "reference"; }
   // What `time`, `bench` and --verbose show: kernel_name(), followed by "oneDNN ref (slow)"

@@ -436,8 +436,10 @@ DType Net::value_dtype(int v) const {
 
 std::pair<int64_t, int64_t> Net::data_extent() const {
   for (int n = 0; n < num_nodes(); ++n)
-    if (kernels_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty())
-      return {data_[graph_.nodes[n].outputs[0]].dim(0), kernels_[n]->dataset_size()};
+    if (kernels_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty()) {
+      const int64_t items = kernels_[n]->items_per_batch();
+      return {items > 0 ? items : data_[graph_.nodes[n].outputs[0]].dim(0), kernels_[n]->dataset_size()};
+    }
   // No data layer: the batch is the first axis of the first Input blob.
   for (int n = 0; n < num_nodes(); ++n)
     if (facts_[n].external_input && !graph_.nodes[n].outputs.empty()) {
@@ -445,6 +447,12 @@ std::pair<int64_t, int64_t> Net::data_extent() const {
       return {t.ndim() > 0 ? t.dim(0) : 1, 0};
     }
   return {0, 0};
+}
+
+std::string Net::data_unit() const {
+  for (int n = 0; n < num_nodes(); ++n)
+    if (kernels_[n]->dataset_size() > 0) return kernels_[n]->item_unit();
+  return "images";
 }
 
 bool Net::output_added_onto_input(int n) const {

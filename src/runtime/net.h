@@ -94,6 +94,8 @@ class Net {
   // Batch size and dataset size of the net's first data layer; without one, the batch of
   // its first Input blob and dataset size 0.
   std::pair<int64_t, int64_t> data_extent() const;
+  // What the items of data_extent's batch are ("images", "characters").
+  std::string data_unit() const;
   // A row-major f32 copy of value v (or of its gradient), whatever layout it is kept in.
   // An int8 value comes back as its integer levels (its scale is its producer's).
   Tensor plain_copy(int v, bool gradient = false);

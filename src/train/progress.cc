@@ -31,13 +31,13 @@ void Progress::update(int64_t iter, float loss, float lr, double ips, double eta
     if (now - last_draw_ < 100000 && iter != max_iter_) return;
     last_draw_ = now;
     int width = static_cast<int>(std::to_string(max_iter_).size());
-    std::printf("\r\033[2Kiter %*lld/%lld  loss %.4f  lr %.3g  %.0f img/s  ETA %s", width, static_cast<long long>(iter),
-                static_cast<long long>(max_iter_), loss, lr, ips, format_duration(eta).c_str());
+    std::printf("\r\033[2Kiter %*lld/%lld  loss %.4f  lr %.3g  %.0f %s/s  ETA %s", width, static_cast<long long>(iter),
+                static_cast<long long>(max_iter_), loss, lr, ips, unit_.c_str(), format_duration(eta).c_str());
     std::fflush(stdout);
     drawn_ = true;
   } else if (display_every_ > 0 && iter % display_every_ == 0) {
-    std::printf("iter %lld/%lld  loss %.4f  lr %.3g  %.0f img/s  ETA %s\n", static_cast<long long>(iter),
-                static_cast<long long>(max_iter_), loss, lr, ips, format_duration(eta).c_str());
+    std::printf("iter %lld/%lld  loss %.4f  lr %.3g  %.0f %s/s  ETA %s\n", static_cast<long long>(iter),
+                static_cast<long long>(max_iter_), loss, lr, ips, unit_.c_str(), format_duration(eta).c_str());
     std::fflush(stdout);
   }
 }

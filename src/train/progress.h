@@ -16,12 +16,15 @@ class Progress {
   // A line that must stay (test results, messages).
   void line(const std::string& text);
   void finish();
+  // What the throughput counts: "img" (the default), "characters", ...
+  void set_unit(std::string unit) { unit_ = std::move(unit); }
 
  private:
   bool enabled_, tty_;
   int64_t max_iter_, display_every_;
   double last_draw_ = 0;
   bool drawn_ = false;
+  std::string unit_ = "img";
 };
 
 std::string format_duration(double seconds);

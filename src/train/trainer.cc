@@ -664,6 +664,8 @@ TrainResult TrainerImpl::run() {
   const int64_t max_iter = sp_.max_iter();
   const int64_t display = sp_.display() > 0 ? sp_.display() : 100;
   progress_ = std::make_unique<Progress>(opt_.progress && lead_, max_iter, display, !dist::launched_by_mpi());
+  const std::string unit = train_net_->data_unit();
+  if (unit != "images") progress_->set_unit(unit);
   log::info("Training {} for {} iterations: {} solver, batch {} x iter_size {}, {} threads, seed {}",
             train_net_->graph().name, max_iter, solver_->type(), batch_, sp_.iter_size(), backend_->threads(), seed_);
 
@@ -769,6 +771,7 @@ TrainResult TrainerImpl::run() {
   res.wall_s = since_start();
   res.train_s = train_us / 1e6;
   res.images_per_s = train_us > 0 ? res.trained_iterations * images_per_iter / res.train_s : 0;
+  res.item_unit = train_net_->data_unit();
   res.last_snapshot = last_snapshot_;
   res.last_test = last_test_;
   res.world_size = comm_.size();

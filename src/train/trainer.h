@@ -71,6 +71,7 @@ struct TrainResult {
   double wall_s = 0;               // whole run
   double train_s = 0;              // forward/backward/update only
   double images_per_s = 0;         // training images per second of train_s
+  std::string item_unit = "images";  // what images_per_s counts (a TextData net's: characters)
   bool interrupted = false;
   std::string last_snapshot;
   std::map<std::string, double> last_test;  // net output name -> value (test net 0)

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bakusoku=${1:-$root/build/src/bakusoku}
 out=$here/corpus
-mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset,weight_coding}
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset,weight_coding,text}
 
 # Nets: the examples (data sources renamed to the fixtures the harness writes beside the
 # net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
@@ -484,4 +484,10 @@ printf 'a.png 1\n' > "$tmp/img/list.txt"
 "$bakusoku" convert_imageset --gray "$tmp/img/" "$tmp/img/list.txt" "$tmp/img/db" > "$tmp/convert.log" 2>&1 ||
   { cat "$tmp/convert.log"; exit 1; }
 { printf '\x01'; cat "$tmp/img/db/data.mdb"; } > "$out/datum_db/lmdb_file"
+# --- text (data/text_corpus.cc): byte 0 splits vocabulary file | text file (0: no vocabulary) ---
+printf '\000the quick brown fox\n' > "$out/text/ascii.txt"
+printf '\100ab\303\251\nxyz\303\251\342\202\254 ab\n' > "$out/text/vocab_then_text.txt"
+printf '\000caf\303\251 \360\237\230\200 \357\273\277x' > "$out/text/multibyte.txt"
+printf '\000ok\n\300\200' > "$out/text/overlong.txt"
+
 echo "make_corpus: seeds written under $out"
