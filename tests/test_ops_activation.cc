@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "op_harness.h"
+#include "ops/vector_math.h"
 
 namespace bks::test {
 namespace {
@@ -75,6 +76,28 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // ReLU6 saturates at 0 and 6: inputs cover both sides of each kink.
+// The vectorisable exp, logistic and tanh the recurrent cells use, against the double
+// functions, over the float range and past it.
+TEST(VectorMath, ExpLogisticAndTanhMatchTheDoubleFunctions) {
+  double worst_exp = 0, worst_logistic = 0, worst_tanh = 0;
+  for (float x = -90.f; x <= 90.f; x += 0.0037f) {
+    const double e = std::exp(static_cast<double>(x)), l = 1 / (1 + std::exp(-static_cast<double>(x)));
+    const double t = std::tanh(static_cast<double>(x));
+    if (x > -87.f && x < 88.f) worst_exp = std::max(worst_exp, std::abs(exp_vec(x) - e) / e);
+    worst_logistic = std::max(worst_logistic, std::abs(logistic_vec(x) - l) / std::max(l, 1e-30));
+    worst_tanh = std::max(worst_tanh, std::abs(tanh_vec(x) - t) / std::max(std::abs(t), 1e-30));
+  }
+  EXPECT_LT(worst_exp, 4e-7);
+  EXPECT_LT(worst_logistic, 1e-6) << "where exp is clamped, logistic is below 1e-38 anyway";
+  EXPECT_LT(worst_tanh, 6e-7);
+  for (float x : {1e-6f, -3e-4f, 0.2499f, 0.25f, -0.25f})
+    EXPECT_NEAR(tanh_vec(x), std::tanh(static_cast<double>(x)), 2e-7 * std::abs(x)) << x;
+  EXPECT_GT(exp_vec(-1000.f), 0.f);
+  EXPECT_TRUE(std::isfinite(exp_vec(1000.f)));
+  EXPECT_EQ(tanh_vec(100.f), 1.f);
+  EXPECT_EQ(tanh_vec(-100.f), -1.f);
+}
+
 TEST(ReLU6, ClampsToZeroAndSixWithGradientInside) {
   OpHarness h("type: 'ReLU6'", {{2, 3, 4, 5}});
   h.randomize_inputs(-4.f, 10.f);

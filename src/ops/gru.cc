@@ -48,7 +48,7 @@ class GruKernel : public RecurrentKernel {
         for (int64_t d = 0; d < h_; ++d) {
           const int64_t b = n * gh_ + d, s = n * h_ + d;
           const float rg = logistic(g[b] + r[b]), z = logistic(g[b + h_] + r[b + h_]);
-          const float nn = std::tanh(g[b + 2 * h_] + rg * r[b + 2 * h_]);
+          const float nn = tanh_vec(g[b + 2 * h_] + rg * r[b + 2 * h_]);
           act[b] = rg, act[b + h_] = z, act[b + 2 * h_] = nn;
           h[s] = (1.f - z) * nn + z * hc[s];
         }

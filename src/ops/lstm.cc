@@ -57,7 +57,7 @@ class LstmKernel : public RecurrentKernel {
           act[b] = a.i, act[b + h_] = a.f, act[b + 2 * h_] = a.o, act[b + 3 * h_] = a.g;
           const float cell = lstm_cell(a, k, c_prev[n * h_ + d]);
           ct[n * h_ + d] = cell;
-          ht[n * h_ + d] = a.o * std::tanh(cell);
+          ht[n * h_ + d] = a.o * tanh_vec(cell);
         }
       }
       h_prev = ht;

@@ -47,7 +47,7 @@ class LstmUnitKernel final : public Kernel {
         const int64_t s = n * h_ + d;
         const LstmGates a = lstm_gates(g[0], g[h_], g[2 * h_], g[3 * h_]);
         cell[s] = lstm_cell(a, cont[n], c_prev[s]);
-        h[s] = a.o * std::tanh(cell[s]);
+        h[s] = a.o * tanh_vec(cell[s]);
       }
   }
   void backward(OpCall& c) override {

@@ -105,7 +105,7 @@ void FixedGemms::prepare(dnnl::engine* eng, bool fast) {
   mm_.resize(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
     const Spec& s = specs_[i];
-    mm_[i].prepare(*eng, s.ta, s.tb, s.m, s.n, s.k, s.bias);
+    mm_[i].prepare(*eng, s.ta, s.tb, s.m, s.n, s.k, s.bias, false, 0.f, s.constant_b);
   }
 }
 
@@ -154,8 +154,10 @@ void RecurrentKernel::reshape(const std::vector<Shape>& in, const std::vector<Sh
 void RecurrentKernel::prepare(const std::vector<Shape>&, const std::vector<Shape>&) {
   gemms_.clear();
   const int64_t tn = t_ * n_;
-  g_x_ = gemms_.add({'N', 'T', tn, gh_, i_, true});
-  g_h_ = gemms_.add({'N', 'T', n_, gh_, h_, cell_.recurrent_bias});
+  // Inference weights are packed once (the same weights in every step of every forward).
+  const bool constant = constant_params_ && phase_ != proto::TRAIN;
+  g_x_ = gemms_.add({'N', 'T', tn, gh_, i_, true, constant});
+  g_h_ = gemms_.add({'N', 'T', n_, gh_, h_, cell_.recurrent_bias, constant});
   if (phase_ == proto::TRAIN) {
     g_dhc_ = gemms_.add({'N', 'N', n_, h_, gh_, false});
     g_dwh_ = gemms_.add({'T', 'N', gh_, h_, tn, false});
@@ -163,7 +165,7 @@ void RecurrentKernel::prepare(const std::vector<Shape>&, const std::vector<Shape
     g_dx_ = gemms_.add({'N', 'N', tn, i_, gh_, false});
   }
   if (static_) {
-    g_s_ = gemms_.add({'N', 'T', n_, gh_, s_, false});
+    g_s_ = gemms_.add({'N', 'T', n_, gh_, s_, false, constant});
     if (phase_ == proto::TRAIN) {
       g_dws_ = gemms_.add({'T', 'N', gh_, s_, n_, false});
       g_dxs_ = gemms_.add({'N', 'N', n_, s_, gh_, false});

@@ -21,6 +21,7 @@
 
 #include "ops/matmul.h"
 #include "ops/op.h"
+#include "ops/vector_math.h"
 
 namespace bks {
 
@@ -68,6 +69,8 @@ class FixedGemms {
     char ta = 'N', tb = 'N';
     int64_t m = 0, n = 0, k = 0;
     bool bias = false;
+    // B is a weight that never changes (inference): oneDNN packs it once.
+    bool constant_b = false;
   };
   void clear() { specs_.clear(); }
   int add(Spec s);  // its id for run()
@@ -80,7 +83,7 @@ class FixedGemms {
   std::vector<MatMul> mm_;
 };
 
-inline float logistic(float x) { return 1.f / (1.f + std::exp(-x)); }
+inline float logistic(float x) { return logistic_vec(x); }
 
 // One LSTM step on one element, as LSTM repeats it and LSTMUnit computes it once: the gates
 // from their pre-activations, c = cont f c_prev + i g, h = o tanh(c).
@@ -88,7 +91,7 @@ struct LstmGates {
   float i, f, o, g;
 };
 inline LstmGates lstm_gates(float i, float f, float o, float g) {
-  return {logistic(i), logistic(f), logistic(o), std::tanh(g)};
+  return {logistic(i), logistic(f), logistic(o), tanh_vec(g)};
 }
 inline float lstm_cell(const LstmGates& a, float cont, float c_prev) { return cont * a.f * c_prev + a.i * a.g; }
 // Its backward, from the gradients reaching c and h: the four pre-activations' and c_prev's.
@@ -96,7 +99,7 @@ struct LstmStepGrad {
   float i, f, o, g, c_prev;
 };
 inline LstmStepGrad lstm_step_grad(const LstmGates& a, float cont, float c_prev, float c, float dc, float dh) {
-  const float tc = std::tanh(c);
+  const float tc = tanh_vec(c);
   const float dcell = dc + dh * a.o * (1.f - tc * tc);
   return {dcell * a.g * a.i * (1.f - a.i), dcell * cont * c_prev * a.f * (1.f - a.f), dh * tc * a.o * (1.f - a.o),
           dcell * a.i * (1.f - a.g * a.g), dcell * cont * a.f};

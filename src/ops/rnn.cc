@@ -46,13 +46,13 @@ class RnnKernel : public RecurrentKernel {
       gemm(g_h_, hc, c.params[w_h()]->f32(), r_.data());
       const float* g = row(g_, t, h_);
       float* h = row(hs_, t, h_);
-      for (int64_t j = 0; j < n_ * h_; ++j) h[j] = std::tanh(g[j] + r_[static_cast<size_t>(j)]);
+      for (int64_t j = 0; j < n_ * h_; ++j) h[j] = tanh_vec(g[j] + r_[static_cast<size_t>(j)]);
       h_prev = h;
     }
     final_state(c, 0, h_prev);
     gemm(g_o_, hs_.data(), c.params[w_h() + 1]->f32(), o_.data(), c.params[w_h() + 2]->f32());
     float* y = c.out[0]->f32();
-    for (size_t j = 0; j < o_.size(); ++j) y[j] = o_[j] = std::tanh(o_[j]);
+    for (size_t j = 0; j < o_.size(); ++j) y[j] = o_[j] = tanh_vec(o_[j]);
   }
 
   void backward(OpCall& c) override {
