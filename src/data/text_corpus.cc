@@ -12,10 +12,12 @@
 
 namespace bks {
 
-int64_t TextCorpus::index_of(char32_t c) const {
+int64_t vocabulary_index(const std::vector<char32_t>& vocabulary, char32_t c) {
   auto it = std::lower_bound(vocabulary.begin(), vocabulary.end(), c);
   return it != vocabulary.end() && *it == c ? it - vocabulary.begin() : -1;
 }
+
+int64_t TextCorpus::index_of(char32_t c) const { return vocabulary_index(vocabulary, c); }
 
 namespace {
 
@@ -132,10 +134,15 @@ std::vector<char32_t> read_text(const std::vector<std::string>& files, const std
   return text;
 }
 
-std::vector<char32_t> distinct(std::vector<char32_t> chars) {
-  std::sort(chars.begin(), chars.end());
-  chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
-  return chars;
+// In code point order. One pass over a flag per code point (decode_utf8 keeps them at most
+// U+10FFFF), not a sort of the whole text: sample and every training run start with this.
+std::vector<char32_t> distinct(const std::vector<char32_t>& chars) {
+  std::vector<bool> seen(0x110000, false);
+  for (char32_t c : chars) seen[c] = true;
+  std::vector<char32_t> out;
+  for (char32_t c = 0; c < seen.size(); ++c)
+    if (seen[c]) out.push_back(c);
+  return out;
 }
 
 std::shared_ptr<const TextCorpus> read_corpus(const std::string& source, const std::string& vocabulary_file) {

@@ -24,6 +24,9 @@ struct TextCorpus {
   int64_t index_of(char32_t c) const;
 };
 
+// The index of `c` in a sorted vocabulary, or -1 when it is not there.
+int64_t vocabulary_index(const std::vector<char32_t>& vocabulary, char32_t c);
+
 // UTF-8 bytes as code points. InputError naming `name` and the byte offset (and line) of the
 // first sequence that is not UTF-8 (overlong forms, surrogates and code points past
 // U+10FFFF included). A byte-order mark at the start is dropped.

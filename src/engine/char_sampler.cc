@@ -49,11 +49,11 @@ CharSampler::CharSampler(const SampleOptions& o) : o_(o) {
   }
   const std::vector<char32_t> primer = decode_utf8(o.primer, "--primer");
   for (size_t i = 0; i < primer.size(); ++i) {
-    const auto at = std::lower_bound(vocabulary_.begin(), vocabulary_.end(), primer[i]);
-    if (at == vocabulary_.end() || *at != primer[i])
+    const int64_t id = vocabulary_index(vocabulary_, primer[i]);
+    if (id < 0)
       input_error("sample: --primer character {} (character {}) is not among the {} characters the net knows",
                   describe_char(primer[i]), i, vocabulary_.size());
-    primer_.push_back(at - vocabulary_.begin());
+    primer_.push_back(id);
   }
 
   feed_one_character(nl);

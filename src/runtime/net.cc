@@ -434,12 +434,17 @@ DType Net::value_dtype(int v) const {
   }
 }
 
-std::pair<int64_t, int64_t> Net::data_extent() const {
+int Net::first_data_layer() const {
   for (int n = 0; n < num_nodes(); ++n)
-    if (kernels_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty()) {
-      const int64_t items = kernels_[n]->items_per_batch();
-      return {items > 0 ? items : data_[graph_.nodes[n].outputs[0]].dim(0), kernels_[n]->dataset_size()};
-    }
+    if (kernels_[n]->dataset_size() > 0 && !graph_.nodes[n].outputs.empty()) return n;
+  return -1;
+}
+
+std::pair<int64_t, int64_t> Net::data_extent() const {
+  if (const int n = first_data_layer(); n >= 0) {
+    const int64_t items = kernels_[n]->items_per_batch();
+    return {items > 0 ? items : data_[graph_.nodes[n].outputs[0]].dim(0), kernels_[n]->dataset_size()};
+  }
   // No data layer: the batch is the first axis of the first Input blob.
   for (int n = 0; n < num_nodes(); ++n)
     if (facts_[n].external_input && !graph_.nodes[n].outputs.empty()) {
@@ -450,9 +455,8 @@ std::pair<int64_t, int64_t> Net::data_extent() const {
 }
 
 std::string Net::data_unit() const {
-  for (int n = 0; n < num_nodes(); ++n)
-    if (kernels_[n]->dataset_size() > 0) return kernels_[n]->item_unit();
-  return "images";
+  const int n = first_data_layer();
+  return n >= 0 ? kernels_[n]->item_unit() : "images";
 }
 
 bool Net::output_added_onto_input(int n) const {

@@ -124,6 +124,8 @@ class Net {
   void update_debug_info();
 
  private:
+  // The first data layer with outputs (its kernel counts a dataset), or -1.
+  int first_data_layer() const;
   void create_ops(uint64_t seed);
   OpContext context(int n) const;
   void infer_shapes();

@@ -771,7 +771,7 @@ TrainResult TrainerImpl::run() {
   res.wall_s = since_start();
   res.train_s = train_us / 1e6;
   res.images_per_s = train_us > 0 ? res.trained_iterations * images_per_iter / res.train_s : 0;
-  res.item_unit = train_net_->data_unit();
+  res.item_unit = unit;
   res.last_snapshot = last_snapshot_;
   res.last_test = last_test_;
   res.world_size = comm_.size();
