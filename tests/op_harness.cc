@@ -93,6 +93,7 @@ void OpHarness::randomize_inputs(float lo, float hi, uint64_t seed) {
 }
 
 void OpHarness::forward() { op_->forward(call_); }
+void OpHarness::set_step(int64_t step) { call_.step = step; }
 void OpHarness::backward() { op_->backward(call_); }
 
 double OpHarness::objective() {

@@ -29,6 +29,8 @@ class OpHarness {
   ~OpHarness();
 
   void forward();
+  // The batch the next forward() and backward() are (OpCall::step; 0 until set).
+  void set_step(int64_t step);
   // Backward with out_grad as set (defaults to random weights).
   void backward();
   // Fills inputs with N(0, 1) (or uniform in [lo, hi)).

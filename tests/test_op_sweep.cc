@@ -18,6 +18,7 @@
 #include <numeric>
 #include <ostream>
 
+#include "attention_oracle.h"
 #include "conv_oracle.h"
 #include "core/rng.h"
 #include "detection_oracle.h"
@@ -649,9 +650,67 @@ void add_recurrent_cases(std::vector<SweepCase>& t) {
                    }});
 }
 
+// MultiHeadAttention over (T, N, D) = (4, 2, 6), and PositionalEncoding. PERFORMER's
+// features are the harness's random blob (not drawn: it is not zero), which the oracle reads.
+void add_attention_cases(std::vector<SweepCase>& t) {
+  struct Variant {
+    const char* name;
+    const char* fields;
+    AttentionSpec spec;
+  };
+  const Variant variants[] = {
+      {"MultiHeadAttention", "num_heads: 2", {.heads = 2}},
+      {"MultiHeadAttention_causal_wider",
+       "num_heads: 2 head_dim: 4 num_output: 5 causal: true bias_term: false",
+       {.heads = 2, .head_dim = 4, .out = 5, .causal = true, .bias = false}},
+      {"MultiHeadAttention_performer",
+       "num_heads: 3 kernel: PERFORMER num_features: 6",
+       {.heads = 3, .performer = true}},
+      {"MultiHeadAttention_performer_causal",
+       "num_heads: 2 kernel: PERFORMER num_features: 5 causal: true",
+       {.heads = 2, .causal = true, .performer = true}},
+  };
+  for (const Variant& v : variants) {
+    const AttentionSpec spec = v.spec;
+    t.push_back(
+        {.name = v.name,
+         .layer = std::string("type: 'MultiHeadAttention' attention_param { ") + v.fields + " }",
+         .in = {{4, 2, 6}},
+         .oracle =
+             [spec](const OpHarness& h) { return std::vector<Tensor>{attention_oracle(spec, h.in[0], h.params)}; },
+         .lo = -2,
+         .hi = 2});
+  }
+  auto positions = [](int axis, bool learned) {
+    return [=](const OpHarness& h) {
+      const Tensor& x = h.in[0];
+      Tensor y(x.shape());
+      const int64_t d = x.shape().back(), t_count = x.dim(axis);
+      const int64_t stride = shape_count(x.shape(), axis + 1, x.ndim());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t pos = i / stride % t_count, e = i % d;
+        const double angle =
+            static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(e - e % 2) / static_cast<double>(d));
+        const double p = learned ? h.params[0].f32()[pos * d + e] : (e % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        y.f32()[i] = static_cast<float>(x.f32()[i] + p);
+      }
+      return std::vector<Tensor>{y};
+    };
+  };
+  t.push_back({.name = "PositionalEncoding",
+               .layer = "type: 'PositionalEncoding' positional_encoding_param { max_length: 5 }",
+               .in = {{4, 2, 6}},
+               .oracle = positions(0, true)});
+  t.push_back({.name = "PositionalEncoding_sinusoidal_axis1",
+               .layer = "type: 'PositionalEncoding' positional_encoding_param { kind: SINUSOIDAL axis: 1 }",
+               .in = {{2, 5, 3, 4}},
+               .oracle = positions(1, false)});
+}
+
 std::vector<SweepCase> build_cases() {
   std::vector<SweepCase> t;
   add_transformer_cases(t);
+  add_attention_cases(t);
   add_recurrent_cases(t);
   auto act = [&](const char* name, std::string layer, std::function<double(double)> f, float lo, float hi,
                  Setup setup = {}) {

@@ -98,6 +98,24 @@ TEST(VectorMath, ExpLogisticAndTanhMatchTheDoubleFunctions) {
   EXPECT_EQ(tanh_vec(-100.f), -1.f);
 }
 
+// GELU's erf: absolute error below 6e-7 everywhere (the formula's 1.5e-7 plus float
+// rounding; a few units in the last place near +-1), relative below 1e-6 near zero (where
+// GELU multiplies it by x anyway), exactly +-1 far out.
+TEST(VectorMath, ErfMatchesTheDoubleFunction) {
+  double worst_abs = 0, worst_rel_small = 0;
+  for (float x = -8.f; x <= 8.f; x += 0.00071f) {
+    const double e = std::erf(static_cast<double>(x));
+    worst_abs = std::max(worst_abs, std::abs(erf_vec(x) - e));
+    if (std::abs(x) < 0.5f && x != 0.f)
+      worst_rel_small = std::max(worst_rel_small, std::abs(erf_vec(x) - e) / std::abs(e));
+  }
+  EXPECT_LT(worst_abs, 6e-7);
+  EXPECT_LT(worst_rel_small, 1e-6);
+  EXPECT_EQ(erf_vec(0.f), 0.f);
+  EXPECT_EQ(erf_vec(30.f), 1.f);
+  EXPECT_EQ(erf_vec(-30.f), -1.f);
+}
+
 TEST(ReLU6, ClampsToZeroAndSixWithGradientInside) {
   OpHarness h("type: 'ReLU6'", {{2, 3, 4, 5}});
   h.randomize_inputs(-4.f, 10.f);

@@ -277,17 +277,23 @@ layer { name: "accuracy" type: "Accuracy" bottom: "y" bottom: "label" top: "accu
   EXPECT_GE(r.last_test["accuracy"], 0.95) << "an LSTM echoing the last symbol, across batch boundaries too";
 }
 
+// A fresh temporary directory `name` whose text.txt is kSentence 200 times.
+constexpr const char* kSentence = "the quick brown fox jumps over the lazy dog. ";  // 28 distinct characters
+fs::path sentence_text(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream text(dir / "text.txt");
+  for (int i = 0; i < 200; ++i) text << kSentence;
+  return dir;
+}
+
 // A char-RNN (TextData -> Embed -> LSTM -> InnerProduct) learns a sentence said over and
 // over, measured in validation bits per character on the held-out tail; `bakusoku sample`
 // then continues a primer with it, the same text for the same seed.
 TEST(Train, CharRnnLearnsTextAndSampleContinuesIt) {
-  const fs::path dir = fs::temp_directory_path() / "bks_char_rnn";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";  // 28 distinct characters
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += sentence;
-  std::ofstream(dir / "text.txt") << text;
+  const fs::path dir = sentence_text("bks_char_rnn");
+  const std::string sentence = kSentence;
   const std::string data = "text_data_param { source: '" + (dir / "text.txt").string() +
                            "' batch_size: 8 seq_len: 25 holdout: 0.1 vocabulary_size: 28";
   const std::string net = (dir / "net.prototxt").string();
@@ -334,6 +340,67 @@ layer { name: "bpc" type: "Power" bottom: "loss" top: "bpc" power_param { scale:
   EXPECT_EQ(a.size(), 201u) << "200 characters and a newline";
   EXPECT_EQ(hot(1), a) << "the same seed gives the same text";
   EXPECT_NE(hot(2), a) << "at temperature 3, another seed gives other text";
+}
+
+// A one-block causal transformer (learned positions, attention, a GELU feed-forward layer,
+// pre-norm residuals) learns the same repeated sentence from windows of 25 characters
+// with either attention kernel. Predicting from the current character alone scores 0.92
+// bits per character on this text, from the last two 0.04: below 0.3 the model must have
+// attended to earlier timesteps. Greedy sampling then continues the sentence.
+TEST(Train, CharTransformerLearnsTextWithBothKernels) {
+  const fs::path dir = sentence_text("bks_char_transformer");
+  const std::string sentence = kSentence;
+  for (const char* kernel : {"SOFTMAX", "PERFORMER"}) {
+    SCOPED_TRACE(kernel);
+    const std::string data = "text_data_param { source: '" + (dir / "text.txt").string() +
+                             "' batch_size: 8 seq_len: 25 holdout: 0.1 vocabulary_size: 28";
+    const std::string net = (dir / (std::string(kernel) + ".prototxt")).string();
+    std::ofstream(net)
+        << "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TRAIN } " << data
+        << " } }\n"
+        << "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TEST } " << data
+        << " read_holdout: true } }\n"
+        << R"(
+layer { name: "no_cont" type: "Silence" bottom: "cont" }
+layer { name: "embed" type: "Embed" bottom: "c" top: "e"
+  embed_param { num_output: 32 input_dim: 28 bias_term: false weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "pos" type: "PositionalEncoding" bottom: "e" top: "x" positional_encoding_param { max_length: 25 } }
+layer { name: "ln1" type: "LayerNorm" bottom: "x" top: "n1" }
+layer { name: "att" type: "MultiHeadAttention" bottom: "n1" top: "a"
+  attention_param { num_heads: 2 causal: true num_features: 32 kernel: )"
+        << kernel << R"( } }
+layer { name: "res1" type: "Eltwise" bottom: "x" bottom: "a" top: "r1" }
+layer { name: "ln2" type: "LayerNorm" bottom: "r1" top: "n2" }
+layer { name: "ff1" type: "InnerProduct" bottom: "n2" top: "f1"
+  inner_product_param { num_output: 64 axis: 2 weight_filler { type: "xavier" } } }
+layer { name: "gelu" type: "GELU" bottom: "f1" top: "f1" }
+layer { name: "ff2" type: "InnerProduct" bottom: "f1" top: "f2"
+  inner_product_param { num_output: 32 axis: 2 weight_filler { type: "xavier" } } }
+layer { name: "res2" type: "Eltwise" bottom: "r1" bottom: "f2" top: "r2" }
+layer { name: "logits" type: "InnerProduct" bottom: "r2" top: "logits"
+  inner_product_param { num_output: 28 axis: 2 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "logits" bottom: "next" top: "loss" softmax_param { axis: 2 } }
+layer { name: "bpc" type: "Power" bottom: "loss" top: "bpc" power_param { scale: 1.4426950408889634 }
+  include { phase: TEST stage: "validation" } }
+)";
+    const std::string solver = (dir / (std::string(kernel) + "_solver.prototxt")).string();
+    std::ofstream(solver) << "net: '" << net << "'\n"
+                          << "test_state { stage: 'validation' } test_iter: 4 test_interval: 400\n"
+                          << "type: 'Adam' base_lr: 0.005 momentum: 0.9 momentum2: 0.98 lr_policy: 'fixed'\n"
+                          << "clip_gradients: 1 random_seed: 5 max_iter: 400\n";
+    auto r = run(solver, std::string("bks_char_transformer_run_") + kernel);
+    ASSERT_TRUE(r.last_test.count("bpc"));
+    EXPECT_LT(r.last_test["bpc"], 0.3) << "from log2(28) = 4.8 bits per character untrained";
+    // sample feeds it the last 25 characters at every step.
+    ASSERT_FALSE(r.last_snapshot.empty());
+    const std::string weights = fs::path(r.last_snapshot).replace_extension(".safetensors").string();
+    auto greedy =
+        test::run_shell(fmt::format("{} sample --model {} --weights {} --primer 'the quick' --length 60 "
+                                    "--temperature 0 2>/dev/null",
+                                    BKS_BINARY, net, weights));
+    ASSERT_EQ(greedy.code, 0) << greedy.output;
+    EXPECT_EQ(greedy.output, (sentence + sentence).substr(0, 9 + 60) + "\n") << "past the 25-character window";
+  }
 }
 
 // Fashion-MNIST as PNG files and a list of them, in the IDX file's order.

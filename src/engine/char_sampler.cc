@@ -21,14 +21,23 @@ const proto::LayerParameter& text_layer(const NetLoad& nl, const StateFlags& sta
   input_error("{}: sample needs a TextData layer in the TEST phase (its text gives the characters)", nl.source);
 }
 
-// Every TextData layer becomes an Input of one character of one stream.
-void feed_one_character(NetLoad& nl) {
+// Whether the net reads whole windows of text (attention, positions) rather than carrying a
+// state from one character to the next (recurrent layers).
+bool reads_windows(const NetLoad& nl, const StateFlags& state) {
+  const proto::NetState st = net_state(nl, proto::TEST, state);
+  for (const proto::LayerParameter& l : nl.param.layer())
+    if ((l.type() == "MultiHeadAttention" || l.type() == "PositionalEncoding") && layer_included(l, st)) return true;
+  return false;
+}
+
+// Every TextData layer becomes an Input of `timesteps` characters of one stream.
+void feed_characters(NetLoad& nl, int64_t timesteps) {
   for (proto::LayerParameter& l : *nl.param.mutable_layer()) {
     if (l.type() != "TextData") continue;
     l.set_type("Input");
     l.clear_text_data_param();
     proto::BlobShape* s = l.mutable_input_param()->add_shape();
-    s->add_dim(1);
+    s->add_dim(timesteps);
     s->add_dim(1);
   }
 }
@@ -56,7 +65,10 @@ CharSampler::CharSampler(const SampleOptions& o) : o_(o) {
     primer_.push_back(id);
   }
 
-  feed_one_character(nl);
+  // A windowed net sees the last seq_len characters at every step (causal attention
+  // ignores the unused positions after them); a recurrent one sees one.
+  if (reads_windows(nl, o.state)) window_ = std::max<int64_t>(1, text.text_data_param().seq_len());
+  feed_characters(nl, window_);
   DeployOptions d;
   d.model = o.model;
   d.weights = o.weights;
@@ -78,7 +90,7 @@ CharSampler::CharSampler(const SampleOptions& o) : o_(o) {
   for (int v : session_->outputs())
     if (session_->value_name(v) == "prob" || session_->outputs().size() == 1) prob_ = v;
   if (prob_ < 0) input_error("{}: sample needs one output, or one named 'prob' (a SoftmaxWithLoss's)", o.model);
-  const int64_t classes = session_->value(prob_).numel();
+  const int64_t classes = session_->value(prob_).numel() / window_;
   if (classes < static_cast<int64_t>(vocabulary_.size()))
     input_error("{}: output '{}' has {} values for {} characters", o.model, session_->value_name(prob_), classes,
                 vocabulary_.size());
@@ -87,10 +99,22 @@ CharSampler::CharSampler(const SampleOptions& o) : o_(o) {
 CharSampler::~CharSampler() = default;
 
 const float* CharSampler::step(int64_t id, bool cont) {
-  session_->value(data_).f32()[0] = static_cast<float>(id);
-  if (cont_ >= 0) session_->value(cont_).f32()[0] = cont ? 1.f : 0.f;
+  if (window_ == 1) {
+    session_->value(data_).f32()[0] = static_cast<float>(id);
+    if (cont_ >= 0) session_->value(cont_).f32()[0] = cont ? 1.f : 0.f;
+    session_->run();
+    return session_->value(prob_).f32();
+  }
+  if (!cont) context_.clear();
+  if (static_cast<int64_t>(context_.size()) == window_) context_.erase(context_.begin());
+  context_.push_back(id);
+  float* x = session_->value(data_).f32();
+  std::fill(x, x + window_, 0.f);
+  for (size_t t = 0; t < context_.size(); ++t) x[t] = static_cast<float>(context_[t]);
+  if (cont_ >= 0) std::fill(session_->value(cont_).f32(), session_->value(cont_).f32() + window_, 1.f);
   session_->run();
-  return session_->value(prob_).f32();
+  const int64_t row = session_->value(prob_).numel() / window_;
+  return session_->value(prob_).f32() + static_cast<int64_t>(context_.size() - 1) * row;
 }
 
 int64_t CharSampler::draw(const float* p, uint64_t draw_index) {

@@ -1,6 +1,7 @@
 // Text generation from a trained character-level net (`bakusoku sample`, the dashboard):
-// the net's TEST phase with its TextData layer as a one-character input, run one character
-// at a time; the recurrent layers carry their state from one step to the next.
+// the net's TEST phase with its TextData layer as an input, run one character at a time.
+// A recurrent net reads one character per step and its layers carry their state to the
+// next; a net with attention or positions reads the last seq_len characters every step.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,8 @@ class CharSampler {
   std::vector<int64_t> primer_;  // vocabulary indices
   std::unique_ptr<InferenceSession> session_;
   int data_ = -1, cont_ = -1, prob_ = -1;  // value ids in the session
+  int64_t window_ = 1;                     // characters per step
+  std::vector<int64_t> context_;           // a windowed net's last characters
   std::vector<double> weights_;            // scratch for draw()
 };
 

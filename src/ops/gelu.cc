@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "ops/elementwise.h"
+#include "ops/vector_math.h"
 
 namespace bks {
 namespace {
@@ -18,8 +19,8 @@ struct ErfFn {
   static ErfFn from(const OpContext&) { return {}; }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {true, false, true}; }
-  float f(float x) const { return std::erf(x); }
-  float grad(float x, float) const { return static_cast<float>(2 * kInvSqrtPi) * std::exp(-x * x); }
+  float f(float x) const { return erf_vec(x); }
+  float grad(float x, float) const { return static_cast<float>(2 * kInvSqrtPi) * exp_vec(-x * x); }
 };
 
 constexpr const char* kGeluApproximations[] = {"NONE", "TANH"};
@@ -46,17 +47,17 @@ struct GELUFn {
   // sqrt(2 / pi) and the cubic's coefficient of the tanh form.
   static constexpr float kC = static_cast<float>(kSqrt2 * kInvSqrtPi), kA = 0.044715f;
   float f(float x) const {
-    if (tanh_form) return 0.5f * x * (1.f + std::tanh(kC * (x + kA * x * x * x)));
-    return 0.5f * x * (1.f + std::erf(x * static_cast<float>(1 / kSqrt2)));
+    if (tanh_form) return 0.5f * x * (1.f + tanh_vec(kC * (x + kA * x * x * x)));
+    return 0.5f * x * (1.f + erf_vec(x * static_cast<float>(1 / kSqrt2)));
   }
   // d/dx x Phi(x) = Phi(x) + x phi(x); the tanh form's derivative is its own.
   float grad(float x, float) const {
     if (tanh_form) {
-      const float t = std::tanh(kC * (x + kA * x * x * x));
+      const float t = tanh_vec(kC * (x + kA * x * x * x));
       return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kC * (1.f + 3.f * kA * x * x);
     }
-    const float phi = static_cast<float>(kInvSqrtPi / kSqrt2) * std::exp(-0.5f * x * x);
-    return 0.5f * (1.f + std::erf(x * static_cast<float>(1 / kSqrt2))) + x * phi;
+    const float phi = static_cast<float>(kInvSqrtPi / kSqrt2) * exp_vec(-0.5f * x * x);
+    return 0.5f * (1.f + erf_vec(x * static_cast<float>(1 / kSqrt2))) + x * phi;
   }
 };
 

@@ -96,26 +96,27 @@ class LayerNormKernel final : public Kernel {
   }
 
   // With u = (x - mean) * rstd and e = dy * g: dx = rstd * (e - mean(e) - u * mean(e u)),
-  // dg = sum over items of dy * u, db = sum of dy.
+  // dg = sum over items of dy * u, db = sum of dy. The statistics are the forward's.
   void backward(OpCall& c) override {
     const float* x = c.in[0]->f32();
     const float* g = c.params[0]->f32();
     const float* dy = c.out_grad[0]->f32();
-    stats(x);
-    if (c.param_grad[0]) {
-      float* dg = c.param_grad[0]->f32();
-      for (int64_t i = 0; i < dim_; ++i) {
-        double acc = 0;
-        for (int64_t r = 0; r < rows_; ++r) acc += static_cast<double>(dy[r * dim_ + i]) * u(x, r, i);
-        dg[i] = static_cast<float>(acc);
+    float* dg = c.param_grad[0] ? c.param_grad[0]->f32() : nullptr;
+    float* db = a_.bias_term && c.param_grad[1] ? c.param_grad[1]->f32() : nullptr;
+    if (dg || db) {  // row by row, in the rows' order: contiguous reads
+      acc_g_.assign(static_cast<size_t>(dim_), 0.0);
+      acc_b_.assign(static_cast<size_t>(dim_), 0.0);
+      for (int64_t r = 0; r < rows_; ++r) {
+        const float *px = x + r * dim_, *pdy = dy + r * dim_;
+        const double m = mean_[r], s = rstd_[r];
+        for (int64_t i = 0; i < dim_; ++i) {
+          acc_g_[i] += pdy[i] * (px[i] - m) * s;
+          acc_b_[i] += pdy[i];
+        }
       }
-    }
-    if (a_.bias_term && c.param_grad[1]) {
-      float* db = c.param_grad[1]->f32();
       for (int64_t i = 0; i < dim_; ++i) {
-        double acc = 0;
-        for (int64_t r = 0; r < rows_; ++r) acc += dy[r * dim_ + i];
-        db[i] = static_cast<float>(acc);
+        if (dg) dg[i] = static_cast<float>(acc_g_[i]);
+        if (db) db[i] = static_cast<float>(acc_b_[i]);
       }
     }
     if (!c.in_grad[0]) return;
@@ -164,7 +165,8 @@ class LayerNormKernel final : public Kernel {
 
   LayerNormAttrs a_;
   int64_t rows_ = 0, dim_ = 1;
-  std::vector<double> mean_, rstd_;
+  std::vector<double> mean_, rstd_;  // the last forward's, per item
+  std::vector<double> acc_g_, acc_b_;
 };
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/matmul.h"
+#include "ops/fixed_gemms.h"
 #include "ops/op.h"
 #include "ops/vector_math.h"
 
@@ -59,28 +59,6 @@ class RecurrentDef : public OpDef {
   // Parameters after W_h (none by default).
   virtual void extra_params(const RecurrentAttrs& a, std::vector<ParamDecl>& p) const {}
   CellSpec cell_;
-};
-
-// Row-major GEMMs of fixed shapes, C = op(A) op(B) (+ bias per column), as matmul.h takes
-// them: plain loops in double for the reference kernel, oneDNN matmuls for the fast one.
-class FixedGemms {
- public:
-  struct Spec {
-    char ta = 'N', tb = 'N';
-    int64_t m = 0, n = 0, k = 0;
-    bool bias = false;
-    // B is a weight that never changes (inference): oneDNN packs it once.
-    bool constant_b = false;
-  };
-  void clear() { specs_.clear(); }
-  int add(Spec s);  // its id for run()
-  // fast: oneDNN matmuls on `eng`; else loops.
-  void prepare(dnnl::engine* eng, bool fast);
-  void run(dnnl::stream* s, int id, const float* a, const float* b, float* c, const float* bias = nullptr);
-
- private:
-  std::vector<Spec> specs_;
-  std::vector<MatMul> mm_;
 };
 
 inline float logistic(float x) { return logistic_vec(x); }
