@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/elementwise.h"
+#include "ops/vector_math.h"
 
 namespace bks {
 namespace {
@@ -33,7 +34,7 @@ struct ReLUFn {
   static float slope_of(const Node& n) { return n.attrs.as<ReLUAttrs>().negative_slope; }
   // With a non-negative slope, sign(y) == sign(x), so the gradient can be read off y.
   ElementwiseFlow flow() const { return {slope < 0.f, !(slope < 0.f), true}; }
-  float f(float x) const { return std::max(x, 0.f) + slope * std::min(x, 0.f); }
+  float f(float x) const { return (x > 0.f ? x : 0.f) + slope * (x < 0.f ? x : 0.f); }
   float grad(float x, float y) const { return ux * x + (1.f - ux) * y > 0.f ? 1.f : slope; }
 };
 
@@ -41,7 +42,7 @@ struct SigmoidFn {
   static SigmoidFn from(const OpContext&) { return {}; }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {false, true, false}; }
-  float f(float x) const { return 0.5f * std::tanh(0.5f * x) + 0.5f; }
+  float f(float x) const { return 0.5f * tanh_vec(0.5f * x) + 0.5f; }
   float grad(float, float y) const { return y * (1.f - y); }
 };
 
@@ -49,7 +50,7 @@ struct TanHFn {
   static TanHFn from(const OpContext&) { return {}; }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {false, true, true}; }
-  float f(float x) const { return std::tanh(x); }
+  float f(float x) const { return tanh_vec(x); }
   float grad(float, float y) const { return 1.f - y * y; }
 };
 
@@ -65,15 +66,15 @@ BKS_REGISTER_ATTRS("ELU", ELUAttrs, elu_from_caffe, elu_to_caffe);
 
 struct ELUFn {
   float alpha;
-  bool use_x;
+  float ux;  // 1: the sign comes from x (alpha <= 0), 0: from y
   static ELUFn from(const OpContext& c) {
     float a = c.node.attrs.as<ELUAttrs>().alpha;
-    return {a, a <= 0.f};
+    return {a, a <= 0.f ? 1.f : 0.f};
   }
   static constexpr auto add_traits = no_traits;
-  ElementwiseFlow flow() const { return {use_x, true, true}; }
-  float f(float x) const { return x > 0.f ? x : alpha * (std::exp(x) - 1.f); }
-  float grad(float x, float y) const { return (use_x ? x > 0.f : y > 0.f) ? 1.f : y + alpha; }
+  ElementwiseFlow flow() const { return {ux > 0.f, true, true}; }
+  float f(float x) const { return x > 0.f ? x : alpha * (exp_vec(x) - 1.f); }
+  float grad(float x, float y) const { return ux * x + (1.f - ux) * y > 0.f ? 1.f : y + alpha; }
 };
 
 struct AbsValFn {
@@ -236,7 +237,7 @@ struct ClipFn {
   static void add_traits(const Node& n, OpTraits& t) { t.fusable_activation = n.attrs.as<ClipAttrs>().min == 0.f; }
   static float max_of(const Node& n) { return n.attrs.as<ClipAttrs>().max; }
   ElementwiseFlow flow() const { return {}; }
-  float f(float x) const { return std::min(std::max(x, lo), hi); }
+  float f(float x) const { return x < lo ? lo : (x > hi ? hi : x); }
   float grad(float x, float) const { return (x >= lo && x <= hi) ? 1.f : 0.f; }
 };
 
@@ -255,9 +256,9 @@ struct SwishFn {
   static SwishFn from(const OpContext& c) { return {c.node.attrs.as<SwishAttrs>().beta}; }
   static constexpr auto add_traits = no_traits;
   ElementwiseFlow flow() const { return {true, true, true}; }
-  float f(float x) const { return x / (1.f + std::exp(-beta * x)); }
+  float f(float x) const { return x / (1.f + exp_vec(-beta * x)); }
   float grad(float x, float y) const {
-    float s = 1.f / (1.f + std::exp(-beta * x));
+    float s = 1.f / (1.f + exp_vec(-beta * x));
     return beta * y + s * (1.f - beta * y);
   }
 };
@@ -269,7 +270,7 @@ struct ReLU6Fn {
   static void add_traits(const Node&, OpTraits& t) { t.fusable_activation = true; }
   static float max_of(const Node&) { return 6.f; }
   ElementwiseFlow flow() const { return {false, true, true}; }
-  float f(float x) const { return std::min(std::max(x, 0.f), 6.f); }
+  float f(float x) const { return x < 0.f ? 0.f : (x > 6.f ? 6.f : x); }
   float grad(float, float y) const { return y > 0.f && y < 6.f ? 1.f : 0.f; }
 };
 
