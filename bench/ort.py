@@ -12,8 +12,12 @@ run's median moves by up to 40% with the neighbours' load.
 INT8 kernels on a QDQ model made from the same calibration table (bench/qdq.py), and against
 ONNX Runtime's FP32.
 
+--torch: also PyTorch eager (bench/torch_infer.py, eval and no_grad; INT8: its eager static
+quantization with conv + BN + ReLU fused) on the networks it defines (TORCH below), in
+the same rounds.
+
 Usage: /usr/bin/python3 bench/ort.py BAKUSOKU_BINARY [--threads N] [--iterations N] [--rounds N]
-                                     [--precision fp32|int8] [--only REGEX]
+                                     [--precision fp32|int8] [--only REGEX] [--torch]
 Needs `npm ci --prefix bench/ort --ignore-scripts` first (bench/ort.sh does both)."""
 import argparse
 import json
@@ -35,8 +39,14 @@ NETS = {
     "resnet18_32": ((3, 32, 32), 64),
     "resnet50": ((3, 224, 224), 32),
     "mobilenet_v2": ((3, 224, 224), 32),
+    "mobilenet_v1": ((3, 224, 224), 32),
     "googlenet": ((3, 224, 224), 32),
 }
+
+
+# Networks bench/torch_infer.py also runs in PyTorch eager (--torch): the same definition
+# the ONNX file is exported from.
+TORCH = {"mobilenet_v1": "mobilenet_v1"}
 
 
 def sh(cmd):
@@ -72,6 +82,10 @@ def export(name, shape, path, binary):
         m = torchvision.models.resnet50()
     elif name == "mobilenet_v2":
         m = torchvision.models.mobilenet_v2()
+    elif name == "mobilenet_v1":
+        from torch_models import MobileNetV1
+
+        m = MobileNetV1()
     elif name == "googlenet":
         m = torchvision.models.googlenet(aux_logits=False, init_weights=True)
     m.eval()
@@ -101,6 +115,12 @@ def ort_ms(onnx, batch, threads, iterations):
     return out["median_ms"], out["version"]
 
 
+def torch_ms(name, batch, threads, iterations, int8):
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), TORCH[name], str(threads), str(iterations),
+           str(batch)] + (["int8"] if int8 else [])
+    return json.loads(sh(cmd).strip().splitlines()[-1])[str(batch)]["median_ms"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -109,6 +129,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     ap.add_argument("--only", default="")
+    ap.add_argument("--torch", action="store_true")
     a = ap.parse_args()
     if not os.path.isdir(os.path.join(HERE, "ort", "node_modules", "onnxruntime-node")):
         sys.exit("ort bench: run `npm ci --prefix bench/ort --ignore-scripts` first")
@@ -116,12 +137,15 @@ def main():
     load = os.getloadavg()
     print(f"# bakusoku vs ONNX Runtime, {a.precision.upper()}, {a.threads} threads, lowest of {a.rounds} medians of "
           f"{a.iterations} runs (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+    torch_cols = " PyTorch eager ms | vs PyTorch |" if a.torch else ""
+    torch_rule = "---|---|" if a.torch else ""
     if int8:
-        print("| network | batch | bakusoku INT8 ms | ORT INT8 (QDQ) ms | ORT FP32 ms | vs ORT INT8 | vs ORT FP32 |")
-        print("|---|---|---|---|---|---|---|")
+        print("| network | batch | bakusoku INT8 ms | ORT INT8 (QDQ) ms | ORT FP32 ms | vs ORT INT8 | vs ORT FP32 |"
+              + torch_cols.replace("eager ms", "eager INT8 ms"))
+        print("|---|---|---|---|---|---|---|" + torch_rule)
     else:
-        print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |")
-        print("|---|---|---|---|---|")
+        print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |" + torch_cols)
+        print("|---|---|---|---|---|" + torch_rule)
     version = "?"
     with tempfile.TemporaryDirectory(prefix="bks-ort-") as tmp:
         for name, (shape, large) in NETS.items():
@@ -137,15 +161,20 @@ def main():
 
                     models.insert(0, os.path.join(tmp, f"{name}.b{batch}.qdq.onnx"))
                     qdq.make_qdq(onnx, bundle, models[0])
-                ours, theirs = [], [[] for _ in models]
+                ours, theirs, eager = [], [[] for _ in models], []
+                with_torch = a.torch and name in TORCH
                 for _ in range(a.rounds):
                     ours.append(bakusoku_ms(a.binary, bundle, a.threads, a.iterations))
                     for k, m in enumerate(models):
                         ms, version = ort_ms(m, batch, a.threads, a.iterations)
                         theirs[k].append(ms)
+                    if with_torch:
+                        eager.append(torch_ms(name, batch, a.threads, a.iterations, int8))
                 b, o = min(ours), [min(t) for t in theirs]
                 ratios = " | ".join(f"{x / b:.2f}x" for x in o)
-                print(f"| {name} | {batch} | {b:.2f} | {' | '.join(f'{x:.2f}' for x in o)} | {ratios} |", flush=True)
+                extra = f" {min(eager):.2f} | {min(eager) / b:.2f}x |" if with_torch else (" - | - |" if a.torch else "")
+                print(f"| {name} | {batch} | {b:.2f} | {' | '.join(f'{x:.2f}' for x in o)} | {ratios} |{extra}",
+                      flush=True)
     print(f"# ONNX Runtime {version} (npm onnxruntime-node, CPU execution provider)")
 
 

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from torch_models import LeNet, Cifar10Quick, ResNet18Cifar, eager_times_ms
+from torch_models import LeNet, Cifar10Quick, MobileNetV1, ResNet18Cifar, eager_times_ms
 
 
 def int8(model, shape):
@@ -14,6 +14,8 @@ def int8(model, shape):
     import torch.ao.quantization as q
     engine = "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "onednn"
     torch.backends.quantized.engine = engine
+    if hasattr(model, "fuse_names"):  # conv + BN + ReLU as one quantized module, as users would
+        model = q.fuse_modules(model, model.fuse_names())
     wrapped = torch.nn.Sequential(q.QuantStub(), model, q.DeQuantStub()).eval()
     wrapped.qconfig = q.get_default_qconfig(engine)
     q.prepare(wrapped, inplace=True)
@@ -27,8 +29,8 @@ def main():
     what, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     batches = [int(b) for b in sys.argv[4].split(",")]
     torch.set_num_threads(threads)
-    model = {"lenet": LeNet, "cifar": Cifar10Quick, "resnet18": ResNet18Cifar}[what]().eval()
-    shape = {"lenet": (1, 28, 28), "cifar": (3, 32, 32), "resnet18": (3, 32, 32)}[what]
+    model = {"lenet": LeNet, "cifar": Cifar10Quick, "resnet18": ResNet18Cifar, "mobilenet_v1": MobileNetV1}[what]().eval()
+    shape = {"lenet": (1, 28, 28), "cifar": (3, 32, 32), "resnet18": (3, 32, 32), "mobilenet_v1": (3, 224, 224)}[what]
     if len(sys.argv) > 5 and sys.argv[5] == "int8":
         model = int8(model, shape)
     out = {}

@@ -130,3 +130,32 @@ class ResNet18Cifar(nn.Module):
     def forward(self, x):
         x = self.blocks(F.relu(self.bn1(self.conv1(x))))
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class MobileNetV1(nn.Module):
+    """MobileNet v1 (224x224, width 1.0) as its Caffe port (shicai/MobileNet-Caffe) lays it
+    out: a 3x3/2 convolution, 13 depthwise-separable blocks, each convolution followed by
+    BatchNorm and ReLU, global average pooling and a 1000-way classifier."""
+
+    BLOCKS = [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)] + \
+        [(512, 512, 1)] * 5 + [(512, 1024, 2), (1024, 1024, 1)]
+
+    def __init__(self):
+        super().__init__()
+
+        def unit(cin, cout, k, stride, groups):
+            return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+                                 nn.BatchNorm2d(cout), nn.ReLU())
+
+        layers = [unit(3, 32, 3, 2, 1)]
+        for cin, cout, stride in self.BLOCKS:
+            layers += [unit(cin, cin, 3, stride, cin), unit(cin, cout, 1, 1, 1)]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(1024, 1000)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+    def fuse_names(self):
+        """The (conv, bn, relu) module names that eager-mode quantization fuses."""
+        return [[f"features.{i}.0", f"features.{i}.1", f"features.{i}.2"] for i in range(len(self.features))]
