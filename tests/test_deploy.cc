@@ -1056,6 +1056,21 @@ TEST(DeploySession, BatchInPartsComputesTheWholeBatch) {
   }
 }
 
+// A net whose axis 0 is time for attention and positions never runs in parts: each part
+// would attend only within itself and count its positions from 0. Deploy times it on 0/1
+// inputs, which its Embed takes as indices.
+TEST(DeploySession, AttentionAndPositionsRunTheBatchWhole) {
+  const std::string layers = R"(
+layer { name: "emb" type: "Embed" bottom: "data" top: "e" embed_param { num_output: 8 input_dim: 5 } }
+layer { name: "pos" type: "PositionalEncoding" bottom: "e" top: "p" positional_encoding_param { max_length: 6 } }
+layer { name: "att" type: "MultiHeadAttention" bottom: "p" top: "a" attention_param { num_heads: 2 causal: true } }
+)";
+  DeployOptions o = write_model("attention_whole", input_layer("data", {6, 2}) + layers);
+  DeployResult r = deploy(o);
+  EXPECT_EQ(r.bundle.info.count("micro_batch"), 0u) << r.micro_batch_table;
+  EXPECT_EQ(InferenceSession(r.bundle, "told parts", 2, 0, 2).micro_batch(), 6) << "parts of 2 timesteps";
+}
+
 // Grouped and depthwise convolutions (MobileNet's) quantize too: their weights are scaled per
 // output channel across the groups.
 TEST(DeployInt8, GroupedAndDepthwiseConvolutionsMatchFp32) {

@@ -144,7 +144,7 @@ Runner add_bench(CLI::App& app) {
     }
     for (int64_t batch : batches) {
       InferenceSession s(b, o->bundle, o->threads, batch);
-      fill_inputs_uniform(s, 1234);
+      fill_timing_inputs(s, 1234);
       Latency l = time_session(s, o->iterations);
       nlohmann::json row = to_json(l, s.batch());
       row["batch"] = s.batch();
@@ -153,7 +153,7 @@ Runner add_bench(CLI::App& app) {
                    l.median, l.p90, l.p95, l.p99, s.batch() / (l.mean / 1000.0));
       if (!o->compare.empty()) {
         InferenceSession u(plain, o->compare[0], o->threads, s.batch());
-        fill_inputs_uniform(u, 1234);
+        fill_timing_inputs(u, 1234);
         // Same inputs: the outputs must agree (relative to each output's largest value).
         s.run();
         u.run();

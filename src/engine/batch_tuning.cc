@@ -122,7 +122,7 @@ MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, in
   cands.push_back({0, std::make_unique<InferenceSession>(b, name, threads, 0, 0)});
   InferenceSession& whole = *cands[0].session;
   const int64_t n = whole.batch();
-  fill_inputs_uniform(whole, 7);
+  fill_timing_inputs(whole, 7);
   whole.run();
   // Quantized kernels may round differently at another batch; FP32 ones only sum in
   // another order.
@@ -136,7 +136,7 @@ MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, in
       continue;  // shapes fixed for the whole batch (a Reshape to constants naming it)
     }
     if (s->micro_batch() != m) continue;  // the graph does not slice by items
-    fill_inputs_uniform(*s, 7);
+    fill_timing_inputs(*s, 7);
     s->run();
     if (relative_gap(whole, *s) > tolerance) continue;
     cands.push_back({m, std::move(s)});

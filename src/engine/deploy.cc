@@ -121,8 +121,8 @@ CalibrationTable calibration_table(const DeployOptions& o, const Bundle& b, cons
 std::pair<std::vector<double>, std::vector<double>> time_fp32_and_int8(const Bundle& fp32, InferenceSession& int8,
                                                                       const std::string& name, int threads) {
   InferenceSession a(fp32, name, threads);
-  fill_inputs_uniform(a, 7);
-  fill_inputs_uniform(int8, 7);
+  fill_timing_inputs(a, 7);
+  fill_timing_inputs(int8, 7);
   const double t0 = now_us();
   a.run();
   const double once_ms = (now_us() - t0) / 1e3;
@@ -269,7 +269,7 @@ void autotune(DeployResult& r, const std::string& name, int threads) {
   Net& net = s.net();
   // Convolutions time their candidates when built; a sparse inner product times itself on
   // its first input, so run once.
-  fill_inputs_uniform(s, 7);
+  fill_timing_inputs(s, 7);
   s.run();
   PassReport tune{"autotune", {}};
   for (int n = 0; n < net.num_nodes() && n < static_cast<int>(r.bundle.graph.nodes.size()); ++n) {

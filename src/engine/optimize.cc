@@ -56,7 +56,7 @@ double median(std::vector<double> v) {
 double time_bundle(const Bundle& b, const std::string& path, int threads, int64_t& batch) {
   InferenceSession s(b, path, threads, batch);
   batch = s.batch();
-  fill_inputs_uniform(s, 1234);
+  fill_timing_inputs(s, 1234);
   for (int i = 0; i < 3; ++i) s.run();
   std::vector<double> ms;
   double spent = 0;

@@ -46,9 +46,11 @@ int64_t input_batch(const Graph& g) {
 }
 
 // Whether every input and output of `net` has `m` items first (so parts of a batch are
-// slices of it) and no value's batch comes from the data.
+// slices of it), no value's batch comes from the data, and no op mixes the items.
 bool runs_in_parts(const Net& net, int64_t m) {
   const Graph& g = net.graph();
+  for (const Node& n : g.nodes)
+    if (op_traits(n).mixes_axis0) return false;
   std::vector<int> edges = net.inputs();
   edges.insert(edges.end(), net.outputs().begin(), net.outputs().end());
   for (int v : edges)
@@ -119,11 +121,12 @@ void InferenceSession::run() {
   }
 }
 
-void fill_inputs_uniform(InferenceSession& s, uint64_t seed) {
+void fill_timing_inputs(InferenceSession& s, uint64_t seed) {
   Rng rng(seed);
   for (int v : s.inputs()) {
     Tensor& t = s.value(v);
-    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f);
+    // 0 or 1: values for any layer, indices for an Embed.
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f) < 0.5f ? 0.f : 1.f;
   }
 }
 

@@ -72,9 +72,10 @@ class InferenceSession {
   std::map<int, Tensor> whole_;  // the inputs and outputs at the whole batch, when in parts
 };
 
-// Fills every input of the session with uniform [0, 1) values (seed `seed`): for timing, where
-// the values do not matter but must be the same each time.
-void fill_inputs_uniform(InferenceSession& s, uint64_t seed);
+// Fills every input of the session with 0s and 1s drawn from seed `seed`: for timing, where the
+// values do not matter but must be the same each time. Both are valid for every layer,
+// indices of an Embed included.
+void fill_timing_inputs(InferenceSession& s, uint64_t seed);
 
 // Mean forward milliseconds of each of the session's nodes over `iterations` runs (after
 // one unprofiled warm-up run), on whatever its inputs hold.

@@ -130,6 +130,7 @@ class AttentionDef final : public OpDef {
     const AttentionDims d = attention_dims(c, in[0]);
     out[0] = {d.t, d.n, d.out};
   }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::mixes_axis0}); }
   // W_qkv (3 heads head_dim, D), b_qkv, W_o (out, heads head_dim), b_o; PERFORMER's
   // features (num_features, head_dim) last, not learned.
   std::vector<ParamDecl> params(const OpContext& c, const std::vector<Shape>& in) const override {
@@ -227,7 +228,7 @@ class AttentionKernel : public Kernel {
       scratch_size_ = t * hd + 2 * t * m + 2 * m * hd + 2 * m + t + 2 * kChunk * kChunk;
     } else {
       p_.assign(static_cast<size_t>(pairs_ * t * t), 0.f);
-      scratch_size_ = 2 * t * t;
+      scratch_size_ = (a_.dropout > 0.f ? 2 : 1) * t * t;  // dS; with dropout, the kept weights too
     }
     scratch_.assign(static_cast<size_t>(threads()), {});
   }
@@ -313,6 +314,7 @@ class AttentionKernel : public Kernel {
   template <class F>
   void for_pairs(F&& f) {
     const int64_t nt = threads();
+    if (static_cast<int64_t>(scratch_.size()) < nt) scratch_.resize(static_cast<size_t>(nt));
     auto scratch = [&](int64_t thread) {
       std::vector<float>& s = scratch_[static_cast<size_t>(thread)];
       if (static_cast<int64_t>(s.size()) < scratch_size_) s.assign(static_cast<size_t>(scratch_size_), 0.f);
@@ -390,7 +392,7 @@ class AttentionKernel : public Kernel {
     float *dk = dq + inner, *dv = dq + 2 * inner;
     const float* d_o = dctx_.data() + o_off(pair);
     const float* p = p_.data() + pair * t * t;
-    float *w = scratch, *ds = scratch + t * t;
+    float *w = scratch, *ds = drop ? scratch + t * t : scratch;
     if (drop) times_mask(pair, p, w);
     gemm(fast_, 'T', 'N', t, hd, t, 1.f, drop ? w : p, t, d_o, ldo(), dv, ld());
     gemm(fast_, 'N', 'T', t, t, hd, 1.f, d_o, ldo(), v, ld(), ds, t);

@@ -90,6 +90,9 @@ struct OpTraits {
   bool fusable_activation = false;  // a ReLU that can become a producer's post-op
   bool residual_sum = false;        // an Eltwise SUM of two branches with unit coefficients
   bool max_pooling = false;         // keeps its input's scale (int8 stays int8 through it)
+  // An item along axis 0 depends on the others, or on where it sits (attention over time,
+  // positions): a batch cannot run in parts.
+  bool mixes_axis0 = false;
 };
 
 // Facts of an op nothing flows back through (data layers, metrics, Silence).

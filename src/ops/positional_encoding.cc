@@ -71,6 +71,12 @@ class PositionalEncodingDef final : public OpDef {
     if (a.kind != PositionalEncodingAttrs::learned) return {};
     return {{{a.max_length, in[0].back()}, a.weight_filler, true}};
   }
+  // Along axis 0 (or a negative axis, which may be it), where an item sits matters.
+  OpTraits traits(const Node& n) const override {
+    OpTraits t;
+    t.mixes_axis0 = n.attrs.as<PositionalEncodingAttrs>().axis <= 0;
+    return t;
+  }
   OpFacts facts(const OpContext&, const std::vector<Shape>&) const override {
     OpFacts f;
     f.allows_inplace = true;
