@@ -288,21 +288,24 @@ fs::path sentence_text(const std::string& name) {
   return dir;
 }
 
+// The TRAIN and TEST TextData layers over `dir`/text.txt (tops c, cont, next): 8 streams of
+// 25 characters, the last 10% held out for TEST.
+std::string sentence_data_layers(const fs::path& dir) {
+  const std::string data = "text_data_param { source: '" + (dir / "text.txt").string() +
+                           "' batch_size: 8 seq_len: 25 holdout: 0.1 vocabulary_size: 28";
+  return "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TRAIN } " + data +
+         " } }\n" + "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TEST } " +
+         data + " read_holdout: true } }\n";
+}
+
 // A char-RNN (TextData -> Embed -> LSTM -> InnerProduct) learns a sentence said over and
 // over, measured in validation bits per character on the held-out tail; `bakusoku sample`
 // then continues a primer with it, the same text for the same seed.
 TEST(Train, CharRnnLearnsTextAndSampleContinuesIt) {
   const fs::path dir = sentence_text("bks_char_rnn");
   const std::string sentence = kSentence;
-  const std::string data = "text_data_param { source: '" + (dir / "text.txt").string() +
-                           "' batch_size: 8 seq_len: 25 holdout: 0.1 vocabulary_size: 28";
   const std::string net = (dir / "net.prototxt").string();
-  std::ofstream(net)
-      << "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TRAIN } " << data
-      << " } }\n"
-      << "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TEST } " << data
-      << " read_holdout: true } }\n"
-      << R"(
+  std::ofstream(net) << sentence_data_layers(dir) << R"(
 layer { name: "embed" type: "Embed" bottom: "c" top: "e"
   embed_param { num_output: 16 input_dim: 28 weight_filler { type: "uniform" min: -0.1 max: 0.1 } } }
 layer { name: "lstm" type: "LSTM" bottom: "e" bottom: "cont" top: "h"
@@ -352,15 +355,8 @@ TEST(Train, CharTransformerLearnsTextWithBothKernels) {
   const std::string sentence = kSentence;
   for (const char* kernel : {"SOFTMAX", "PERFORMER"}) {
     SCOPED_TRACE(kernel);
-    const std::string data = "text_data_param { source: '" + (dir / "text.txt").string() +
-                             "' batch_size: 8 seq_len: 25 holdout: 0.1 vocabulary_size: 28";
     const std::string net = (dir / (std::string(kernel) + ".prototxt")).string();
-    std::ofstream(net)
-        << "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TRAIN } " << data
-        << " } }\n"
-        << "layer { name: 'text' type: 'TextData' top: 'c' top: 'cont' top: 'next' include { phase: TEST } " << data
-        << " read_holdout: true } }\n"
-        << R"(
+    std::ofstream(net) << sentence_data_layers(dir) << R"(
 layer { name: "no_cont" type: "Silence" bottom: "cont" }
 layer { name: "embed" type: "Embed" bottom: "c" top: "e"
   embed_param { num_output: 32 input_dim: 28 bias_term: false weight_filler { type: "gaussian" std: 0.1 } } }
@@ -368,7 +364,7 @@ layer { name: "pos" type: "PositionalEncoding" bottom: "e" top: "x" positional_e
 layer { name: "ln1" type: "LayerNorm" bottom: "x" top: "n1" }
 layer { name: "att" type: "MultiHeadAttention" bottom: "n1" top: "a"
   attention_param { num_heads: 2 causal: true num_features: 32 kernel: )"
-        << kernel << R"( } }
+                       << kernel << R"( } }
 layer { name: "res1" type: "Eltwise" bottom: "x" bottom: "a" top: "r1" }
 layer { name: "ln2" type: "LayerNorm" bottom: "r1" top: "n2" }
 layer { name: "ff1" type: "InnerProduct" bottom: "n2" top: "f1"

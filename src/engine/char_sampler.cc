@@ -9,6 +9,7 @@
 #include "data/text_corpus.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
+#include "ops/op_def.h"
 
 namespace bks {
 namespace {
@@ -21,12 +22,13 @@ const proto::LayerParameter& text_layer(const NetLoad& nl, const StateFlags& sta
   input_error("{}: sample needs a TextData layer in the TEST phase (its text gives the characters)", nl.source);
 }
 
-// Whether the net reads whole windows of text (attention, positions) rather than carrying a
-// state from one character to the next (recurrent layers).
+// Whether the net reads whole windows of text rather than carrying a state from one
+// character to the next (recurrent layers): a layer in it mixes the timesteps of axis 0
+// (attention) or tells them apart (positions).
 bool reads_windows(const NetLoad& nl, const StateFlags& state) {
   const proto::NetState st = net_state(nl, proto::TEST, state);
   for (const proto::LayerParameter& l : nl.param.layer())
-    if ((l.type() == "MultiHeadAttention" || l.type() == "PositionalEncoding") && layer_included(l, st)) return true;
+    if (layer_included(l, st) && op_traits(l).mixes_axis0) return true;
   return false;
 }
 

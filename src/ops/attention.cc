@@ -304,10 +304,6 @@ class AttentionKernel : public Kernel {
   void run_gemm(int id, const float* a, const float* b, float* out, const float* bias = nullptr) {
     gemms_.run(fast_ ? &static_cast<CpuBackend&>(backend_).stream() : nullptr, id, a, b, out, bias);
   }
-  static void sum_rows(const float* m, int64_t rows, int64_t cols, float* out) {
-    std::fill(out, out + cols, 0.f);
-    for (int64_t r = 0; r < rows; ++r) axpy(1.f, m + r * cols, out, cols);
-  }
 
   // Each (stream, head) pair is independent: in parallel, one per thread with single-threaded
   // GEMMs, when there are enough of them; else one after another with threaded GEMMs.
@@ -462,7 +458,7 @@ class AttentionKernel : public Kernel {
       return;
     }
     gemm(fast_, 'T', 'N', m, hd, t, 1.f, kf, m, v, ld(), kv, hd);
-    column_sums(kf, t, m, ks);
+    sum_rows(kf, t, m, ks);
     gemm(fast_, 'N', 'N', t, hd, m, 1.f, qf, m, kv, hd, o, ldo());
     for (int64_t r = 0; r < t; ++r) finish_row(o + r * ldo(), dot(qf + r * m, ks, m), den + r);
   }
@@ -472,10 +468,6 @@ class AttentionKernel : public Kernel {
     *den = std::max(dn, FLT_MIN);
     const float inv = 1.f / *den;
     for (int64_t j = 0; j < dims_.head_dim; ++j) orow[j] *= inv;
-  }
-  static void column_sums(const float* f, int64_t rows, int64_t cols, float* out) {
-    std::fill(out, out + cols, 0.f);
-    for (int64_t r = 0; r < rows; ++r) axpy(1.f, f + r * cols, out, cols);
   }
 
   // With g_t = dO_t / den_t and e_t = -(dO_t . O_t) / den_t (the denominator's gradient):
@@ -508,7 +500,7 @@ class AttentionKernel : public Kernel {
       causal_backward(qf, kf, v, g, e, dqf, dkf, dv, kv);
     } else {
       gemm(fast_, 'T', 'N', m, hd, t, 1.f, kf, m, v, ld(), kv, hd);
-      column_sums(kf, t, m, ks);
+      sum_rows(kf, t, m, ks);
       gemm(fast_, 'N', 'T', t, m, hd, 1.f, g, hd, kv, hd, dqf, m);
       for (int64_t r = 0; r < t; ++r) axpy(e[r], ks, dqf + r * m, m);
       gemm(fast_, 'T', 'N', m, hd, t, 1.f, qf, m, g, hd, dkv, hd);

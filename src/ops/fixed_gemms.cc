@@ -1,5 +1,7 @@
 #include "ops/fixed_gemms.h"
 
+#include <algorithm>
+
 namespace bks {
 
 int FixedGemms::add(Spec s) {
@@ -32,6 +34,12 @@ void FixedGemms::run(dnnl::stream* st, int id, const float* a, const float* b, f
                (s.tb == 'N' ? b[p * s.n + j] : b[j * s.k + p]);
       c[i * s.n + j] = static_cast<float>(acc);
     }
+}
+
+void sum_rows(const float* m, int64_t rows, int64_t cols, float* out) {
+  std::fill(out, out + cols, 0.f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[j] += m[r * cols + j];
 }
 
 }  // namespace bks

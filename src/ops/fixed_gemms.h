@@ -33,4 +33,7 @@ class FixedGemms {
   std::vector<MatMul> mm_;
 };
 
+// out (cols) = the sum of the rows of m (rows, cols): a GEMM's bias gradient.
+void sum_rows(const float* m, int64_t rows, int64_t cols, float* out);
+
 }  // namespace bks

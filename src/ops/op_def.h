@@ -91,7 +91,7 @@ struct OpTraits {
   bool residual_sum = false;        // an Eltwise SUM of two branches with unit coefficients
   bool max_pooling = false;         // keeps its input's scale (int8 stays int8 through it)
   // An item along axis 0 depends on the others, or on where it sits (attention over time,
-  // positions): a batch cannot run in parts.
+  // positions): a batch cannot run in parts, and `sample` feeds such a net whole windows.
   bool mixes_axis0 = false;
 };
 

@@ -146,12 +146,6 @@ void RecurrentKernel::gemm(int id, const float* a, const float* b, float* out, c
   gemms_.run(fast_ ? &static_cast<CpuBackend&>(backend_).stream() : nullptr, id, a, b, out, bias);
 }
 
-void RecurrentKernel::sum_rows(const float* m, int64_t rows, int64_t cols, float* out) {
-  std::fill(out, out + cols, 0.f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) out[j] += m[r * cols + j];
-}
-
 void RecurrentKernel::times_cont(int64_t t, const float* cont, const float* from, float* to) const {
   for (int64_t n = 0; n < n_; ++n)
     for (int64_t d = 0; d < h_; ++d) to[n * h_ + d] = cont[t * n_ + n] * from[n * h_ + d];

@@ -107,8 +107,6 @@ class RecurrentKernel : public Kernel {
   // dW_h = dR^T HC over every timestep (and db_h = the sum of dR with a recurrent bias).
   void recurrent_weight_grads(OpCall& c, const float* dr);
   void gemm(int id, const float* a, const float* b, float* out, const float* bias = nullptr);
-  // out (cols) = the sum of the rows of m (rows, cols): a bias's gradient.
-  static void sum_rows(const float* m, int64_t rows, int64_t cols, float* out);
   // to (N, H) = cont_t x from, per stream: the state that carries into timestep t (forward),
   // and the gradient that carries back out of it (backward).
   void times_cont(int64_t t, const float* cont, const float* from, float* to) const;
