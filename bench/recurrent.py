@@ -27,7 +27,7 @@ SIZES = [  # T, N, inputs, hidden
 ]
 
 
-def bakusoku_ms(bks, cell, t, n, i, h, threads, iters):
+def bakusoku_ms(bks, cell, t, n, i, h, threads, iters, kernel=None):
     net = f"""name: "{cell}"
 layer {{ name: "in" type: "Input" top: "x" top: "cont" top: "target"
   input_param {{ shape {{ dim: {t} dim: {n} dim: {i} }} shape {{ dim: {t} dim: {n} }} shape {{ dim: {t} dim: {n} dim: {h} }} }} }}
@@ -37,8 +37,10 @@ layer {{ name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "target" top: "l
 """
     with tempfile.NamedTemporaryFile("w", suffix=".prototxt", delete=False) as f:
         f.write(net)
-    out = subprocess.run([bks, "time", "--model", f.name, "--iterations", str(iters), "--threads", str(threads)],
-                         capture_output=True, text=True, check=True).stdout
+    cmd = [bks, "time", "--model", f.name, "--iterations", str(iters), "--threads", str(threads)]
+    if kernel:
+        cmd += ["--kernel", f"{cell}={kernel}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     os.unlink(f.name)
     m = re.search(r"^rec\s+\S+\s+([0-9.]+)\s+([0-9.]+)\s+(.*)$", out, re.M)
     return float(m.group(1)) + float(m.group(2)), m.group(3).strip()
@@ -64,13 +66,20 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    print(f"| cell | T x N, inputs -> hidden | bakusoku ms | PyTorch {torch.__version__} ms | bakusoku faster |")
-    print("|---|---|---|---|---|")
+    print(f"| cell | T x N, inputs -> hidden | bakusoku ms | PyTorch {torch.__version__} ms | bakusoku faster "
+          "| oneDNN's LSTM primitive ms |")
+    print("|---|---|---|---|---|---|")
     for cell in ("LSTM", "GRU"):
         for t, n, i, h in SIZES:
             ours, kernel = bakusoku_ms(a.bakusoku, cell, t, n, i, h, a.threads, a.iters)
             theirs = torch_ms(cell, t, n, i, h, a.iters)
-            print(f"| {cell} | {t} x {n}, {i} -> {h} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f}x |", flush=True)
+            # The LSTM kernel on oneDNN's RNN primitive (--kernel), beside the default one.
+            primitive = ""
+            if cell == "LSTM":
+                ms, name = bakusoku_ms(a.bakusoku, cell, t, n, i, h, a.threads, a.iters, "oneDNN LSTM")
+                primitive = f"{ms:.2f}" + (" (oneDNN ref)" if "ref" in name else "")
+            print(f"| {cell} | {t} x {n}, {i} -> {h} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f}x | {primitive} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,48 @@ TEST(Cli, StageAndLevelSelectLayers) {
   EXPECT_EQ(run_cmd("time --model " + net + " --level -1").code, 2);
 }
 
+// --kernel TYPE=NAME runs the named kernel for that type (the kernel column says which ran);
+// a malformed, unknown or unsuitable choice is one line and exit 2.
+TEST(Cli, KernelOptionRunsTheNamedKernel) {
+  const std::string net = write_temp(
+      "lstm_kernels.prototxt",
+      "layer { name: 'in' type: 'Input' top: 'x' top: 'cont' top: 's' input_param { shape { dim: 3 dim: 2 dim: 4 } "
+      "shape { dim: 3 dim: 2 } shape { dim: 2 dim: 5 } } }\n"
+      "layer { name: 'rec' type: 'LSTM' bottom: 'x' bottom: 'cont' top: 'h' recurrent_param { num_output: 4 } }\n"
+      "layer { name: 'with_static' type: 'LSTM' bottom: 'x' bottom: 'cont' bottom: 's' top: 'h2' "
+      "recurrent_param { num_output: 4 } }\n");
+  const std::string lstm_only = write_temp(
+      "lstm_kernel.prototxt",
+      "layer { name: 'in' type: 'Input' top: 'x' top: 'cont' input_param { shape { dim: 3 dim: 2 dim: 4 } "
+      "shape { dim: 3 dim: 2 } } }\n"
+      "layer { name: 'rec' type: 'LSTM' bottom: 'x' bottom: 'cont' top: 'h' recurrent_param { num_output: 4 } }\n");
+  auto kernel_of = [&](const std::string& flags) {
+    auto r = run_cmd("time --model " + lstm_only + " --iterations 1 " + flags);
+    EXPECT_EQ(r.code, 0) << r.output;
+    const size_t at = r.output.find("\nrec ");
+    if (at == std::string::npos) return std::string("(no row)");
+    const std::string row = r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1);
+    return row.substr(row.rfind("   ") + 3);
+  };
+  EXPECT_EQ(kernel_of(""), "oneDNN matmul");
+  EXPECT_EQ(kernel_of("--kernel LSTM=loops"), "loops");
+  EXPECT_EQ(kernel_of("--kernel 'LSTM=oneDNN LSTM'").rfind("oneDNN LSTM", 0), 0u);
+  for (const auto& [flag, says] : std::vector<std::pair<std::string, std::string>>{
+           {"LSTM=nope", "--kernel LSTM=nope: LSTM has no kernel 'nope' (it has: "},
+           {"Nope=loops", "--kernel Nope=loops: no layer type 'Nope'"},
+           {"LSTM", "--kernel LSTM: give TYPE=NAME"}}) {
+    auto r = run_cmd("time --model " + lstm_only + " --iterations 1 --kernel " + flag);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+  }
+  // oneDNN's LSTM primitive has no static input: that layer cannot run it.
+  auto r = run_cmd("time --model " + net + " --iterations 1 --kernel 'LSTM=oneDNN LSTM'");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("layer 'with_static'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--kernel LSTM=oneDNN LSTM: that kernel cannot run this layer"), std::string::npos)
+      << r.output;
+}
+
 // A train_val file whose data is not on this machine is timed and deployed anyway: its data
 // layer stands in as an Input of the shape the file implies (crop_size, the mean's
 // channels), or of --input-shape; without either, one line asks for --input-shape.

@@ -11,6 +11,7 @@ Runner add_time(CLI::App& app) {
   auto* cmd = app.add_subcommand("time", "Per-layer forward/backward time (ms), like caffe time");
   struct Opts {
     std::string model, phase, trace, input_shape;
+    std::vector<std::string> kernels;
     int iterations = 50, threads = 0;
     StateFlags state;
   };
@@ -22,7 +23,9 @@ Runner add_time(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
   add_input_shape_option(cmd, o->input_shape);
+  add_kernel_option(cmd, o->kernels);
   return [o] {
+    use_kernels(o->kernels);
     // An ONNX model is an inference graph: its default is the forward pass alone.
     Phase phase = parse_phase(!o->phase.empty() ? o->phase : is_onnx_file(o->model) ? "TEST" : "TRAIN");
     auto m = load_model(o->model, phase, o->threads, o->state, 1, true, o->input_shape);

@@ -2,6 +2,7 @@
 
 #include "backend/accelerator.h"
 #include "cli/commands.h"
+#include "cli/model.h"
 #include "cli/train_ranks.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -25,6 +26,7 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
                   "GPU to train on (default: as the solver's solver_mode and device_id say; -1: the CPU)");
   cmd->add_flag("--tf32", opt->tf32,
                 "TF32 arithmetic for FP32 convolutions and matrix products on the GPU (faster; changes results)");
+  add_kernel_option(cmd, opt->kernels);
   cmd->add_option("--keep-snapshots", opt->keep_snapshots, "Keep only the newest N snapshots (default: all)")
       ->check(CLI::NonNegativeNumber);
   // Data-parallel runs (started by mpirun or srun; docs/distributed.md).
@@ -89,6 +91,7 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
     if (!opt->qat.empty()) weight_grid(opt->qat);  // a clear error for an unknown grid
     if (opt->qat_every_layer && opt->qat != "binary" && opt->qat != "xnor")
       input_error("--qat-every-layer goes with --qat binary or --qat xnor (the other grids round every layer)");
+    use_kernels(opt->kernels);
     if (*ranks > 0) {
       if (dist::launched_by_mpi()) input_error("--ranks: already running under an MPI launcher; drop --ranks");
       run_under_mpirun(mpirun_command(*ranks, *opt, log::level() == log::Level::debug, !*no_pin));

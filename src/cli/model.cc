@@ -7,6 +7,7 @@
 #include "formats/caffe_net.h"
 #include "formats/onnx_import.h"
 #include "formats/weights.h"
+#include "ops/op.h"
 #include "passes/stand_in_inputs.h"
 
 namespace bks::cli {
@@ -53,6 +54,21 @@ void add_input_shape_option(CLI::App* cmd, std::string& shape) {
   cmd->add_option("--input-shape", shape,
                   "N,C,H,W of the data when the file's data source is absent (default: batch_size, crop_size and "
                   "the mean's channels from the file)");
+}
+
+void add_kernel_option(CLI::App* cmd, std::vector<std::string>& choices) {
+  cmd->add_option("--kernel", choices,
+                  "TYPE=NAME: layers of TYPE run kernel NAME instead of the preferred one (repeatable), e.g. "
+                  "LSTM=loops");
+}
+
+void use_kernels(const std::vector<std::string>& choices) {
+  for (const std::string& c : choices) {
+    const size_t eq = c.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == c.size())
+      input_error("--kernel {}: give TYPE=NAME, e.g. LSTM=loops", c);
+    KernelRegistry::get().prefer(c.substr(0, eq), c.substr(eq + 1));
+  }
 }
 
 void add_state_options(CLI::App* cmd, StateFlags& flags) {

@@ -31,5 +31,10 @@ void add_state_options(CLI::App* cmd, StateFlags& flags);
 int64_t parse_batch(const std::string& text, const std::string& option);
 // --input-shape, for time and deploy of a train_val file whose data is absent.
 void add_input_shape_option(CLI::App* cmd, std::string& shape);
+// --kernel TYPE=NAME (repeatable): layers of TYPE run the kernel NAME, for comparing kernels
+// (`time --verbose` and the kernel column show the names). Applied by use_kernels() before
+// the net is built; InputError for a malformed, unknown or unsuitable choice.
+void add_kernel_option(CLI::App* cmd, std::vector<std::string>& choices);
+void use_kernels(const std::vector<std::string>& choices);
 
 }  // namespace bks::cli

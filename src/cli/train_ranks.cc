@@ -42,6 +42,7 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
   if (opt.bucket_mb != TrainOptions().bucket_mb) add("--bucket-mb", fmt::format("{}", opt.bucket_mb));
   if (opt.gpu != TrainOptions().gpu) add("--gpu", fmt::format("{}", opt.gpu));
   if (opt.tf32) c.push_back("--tf32");
+  for (const std::string& k : opt.kernels) add("--kernel", k);
   if (opt.first_bucket_mb != TrainOptions().first_bucket_mb)
     add("--first-bucket-mb", fmt::format("{}", opt.first_bucket_mb));
   if (opt.dist_debug) c.push_back("--dist-debug");

@@ -64,8 +64,29 @@ void KernelRegistry::set_fallback(DeviceKind device, KernelFactory make) {
   fallbacks_.emplace_back(device, std::move(make));
 }
 
+void KernelRegistry::prefer(const std::string& type, const std::string& name) {
+  if (!has(type)) input_error("--kernel {}={}: no layer type '{}'", type, name, type);
+  std::vector<std::string> names;
+  for (const Entry* e : entries(type)) {
+    if (e->name == name) {
+      preferred_.emplace_back(type, name);
+      return;
+    }
+    if (std::find(names.begin(), names.end(), e->name) == names.end()) names.push_back(e->name);
+  }
+  input_error("--kernel {}={}: {} has no kernel '{}' (it has: {})", type, name, type, name, fmt::join(names, ", "));
+}
+
 std::unique_ptr<Kernel> KernelRegistry::create(const OpInit& init) const {
   DeviceKind dev = init.backend.device().kind;
+  for (const auto& [type, name] : preferred_) {
+    if (type != init.node.type) continue;
+    for (const Entry& e : entries_)
+      if (e.type == type && e.device == dev && e.name == name) {
+        if (e.computes(init.precision()) && (!e.supports || e.supports(init))) return e.make(init);
+        input_error("{}: --kernel {}={}: that kernel cannot run this layer", init.where, type, name);
+      }
+  }
   bool any_for_device = false, any_for_precision = false;
   for (const Entry& e : entries_) {
     if (e.type != init.node.type || e.device != dev) continue;

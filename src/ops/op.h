@@ -175,9 +175,15 @@ class KernelRegistry {
   // runs the CPU kernel on host copies and says so in its name); without one, that is an
   // error naming the layer and the device.
   void set_fallback(DeviceKind device, KernelFactory make);
+  // What `--kernel TYPE=NAME` asks: nodes of `type` run the kernel registered as `name`
+  // (an InputError naming the layer where that kernel cannot run one) instead of the
+  // preferred one; for measuring one kernel against another. InputError at once when the
+  // type or the name is unknown.
+  void prefer(const std::string& type, const std::string& name);
 
  private:
   std::vector<Entry> entries_;
+  std::vector<std::pair<std::string, std::string>> preferred_;  // (type, kernel name)
   std::vector<std::pair<DeviceKind, KernelFactory>> fallbacks_;
 };
 

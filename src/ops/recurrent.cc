@@ -97,7 +97,7 @@ OpFacts RecurrentDef::facts(const OpContext&, const std::vector<Shape>& in) cons
 RecurrentKernel::RecurrentKernel(const OpInit& i, CellSpec cell, bool fast)
     : Kernel(i), a_(i.node.attrs.as<RecurrentAttrs>()), cell_(cell), fast_(fast) {}
 
-void RecurrentKernel::reshape(const std::vector<Shape>& in, const std::vector<Shape>&) {
+void RecurrentKernel::set_geometry(const std::vector<Shape>& in) {
   static_ = has_static_input(a_, cell_, in.size());
   const int64_t n = in[0][1];
   if (n != n_ || carry_.empty()) carry_.assign(static_cast<size_t>(cell_.states), std::vector<float>());
@@ -110,6 +110,10 @@ void RecurrentKernel::reshape(const std::vector<Shape>& in, const std::vector<Sh
   // The gate buffers are gates times the output: sized against the same limit first.
   check_shape({t_, n_, gh_}, sizeof(float), where_ + ": the gate buffers");
   for (auto& s : carry_) s.resize(static_cast<size_t>(n_ * h_), 0.f);  // a new stream count starts at zero
+}
+
+void RecurrentKernel::reshape(const std::vector<Shape>& in, const std::vector<Shape>&) {
+  set_geometry(in);
   g_.assign(static_cast<size_t>(t_ * n_ * gh_), 0.f);
   dg_.assign(g_.size(), 0.f);
   hc_.assign(static_cast<size_t>(t_ * n_ * h_), 0.f);

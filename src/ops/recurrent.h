@@ -91,6 +91,10 @@ class RecurrentKernel : public Kernel {
   std::string kernel_name() const override { return fast_ ? "oneDNN matmul" : "loops"; }
 
  protected:
+  // What reshape() sets before it sizes the gate buffers: T, N, the widths, whether there is
+  // a static input, and the carried states (zero for a new stream count). Kernels that keep
+  // no gate buffers of their own call only this.
+  void set_geometry(const std::vector<Shape>& in);
   // The cell's own GEMMs, defined when shapes are known (after the shared ones).
   virtual void add_gemms() {}
   // G (T*N, gates*H) = x W_x^T + b (+ W_static x_static at every timestep).

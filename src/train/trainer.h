@@ -20,6 +20,9 @@ struct TrainOptions {
   int gpu = kAsSolverSays;
   bool tf32 = false;  // TF32 arithmetic for FP32 convolutions and matrix products on a GPU
   std::string command_line;
+  // --kernel TYPE=NAME choices (the command line applies them to the kernel registry before
+  // training; --ranks passes them on to every rank).
+  std::vector<std::string> kernels;
   bool progress = true;    // print progress and test results to stdout
   int keep_snapshots = 0;  // keep the newest N snapshots; 0 keeps all (Caffe's behaviour)
   // Data-parallel runs (launched by mpirun/srun; docs/distributed.md): gradient buckets'
