@@ -300,7 +300,12 @@ async function jobPage(id) {
   // The input of the last classification, for "Show layers".
   let lastInput = null;
   let valCount = 1;  // validation images to pick a random one from
-  api('GET', `/api/datasets/${job.dataset_id}`).then(d => { valCount = Math.max(1, d.info ? d.info.val_count : 1); }).catch(() => {});
+  api('GET', `/api/datasets/${job.dataset_id}`)
+      .then(d => {
+        valCount = Math.max(1, d.info ? d.info.val_count : 1);
+        if (d.info && d.info.kind === 'text') textJob(id);
+      })
+      .catch(() => {});
   const failed = (slot, e) => { document.getElementById(slot).innerHTML = `<div class="error">${esc(e.message)}</div>`; };
   document.getElementById('classify-sample').onclick = async () => {
     const chosen = document.getElementById('sample-index').value;
@@ -333,6 +338,44 @@ async function jobPage(id) {
         ${r.confusion.map((row, i) => `<tr><th>${esc(names[i])}</th>${row.map(v => `<td style="background:rgba(194,65,12,${(v / max).toFixed(3)})">${v}</td>`).join('')}
           <td>${(100 * r.per_class[i].accuracy).toFixed(1)}%</td></tr>`).join('')}</table>`;
     } catch (e) { failed('evaluation', e); }
+  };
+}
+
+// A job that learned text: its test card writes text (POST /api/jobs/<id>/sample) instead of
+// classifying images, and the deployment search (which scores accuracy on images) is hidden.
+function textJob(id) {
+  const card = document.getElementById('classify');
+  if (!card) return;
+  card.innerHTML = `<div class="row">
+      <div><label>Primer (the text the net reads first; empty: one random character)</label><input type="text" id="primer" value=""></div>
+      <div><label>Length</label><input type="number" id="sample-length" value="300" min="0" max="2000"></div>
+      <div><label>Temperature</label><input type="number" id="temperature" value="0.8" step="any" min="0"></div>
+      <div><label>Seed</label><input type="number" id="seed" value="1" min="0"></div></div>
+    <button id="sample">Write text</button>
+    <div id="sample-result"></div>`;
+  // Hidden: the deployment search and the accuracy chart (a text job's test output is its loss).
+  for (const hidden
+           of [document.getElementById('optimize-form'),
+               document.getElementById('optimize-form')?.previousElementSibling,
+               document.getElementById('chart-acc')?.closest('.chart')])
+    if (hidden) hidden.hidden = true;
+  document.getElementById('sample').onclick = async () => {
+    const slot = document.getElementById('sample-result');
+    slot.innerHTML = '<p class="muted">Writing…</p>';
+    const body = {
+      primer: document.getElementById('primer').value,
+      length: Number(document.getElementById('sample-length').value),
+      temperature: Number(document.getElementById('temperature').value),
+      seed: Number(document.getElementById('seed').value)
+    };
+    try {
+      const r = await api('POST', `/api/jobs/${id}/sample`, body);
+      slot.innerHTML = `<p class="muted">snapshot at iteration ${r.iter} · ${r.characters} characters in ${
+          r.seconds.toFixed(2)} s</p>
+        <pre class="text-sample" id="sample-text"><b>${esc(r.primer)}</b>${esc(r.text.slice(r.primer.length))}</pre>`;
+    } catch (e) {
+      slot.innerHTML = `<div class="error">${esc(e.message)}</div>`;
+    }
   };
 }
 
@@ -400,9 +443,24 @@ async function datasetPage(id) {
   const draw = async () => {
     const d = await api('GET', `/api/datasets/${id}`);
     let html = `<h1>Dataset ${d.id}: ${esc(d.name)}</h1><div class="card">${state(d.status)} ${bar(d.progress)}
-      <span class="muted">${esc(d.spec.source === 'idx' ? d.spec.train_images : d.spec.root)}</span>
+      <span class="muted">${
+        esc(d.spec.source === 'idx'      ? d.spec.train_images :
+                d.spec.source === 'text' ? d.spec.file :
+                                           d.spec.root)}</span>
       ${d.reason && d.status === 'failed' ? `<div class="reason">${esc(d.reason)}</div>` : ''}</div>`;
-    if (d.info) {
+    if (d.info && d.info.kind === 'text') {
+      const i = d.info;
+      html += `<p>${i.train_count} training and ${i.val_count} validation characters; <span id="vocabulary-size">${
+          i.classes.length}</span> distinct characters.</p>
+        <h2>Characters</h2><div class="card"><code>${
+          i.classes.map(
+                       c =>
+                           esc(c === '\n'    ? '⏎' :
+                                   c === ' ' ? '␣' :
+                                               c))
+              .join(' ')}</code></div>
+        <h2>The text begins</h2><pre class="card text-sample">${esc(i.preview)}</pre>`;
+    } else if (d.info) {
       const i = d.info;
       html += `<p>${i.train_count} training and ${i.val_count} validation images of ${i.shape.join('×')} (channels × height × width).</p>
         <h2>Classes</h2><table><tr><th>#</th><th>class</th><th>train</th><th>val</th><th>samples</th></tr>
@@ -425,7 +483,7 @@ const fashionClasses = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', '
 function newDatasetPage() {
   page.innerHTML = `<h1>New dataset</h1><form id="form">
     <label>Name</label><input type="text" name="name" value="fashion-mnist"><div class="error" data-error-for="name"></div>
-    <label>Source</label><select name="source"><option value="idx">IDX files (MNIST / Fashion-MNIST)</option><option value="folder">Image folder: root/&lt;label&gt;/*.png|jpg</option></select>
+    <label>Source</label><select name="source"><option value="idx">IDX files (MNIST / Fashion-MNIST)</option><option value="folder">Image folder: root/&lt;label&gt;/*.png|jpg</option><option value="text">Text file (UTF-8; character-level models)</option></select>
     <div class="error" data-error-for="source"></div>
     <div id="idx"><label>Training images (IDX; labels beside them)</label><input type="text" name="train_images" value="/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz">
       <div class="error" data-error-for="train_images"></div>
@@ -434,7 +492,9 @@ function newDatasetPage() {
       <label><input type="checkbox" name="fashion" checked> Fashion-MNIST class names</label></div>
     <div id="folder" hidden><label>Folder</label><input type="text" name="root" placeholder="/path/to/images (inside the server's import folders)">
       <div class="error" data-error-for="root"></div></div>
-    <div class="row"><div><label>Width</label><input type="number" name="width" placeholder="as stored"><div class="error" data-error-for="width"></div></div>
+    <div id="text" hidden><label>Text file</label><input type="text" name="file" placeholder="/path/to/text.txt (inside the server's import folders)">
+      <div class="error" data-error-for="file"></div></div>
+    <div class="row" id="geometry"><div><label>Width</label><input type="number" name="width" placeholder="as stored"><div class="error" data-error-for="width"></div></div>
       <div><label>Height</label><input type="number" name="height" placeholder="as stored"><div class="error" data-error-for="height"></div></div>
       <div><label>Colour</label><select name="color"><option value="">as stored</option><option value="grayscale">grayscale</option><option value="color">colour</option></select>
       <div class="error" data-error-for="color"></div></div></div>
@@ -442,7 +502,10 @@ function newDatasetPage() {
     <div class="error" data-error-for=""></div>
     <button type="submit" id="create-dataset">Create dataset</button></form>`;
   const form = document.getElementById('form');
-  form.source.onchange = () => { document.getElementById('idx').hidden = form.source.value !== 'idx'; document.getElementById('folder').hidden = form.source.value !== 'folder'; };
+  form.source.onchange = () => {
+    for (const kind of ['idx', 'folder', 'text']) document.getElementById(kind).hidden = form.source.value !== kind;
+    document.getElementById('geometry').hidden = form.source.value === 'text';
+  };
   form.onsubmit = async e => {
     e.preventDefault();
     const body = { name: form.name.value, source: form.source.value, val_percent: Number(form.val_percent.value) };
@@ -450,13 +513,17 @@ function newDatasetPage() {
       body.train_images = form.train_images.value;
       if (form.test_images.value) body.test_images = form.test_images.value;
       if (form.fashion.checked) body.class_names = fashionClasses;
+    } else if (body.source === 'text') {
+      body.file = form.file.value;
     } else {
       body.root = form.root.value;
     }
-    // Empty: the files' own size and colour (folders: 28x28 grey).
-    if (form.width.value) body.width = Number(form.width.value);
-    if (form.height.value) body.height = Number(form.height.value);
-    if (form.color.value) body.color = form.color.value;
+    // Empty: the files' own size and colour (folders: 28x28 grey). Text has neither.
+    if (body.source !== 'text') {
+      if (form.width.value) body.width = Number(form.width.value);
+      if (form.height.value) body.height = Number(form.height.value);
+      if (form.color.value) body.color = form.color.value;
+    }
     try { const d = await api('POST', '/api/datasets', body); location.hash = `#/datasets/${d.id}`; } catch (err) { showError(form, err); }
   };
 }
@@ -503,19 +570,32 @@ async function newModelPage() {
   const ready = datasets.filter(d => d.status === 'done');
   page.innerHTML = `<h1>New model</h1><form id="form">
     <div class="row"><div><label>Name</label><input type="text" name="name" value="lenet"><div class="error" data-error-for="name"></div></div>
-    <div><label>Dataset</label><select name="dataset_id">${ready.map(d => `<option value="${d.id}">${esc(d.name)} (${d.info.shape.join('×')})</option>`).join('')}</select>
+    <div><label>Dataset</label><select name="dataset_id">${
+      ready
+          .map(
+              d => `<option value="${d.id}">${esc(d.name)} (${
+                  d.info.kind === 'text' ? `text, ${d.info.classes.length} characters` :
+                                           d.info.shape.join('×')})</option>`)
+          .join('')}</select>
       <div class="error" data-error-for="dataset_id"></div></div>
-    <div><label>Network</label><select name="network">${networks.map(n => `<option value="${n.name}" title="${esc(n.about)}">${esc(n.title)}</option>`).join('')}</select>
+    <div><label>Network</label><select name="network">${
+      networks.map(n => `<option value="${n.name}" title="${esc(n.about)}">${esc(n.title)}</option>`).join('')}</select>
       <div class="error" data-error-for="network"></div></div></div>
     <div id="custom" hidden><label>Custom network (prototxt; its layers read 'data' and 'label', the dataset's Data layers are added)</label>
       <textarea name="prototxt" spellcheck="false"></textarea><div class="error" data-error-for="prototxt" id="prototxt-error"></div>
       <button type="button" id="validate" class="secondary">Validate</button><span id="valid" class="ok"></span></div>
     <h2>Solver</h2><div class="row">
-      <div><label>Type</label><select name="type">${['SGD', 'Nesterov', 'Adam', 'RMSProp', 'AdaGrad', 'AdaDelta'].map(t => `<option>${t}</option>`).join('')}</select></div>
+      <div><label>Type</label><select name="type">${
+          ['SGD', 'Nesterov', 'Adam', 'RMSProp', 'AdaGrad', 'AdaDelta']
+              .map(t => `<option>${t}</option>`)
+              .join('')}</select></div>
       <div><label>Base learning rate (list: a sweep)</label><input type="text" name="base_lr" value="0.01"><div class="error" data-error-for="base_lr"></div></div>
       <div><label>Batch size (list: a sweep)</label><input type="text" name="batch_size" value="64"><div class="error" data-error-for="batch_size"></div></div>
       <div><label>Epochs</label><input type="number" step="any" name="epochs" value="2"><div class="error" data-error-for="epochs"></div></div>
-      <div><label>Learning rate policy</label><select name="lr_policy">${['fixed', 'step', 'exp', 'inv', 'multistep', 'poly', 'sigmoid'].map(t => `<option>${t}</option>`).join('')}</select></div>
+      <div><label>Learning rate policy</label><select name="lr_policy">${
+          ['fixed', 'step', 'exp', 'inv', 'multistep', 'poly', 'sigmoid']
+              .map(t => `<option>${t}</option>`)
+              .join('')}</select></div>
       <div><label>gamma</label><input type="number" step="any" name="gamma" value="0.1"><div class="error" data-error-for="gamma"></div></div>
       <div><label>step (epochs)</label><input type="number" name="step_epochs" value="1"><div class="error" data-error-for="step_epochs"></div></div>
       <div><label>steps (epochs, comma-separated; multistep)</label><input type="text" name="stepvalue_epochs" value="1"><div class="error" data-error-for="stepvalue_epochs"></div></div>
@@ -532,6 +612,25 @@ async function newModelPage() {
   const form = document.getElementById('form');
   const list = v => v.split(/[\s,]+/).filter(x => x).map(Number);
   form.network.onchange = () => { document.getElementById('custom').hidden = form.network.value !== 'custom'; };
+  // A text dataset takes the char-RNN (examples/char_rnn) with Adam (the example's RMSProp
+  // needs its gradient clipping, which the form does not offer); an image one, LeNet's.
+  const isText = () => {
+    const d = ready.find(x => String(x.id) === form.dataset_id.value);
+    return !!(d && d.info.kind === 'text');
+  };
+  const fitDataset = () => {
+    const text = isText();
+    if (text === (form.network.value === 'char_rnn')) return;
+    const set = text ?
+        {network: 'char_rnn', name: 'char-rnn', type: 'Adam', base_lr: '0.002', batch_size: '32', weight_decay: '0'} :
+        {network: 'lenet', name: 'lenet', type: 'SGD', base_lr: '0.01', batch_size: '64', weight_decay: '0.0005'};
+    for (const [k, v] of Object.entries(set)) form[k].value = v;
+    form.network.onchange();
+  };
+  form.dataset_id.onchange = () => {
+    fitDataset();
+    drawPreview();
+  };
   // The solver settings as POST /api/models takes them (the preview sends the same).
   const solverOf = () => {
     const solver = { type: form.type.value, base_lr: list(form.base_lr.value), batch_size: list(form.batch_size.value), epochs: Number(form.epochs.value),
@@ -564,6 +663,7 @@ async function newModelPage() {
     }
   };
   form.oninput = () => { clearTimeout(previewTimer); previewTimer = setTimeout(drawPreview, 250); };
+  fitDataset();
   drawPreview();
   document.getElementById('validate').onclick = async () => {
     const body = { prototxt: form.prototxt.value };

@@ -24,6 +24,19 @@ ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
   json job = row(c, "jobs", req);
   if (job.value("kind", "") != "train") throw ApiError(409, "", "only training jobs classify");
   const fs::path dir = c.scheduler.job_dir(job["id"]);
+  const fs::path weights = snapshot_weights(c, job, req, out);
+  DatasetView d = dataset_view(c, job.value("dataset_id", int64_t{-1}), "dataset_id");
+  if (d.text) throw ApiError(409, "", "this job learned text: ask it for a sample (POST /api/jobs/<id>/sample)");
+  std::ifstream info_in(fs::path(d.dir) / "info.json");
+  json info = parse_bounded_json(std::string(std::istreambuf_iterator<char>(info_in), {}));
+  return {(dir / "net.prototxt").string(), weights.string(), d.shape,
+          info.is_object() ? info["classes"].get<std::vector<std::string>>() : std::vector<std::string>(), d.dir};
+}
+
+}  // namespace
+
+fs::path snapshot_weights(Context& c, const json& job, const httplib::Request& req, json& out) {
+  const fs::path dir = c.scheduler.job_dir(job["id"]);
   int64_t iter = -1;
   if (req.has_param("iter")) {
     // All of it a number ("12abc" is not iteration 12), and one that fits.
@@ -38,13 +51,11 @@ ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
   fs::path weights = dir / "run" / "snapshots" / fmt::format("iter_{}.safetensors", iter);
   if (iter < 0) throw ApiError(409, "", "this job has no snapshot yet");
   if (!fs::exists(weights)) throw ApiError(400, "iter", fmt::format("no snapshot at iteration {}", iter));
-  DatasetView d = dataset_view(c, job.value("dataset_id", int64_t{-1}), "dataset_id");
-  std::ifstream info_in(fs::path(d.dir) / "info.json");
-  json info = parse_bounded_json(std::string(std::istreambuf_iterator<char>(info_in), {}));
   out["iter"] = iter;
-  return {(dir / "net.prototxt").string(), weights.string(), d.shape,
-          info.is_object() ? info["classes"].get<std::vector<std::string>>() : std::vector<std::string>(), d.dir};
+  return weights;
 }
+
+namespace {
 
 std::shared_ptr<const Dataset> split_of(const ClassifyInput& in, const std::string& split) {
   if (split != "train" && split != "val") throw ApiError(400, "split", "'split' must be \"train\" or \"val\"");

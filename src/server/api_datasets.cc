@@ -43,7 +43,9 @@ DatasetView dataset_view(Context& c, int64_t id, const std::string& field) {
   const json& info = full["info"];
   DatasetView v;
   v.dir = dataset_dir(c, id).string();
-  v.shape = info["shape"].get<std::vector<int64_t>>();
+  v.text = info.value("kind", "") == "text";
+  v.holdout = info.value("holdout", -1.0);
+  if (!v.text) v.shape = info["shape"].get<std::vector<int64_t>>();
   v.classes = static_cast<int64_t>(info["classes"].size());
   v.train_count = info["train_count"];
   v.val_count = info["val_count"];

@@ -74,25 +74,36 @@ json lr_schedule(Context& c, const json& body) {
 void add_model_routes(httplib::Server& s, Context& c) {
   s.Get("/api/networks", [](const httplib::Request&, httplib::Response& res) {
     handle(res, [] {
-      return json::array(
-          {{{"name", "lenet"}, {"title", "LeNet"}, {"about", "Caffe's LeNet: two convolutions, two inner products"}},
-           {{"name", "cifar10_quick"},
-            {"title", "CIFAR-10 quick"},
-            {"about", "Caffe's cifar10_quick: three 5x5 convolutions"}},
-           {{"name", "resnet"},
-            {"title", "Small ResNet"},
-            {"about", "Three residual stages (16, 32, 64 channels) with BatchNorm"}},
-           {{"name", "custom"}, {"title", "Custom"}, {"about", "Your own layers reading 'data' and 'label'"}}});
+      return json::array({{{"name", "lenet"},
+                           {"title", "LeNet"},
+                           {"about", "Caffe's LeNet: two convolutions, two inner products"},
+                           {"reads", "images"}},
+                          {{"name", "cifar10_quick"},
+                           {"title", "CIFAR-10 quick"},
+                           {"about", "Caffe's cifar10_quick: three 5x5 convolutions"},
+                           {"reads", "images"}},
+                          {{"name", "resnet"},
+                           {"title", "Small ResNet"},
+                           {"about", "Three residual stages (16, 32, 64 channels) with BatchNorm"},
+                           {"reads", "images"}},
+                          {{"name", "char_rnn"},
+                           {"title", "char-RNN"},
+                           {"about", "Two LSTM layers of 256 over characters (examples/char_rnn), for text datasets"},
+                           {"reads", "text"}},
+                          {{"name", "custom"},
+                           {"title", "Custom"},
+                           {"about", "Your own layers reading 'data' and 'label' (text: 'chars', 'cont' and 'next')"},
+                           {"reads", "any"}}});
     });
   });
   s.Post("/api/models/validate", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       json body = body_object(req);
       std::string text = string_field(body, "prototxt", true, 1 << 20);
-      std::vector<int64_t> shape{1, 28, 28};
-      if (body.contains("dataset_id"))
-        shape = dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id").shape;
-      Validation v = validate_prototxt(text, shape);
+      Validation v = body.contains("dataset_id")
+                         ? validate_prototxt(
+                               text, dataset_view(c, integer_field(body, "dataset_id", 1, INT64_MAX, 0), "dataset_id"))
+                         : validate_prototxt(text, std::vector<int64_t>{1, 28, 28});
       json out{{"ok", v.ok}};
       if (!v.ok) {
         out["error"] = v.error;
@@ -125,6 +136,14 @@ void add_model_routes(httplib::Server& s, Context& c) {
                              fmt::format("batch size {} does not divide among {} processes; pick a batch size that "
                                          "is a multiple of the processes",
                                          number(b), processes));
+          if (d.text)  // each stream reads kTextSeqLen characters and the one after
+            for (double b : solver["batch_size"].get<std::vector<double>>())
+              if (static_cast<int64_t>(b) * kTextSeqLen + 1 > d.train_count)
+                throw ApiError(400, "batch_size",
+                               fmt::format("batch size {} needs {} characters of training text ({} streams of {}); "
+                                           "this dataset has {}",
+                                           number(b), static_cast<int64_t>(b) * kTextSeqLen + 1, number(b), kTextSeqLen,
+                                           d.train_count));
           std::string custom;
           if (network == "custom")
             custom = string_field(body, "prototxt", true, 1 << 20);

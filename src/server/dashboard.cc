@@ -138,6 +138,7 @@ int serve(ServeOptions o) {
   add_job_routes(http, ctx);
   add_event_routes(http, ctx, o.max_viewers);
   add_classify_routes(http, ctx);
+  add_sample_routes(http, ctx);
   add_optimize_routes(http, ctx);
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {

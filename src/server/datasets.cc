@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/dataset.h"
+#include "data/text_corpus.h"
 #include "server/api_error.h"
 #include "server/images.h"
 
@@ -101,8 +102,10 @@ json validate_dataset_spec(const json& body, const std::vector<std::string>& roo
   } else if (source == "folder") {
     spec["root"] = path_field(body, "root", roots, true);
     geometry(true);
+  } else if (source == "text") {
+    spec["file"] = path_field(body, "file", roots, false);
   } else {
-    throw ApiError(400, "source", "'source' must be \"idx\" or \"folder\"");
+    throw ApiError(400, "source", "'source' must be \"idx\", \"folder\" or \"text\"");
   }
   if (body.contains("class_names") && !body["class_names"].is_null()) {
     const json& c = body["class_names"];
@@ -301,12 +304,57 @@ void write_png(const fs::path& file, const uint8_t* chw, const Shape& shape) {
     throw RuntimeError(file.string() + ": cannot write PNG");
 }
 
+// A UTF-8 text file (character-level models): copied as text.txt, which the networks'
+// TextData layers read, the last val_percent of it held out for validation. info.json
+// holds the vocabulary (the distinct characters, as TextData orders them: by code point)
+// as the classes, the counts in characters, and the start of the text.
+void pack_text(const json& spec, const std::vector<std::string>& roots, const fs::path& dir,
+               const std::function<void(double)>& progress) {
+  const fs::path file = checked_source(spec["file"].get<std::string>(), roots, "text file");
+  std::error_code ec;
+  const uintmax_t bytes = fs::file_size(file, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot read the text file ({})", file.string(), ec.message()));
+  if (bytes > kMaxTextFileBytes)
+    throw InputError(
+        fmt::format("{}: {} bytes; text datasets hold at most {} MiB", file.string(), bytes, kMaxTextFileBytes >> 20));
+  const std::string text = read_file(file.string(), "text file");
+  const std::vector<char32_t> chars = decode_utf8(text, file.string());
+  if (chars.empty()) throw InputError(fmt::format("{}: the file holds no text", file.string()));
+  progress(0.5);
+  std::vector<char32_t> vocabulary = chars;
+  std::sort(vocabulary.begin(), vocabulary.end());
+  vocabulary.erase(std::unique(vocabulary.begin(), vocabulary.end()), vocabulary.end());
+  if (vocabulary.size() > kMaxTextVocabulary)
+    throw InputError(fmt::format("{}: {} distinct characters; text datasets hold at most {}", file.string(),
+                                 vocabulary.size(), kMaxTextVocabulary));
+  // As TextData computes its held-out part from the holdout the networks are given.
+  const auto total = static_cast<int64_t>(chars.size());
+  const float holdout = static_cast<float>(spec.value("val_percent", 10)) / 100.f;
+  const auto held = static_cast<int64_t>(static_cast<double>(total) * holdout);
+  write_file_atomic((dir / "text.txt").string(), text);
+  json info;
+  info["kind"] = "text";
+  info["holdout"] = holdout;
+  info["characters"] = total;
+  info["train_count"] = total - held;
+  info["val_count"] = held;
+  json classes = json::array();
+  for (char32_t c : vocabulary) classes.push_back(encode_utf8(c));
+  info["classes"] = classes;
+  std::string preview;
+  for (size_t i = 0; i < chars.size() && i < 1000; ++i) preview += encode_utf8(chars[i]);
+  info["preview"] = preview;
+  write_file_atomic((dir / "info.json").string(), info.dump(1));
+  progress(1.0);
+}
+
 }  // namespace
 
 void pack_dataset(const json& spec, const std::string& dir_name, const std::vector<std::string>& roots,
                   const std::function<void(double)>& progress, const std::atomic<bool>& cancelled) {
   const fs::path dir = dir_name;
   fs::create_directories(dir / "thumbs");
+  if (spec.value("source", "") == "text") return pack_text(spec, roots, dir, progress);
   Packing p;
   if (spec.value("source", "") == "idx")
     from_idx(spec, roots, p, progress, cancelled);

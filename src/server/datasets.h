@@ -1,5 +1,6 @@
-// Dataset creation for the dashboard: IDX files (Fashion-MNIST) or an image folder laid out
-// as root/<label>/*.png|jpg (DIGITS' layout), packed once into HDF5 files the Data layer
+// Dataset creation for the dashboard: IDX files (Fashion-MNIST), an image folder laid out
+// as root/<label>/*.png|jpg (DIGITS' layout), or a UTF-8 text file (character-level models:
+// text.txt and info.json, see pack_text in datasets.cc). Images are packed once into HDF5 files the Data layer
 // reads (train.h5, val.h5: 'data' as bytes N x C x H x W, 'label' as float; mean.h5: the
 // mean image as float), with info.json (classes, per-class counts, shape) and PNG thumbnails
 // (thumbs/<class>_<k>.png, mean.png).
@@ -21,6 +22,9 @@ json validate_dataset_spec(const json& body, const std::vector<std::string>& roo
 
 // Image files larger than this are refused before they are read.
 constexpr uintmax_t kMaxImageFileBytes = uintmax_t{256} << 20;
+// Text datasets: the largest file, and the most distinct characters (a network's classes).
+constexpr uintmax_t kMaxTextFileBytes = uintmax_t{256} << 20;
+constexpr size_t kMaxTextVocabulary = 4096;
 
 // Packs the dataset `spec` into `dir`. Every file read (IDX labels beside their images, each
 // class folder and image of a folder, through links) must lie inside `roots`; InputError

@@ -72,6 +72,11 @@ void add_job_routes(httplib::Server& s, Context& c);
 // At most `max_viewers` event streams at once; one more gets 503 with Retry-After.
 void add_event_routes(httplib::Server& s, Context& c, int max_viewers);
 void add_classify_routes(httplib::Server& s, Context& c);
+// POST /api/jobs/<id>/sample: text from a character-level job (api_sample.cc).
+void add_sample_routes(httplib::Server& s, Context& c);
+// A training job's snapshot weights: the one at ?iter=N, else its latest (ApiError 409 when
+// it has none yet, 400 for a bad or missing iteration); `out["iter"]` says which.
+std::filesystem::path snapshot_weights(Context& c, const json& job, const httplib::Request& req, json& out);
 // POST /api/jobs/<id>/optimize and the finished search's report, plot and bundle.
 void add_optimize_routes(httplib::Server& s, Context& c);
 void add_static_routes(httplib::Server& s);

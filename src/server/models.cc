@@ -28,8 +28,39 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// The Data layers reading a packed dataset (pixels scaled to [0, 1)).
+// Streams of a text dataset's validation net: as many as its held-out text feeds with
+// kTextSeqLen characters each and the one after (0: too little text to validate).
+int64_t text_test_streams(const DatasetView& d, int64_t batch) {
+  return std::min(batch, std::max<int64_t>(0, (d.val_count - 1) / kTextSeqLen));
+}
+
+// TextData layers reading a text dataset: tops chars, cont, next (see text_data.cc).
+std::string text_data_layers(const DatasetView& d, int64_t batch) {
+  const std::string info = fmt::format("{}/info.json", d.dir);
+  const double holdout = d.train_count + d.val_count > 0
+                             ? static_cast<double>(d.val_count) / static_cast<double>(d.train_count + d.val_count)
+                             : 0.0;
+  // The holdout the dataset was packed with (info.json), so both sides hold out the same text.
+  const std::string common = fmt::format("source: \"{}/text.txt\" seq_len: {} holdout: {:.6g} vocabulary_size: {}",
+                                         d.dir, kTextSeqLen, d.holdout >= 0 ? d.holdout : holdout, d.classes);
+  std::string s = fmt::format(
+      R"(layer {{ name: "text" type: "TextData" top: "chars" top: "cont" top: "next" include {{ phase: TRAIN }}
+  text_data_param {{ {} batch_size: {} }} }}
+)",
+      common, batch);
+  if (const int64_t streams = text_test_streams(d, batch); streams > 0)
+    s += fmt::format(
+        R"(layer {{ name: "text" type: "TextData" top: "chars" top: "cont" top: "next" include {{ phase: TEST }}
+  text_data_param {{ {} batch_size: {} read_holdout: true }} }}
+)",
+        common, streams);
+  return s;
+}
+
+// The data layers reading a packed dataset: Data layers (pixels scaled to [0, 1)) for
+// images, TextData for text.
 std::string data_layers(const DatasetView& d, int64_t batch) {
+  if (d.text) return text_data_layers(d, batch);
   std::string s = fmt::format(R"(layer {{ name: "data" type: "Data" top: "data" top: "label" include {{ phase: TRAIN }}
   transform_param {{ scale: 0.00390625 }} data_param {{ source: "{}/train.h5" batch_size: {} }} }}
 )",
@@ -78,6 +109,20 @@ layer { name: "ip1" type: "InnerProduct" bottom: "pool3" top: "ip1" param { lr_m
   inner_product_param { num_output: 64 weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "constant" } } }
 layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" param { lr_mult: 1 } param { lr_mult: 2 }
   inner_product_param { num_output: @CLASSES@ weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "constant" } } }
+)";
+
+// A character-level language model as examples/char_rnn trains one: an embedding, two LSTM
+// layers carrying their state from batch to batch, and a classifier over the vocabulary.
+const char* kCharRnn =
+    R"(layer { name: "embed" type: "Embed" bottom: "chars" top: "embedded"
+  embed_param { num_output: 64 input_dim: @CLASSES@ bias_term: false weight_filler { type: "uniform" min: -0.08 max: 0.08 } } }
+layer { name: "lstm1" type: "LSTM" bottom: "embedded" bottom: "cont" top: "h1"
+  recurrent_param { num_output: 256 weight_filler { type: "uniform" min: -0.08 max: 0.08 } bias_filler { type: "constant" } } }
+layer { name: "lstm2" type: "LSTM" bottom: "h1" bottom: "cont" top: "h2"
+  recurrent_param { num_output: 256 weight_filler { type: "uniform" min: -0.08 max: 0.08 } bias_filler { type: "constant" } } }
+layer { name: "logits" type: "InnerProduct" bottom: "h2" top: "logits"
+  inner_product_param { num_output: @CLASSES@ axis: 2 weight_filler { type: "uniform" min: -0.08 max: 0.08 } bias_filler { type: "constant" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "logits" bottom: "next" top: "loss" softmax_param { axis: 2 } }
 )";
 
 // conv + BatchNorm + Scale (+ ReLU), named `name`, reading `bottom`.
@@ -265,6 +310,14 @@ void check_builds(const std::string& text, const std::string& field) {
 }
 
 std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch) {
+  const bool for_text = name == "char_rnn";
+  if (for_text != d.text && (for_text || name == "lenet" || name == "cifar10_quick" || name == "resnet"))
+    throw ApiError(400, "network",
+                   for_text ? "'network' char_rnn reads text: pick a text dataset"
+                            : fmt::format("'network' {} reads images; a text dataset takes char_rnn or custom", name));
+  if (for_text)
+    return fmt::format("name: \"char_rnn\"\n") + data_layers(d, batch) +
+           replace_all(kCharRnn, "@CLASSES@", std::to_string(d.classes));
   std::string body;
   if (name == "lenet")
     body = kLeNet;
@@ -273,7 +326,7 @@ std::string standard_network(const std::string& name, const DatasetView& d, int6
   else if (name == "resnet")
     body = small_resnet();
   else
-    throw ApiError(400, "network", "'network' must be lenet, cifar10_quick, resnet or custom");
+    throw ApiError(400, "network", "'network' must be lenet, cifar10_quick, resnet, char_rnn or custom");
   std::string top = name == "resnet" ? "fc" : "ip2";
   return fmt::format("name: \"{}\"\n", name) + data_layers(d, batch) +
          replace_all(body + replace_all(kLossLayers, "@TOP@", top), "@CLASSES@", std::to_string(d.classes));
@@ -293,17 +346,13 @@ std::string custom_network(const std::string& text, const DatasetView& d, int64_
   }
 }
 
-Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape) {
+namespace {
+
+// `text`'s layers after the data layers `head`, built in both phases.
+Validation validate_after(const std::string& text, const std::string& head) {
   Validation v;
   try {
-    std::string dims;
-    for (int64_t x : shape) dims += fmt::format(" dim: {}", x);
-    NetLoad nl = with_own_data(
-        text,
-        fmt::format(
-            "layer {{ name: \"data\" type: \"Input\" top: \"data\" top: \"label\" input_param {{ shape {{ dim: 2{} }} "
-            "shape {{ dim: 2 }} }} }}\n",
-            dims));
+    NetLoad nl = with_own_data(text, head);
     build_both_phases(nl, "prototxt");
   } catch (const ApiError&) {
     throw;  // over the size budget: the request fails (413), it is not a verdict on the text
@@ -313,6 +362,21 @@ Validation validate_prototxt(const std::string& text, const std::vector<int64_t>
     v.line = line_of(v.error);
   }
   return v;
+}
+
+}  // namespace
+
+Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape) {
+  std::string dims;
+  for (int64_t x : shape) dims += fmt::format(" dim: {}", x);
+  return validate_after(
+      text, fmt::format("layer {{ name: \"data\" type: \"Input\" top: \"data\" top: \"label\" input_param {{ shape "
+                        "{{ dim: 2{} }} shape {{ dim: 2 }} }} }}\n",
+                        dims));
+}
+
+Validation validate_prototxt(const std::string& text, const DatasetView& d) {
+  return d.text ? validate_after(text, data_layers(d, 2)) : validate_prototxt(text, d.shape);
 }
 
 json validate_solver(const json& body) {
@@ -359,13 +423,17 @@ json validate_solver(const json& body) {
 }
 
 int64_t iterations_per_epoch(int64_t batch, const DatasetView& d) {
+  // Text as TextData counts an epoch: each of `batch` streams reads kTextSeqLen characters a
+  // batch, and needs the character after its last.
+  if (d.text) return std::max<int64_t>(1, (d.train_count - 1) / batch / kTextSeqLen);
   return std::max<int64_t>(1, (d.train_count + batch - 1) / batch);
 }
 
 namespace {
 
-// The solver prototxt for `ipe` iterations per epoch; test settings when `val_count` > 0.
-std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t val_count) {
+// The solver prototxt for `ipe` iterations per epoch; with `test_iter` > 0, tests of that
+// many batches once an epoch.
+std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t test_iter) {
   const int64_t max_iter = std::max<int64_t>(1, static_cast<int64_t>(std::llround(s["epochs"].get<double>() * ipe)));
   const std::string policy = s["lr_policy"].get<std::string>();
   std::string t = fmt::format("net: \"net.prototxt\"\ntype: \"{}\"\nbase_lr: {}\nlr_policy: \"{}\"\n",
@@ -384,25 +452,35 @@ std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t 
       last = at;
     }
   }
-  if (s["type"] != "AdaGrad") t += fmt::format("momentum: {}\n", s["momentum"].get<double>());
+  // AdaGrad and RMSProp take no momentum (Caffe refuses it; RMSProp's decay is rms_decay).
+  if (s["type"] != "AdaGrad" && s["type"] != "RMSProp") t += fmt::format("momentum: {}\n", s["momentum"].get<double>());
   t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(),
                    max_iter, std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
   const double snap = s["snapshot_epochs"].get<double>();
   const int64_t min_interval = std::min<int64_t>(max_iter, 50);
   t += fmt::format("snapshot: {}\n",
                    snap > 0 ? std::max(min_interval, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
-  if (val_count > 0) {
-    int64_t test_batch = std::min<int64_t>(100, val_count);
-    t += fmt::format("test_iter: {}\ntest_interval: {}\n", (val_count + test_batch - 1) / test_batch,
-                     std::min(ipe, max_iter));
-  }
+  if (test_iter > 0) t += fmt::format("test_iter: {}\ntest_interval: {}\n", test_iter, std::min(ipe, max_iter));
   return t;
+}
+
+// Validation batches covering the held-out part once: images in batches of up to 100;
+// text in batches of its validation streams, at most 100 batches.
+int64_t test_iterations(const DatasetView& d, int64_t batch) {
+  if (d.val_count <= 0) return 0;
+  if (!d.text) {
+    const int64_t test_batch = std::min<int64_t>(100, d.val_count);
+    return (d.val_count + test_batch - 1) / test_batch;
+  }
+  const int64_t streams = text_test_streams(d, batch);
+  if (streams == 0) return 0;
+  return std::clamp<int64_t>((d.val_count - 1) / (streams * kTextSeqLen), 1, 100);
 }
 
 }  // namespace
 
 std::string solver_text(const json& s, double base_lr, int64_t batch, const DatasetView& d) {
-  return solver_text_for(s, base_lr, iterations_per_epoch(batch, d), d.val_count);
+  return solver_text_for(s, base_lr, iterations_per_epoch(batch, d), test_iterations(d, batch));
 }
 
 proto::SolverParameter solver_parameter(const json& s, double base_lr, int64_t ipe) {

@@ -11,10 +11,16 @@
 
 namespace bks::server {
 
+// Characters a text dataset's networks read per stream and batch (TextData's seq_len).
+constexpr int64_t kTextSeqLen = 50;
+
 // What a packed dataset offers a network (from its info.json).
 struct DatasetView {
-  std::string dir;             // holds train.h5, val.h5
-  std::vector<int64_t> shape;  // C, H, W
+  std::string dir;             // holds train.h5, val.h5 (images) or text.txt (text)
+  std::vector<int64_t> shape;  // C, H, W (images)
+  // Text datasets: classes is the vocabulary's size, and the counts are characters.
+  bool text = false;
+  double holdout = -1;  // the fraction of the text held out, as packed (-1: not a text dataset)
   int64_t classes = 0, train_count = 0, val_count = 0;
 };
 
@@ -24,7 +30,8 @@ struct Validation {
   int line = 0;       // 1-based line of the custom prototxt; 0 when unknown
 };
 
-// The train/test prototxt of a standard network reading `d` with this batch size.
+// The train/test prototxt of a standard network reading `d` with this batch size: lenet,
+// cifar10_quick, resnet (image datasets) or char_rnn (text datasets).
 std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch);
 // Builds the net in both phases; ApiError(400, field) saying what is wrong otherwise (a
 // standard network on images too small for it, say).
@@ -37,6 +44,8 @@ std::string custom_network(const std::string& text, const DatasetView& d, int64_
 // floats of parameters, 2^26 floats of blobs per image) throws ApiError 413 naming the
 // layer, as check_builds and custom_network do.
 Validation validate_prototxt(const std::string& text, const std::vector<int64_t>& shape);
+// The same on `d`'s data: images as inputs of its shape, text through its TextData layers.
+Validation validate_prototxt(const std::string& text, const DatasetView& d);
 
 // The solver settings of a model request, validated (ApiError naming the field).
 json validate_solver(const json& body);

@@ -1,7 +1,8 @@
 // Browser test of the dashboard, in Debian's Chromium (headless) driven by playwright-core:
 // create a dataset from Fashion-MNIST, start a short LeNet job, see the loss chart grow while
 // it runs and the job finish, classify a test image and read the top-1 label on the page,
-// optimize the job (bakusoku optimize as a job of its own) and read its table and plot.
+// optimize the job (bakusoku optimize as a job of its own) and read its table and plot;
+// then a text dataset, a char-RNN job on it, and text written from its page.
 // Saves a screenshot of each page.
 // Usage: node dashboard.mjs BAKUSOKU_BINARY SCREENSHOT_DIR
 import { spawn } from 'node:child_process';
@@ -152,6 +153,39 @@ try {
   await page.click('header >> text=Datasets');
   await page.waitForSelector('h1:has-text("Datasets")');
   await shot('12-datasets');
+
+  step('a text dataset trains the char-RNN, whose job page writes text from a primer');
+  fs.mkdirSync(path.join(dataDir, 'imports'), { recursive: true });
+  const textFile = path.join(dataDir, 'imports', 'hello.txt');
+  fs.writeFileSync(textFile, 'hello world. '.repeat(550));
+  await page.click('text=New dataset');
+  await page.waitForSelector('#create-dataset');
+  await page.fill('input[name=name]', 'hello');
+  await page.selectOption('select[name=source]', 'text');
+  if (!(await page.isHidden('#geometry'))) throw new Error('a text dataset still asks for a width and height');
+  await page.fill('input[name=file]', textFile);
+  await page.click('#create-dataset');
+  await page.waitForSelector('#vocabulary-size', { timeout: 60000 });
+  if ((await page.textContent('#vocabulary-size')) !== '9') throw new Error('the text dataset does not show its 9 characters');
+  await shot('13-text-dataset');
+  await page.click('text=New model');
+  await page.waitForSelector('#create-model');
+  await page.selectOption('select[name=dataset_id]', { label: 'hello (text, 9 characters)' });
+  if ((await page.inputValue('select[name=network]')) !== 'char_rnn') throw new Error('a text dataset did not choose the char-RNN');
+  await page.fill('input[name=batch_size]', '8');
+  await page.fill('input[name=epochs]', '2');
+  await page.click('#create-model');
+  await page.waitForSelector('#chart-loss');
+  await page.waitForFunction(() => document.querySelector('#job-head .state')?.textContent === 'done', null, { timeout: 300000 });
+  await page.waitForSelector('#sample');
+  await page.fill('#primer', 'hello');
+  await page.click('#sample');
+  await page.waitForSelector('#sample-text');
+  const written = await page.textContent('#sample-text');
+  if (!written.startsWith('hello') || written.length !== 305) throw new Error(`the sample is not the primer and 300 characters: ${JSON.stringify(written)}`);
+  if (!(await page.isHidden('#optimize-form'))) throw new Error('a text job offers the image deployment search');
+  await shot('14-text-job');
+  console.log(`  wrote: ${JSON.stringify(written.slice(0, 60))}`);
 } catch (e) {
   failed = true;
   console.error('FAILED:', e.message);
