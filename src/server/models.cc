@@ -36,13 +36,9 @@ int64_t text_test_streams(const DatasetView& d, int64_t batch) {
 
 // TextData layers reading a text dataset: tops chars, cont, next (see text_data.cc).
 std::string text_data_layers(const DatasetView& d, int64_t batch) {
-  const std::string info = fmt::format("{}/info.json", d.dir);
-  const double holdout = d.train_count + d.val_count > 0
-                             ? static_cast<double>(d.val_count) / static_cast<double>(d.train_count + d.val_count)
-                             : 0.0;
   // The holdout the dataset was packed with (info.json), so both sides hold out the same text.
   const std::string common = fmt::format("source: \"{}/text.txt\" seq_len: {} holdout: {:.6g} vocabulary_size: {}",
-                                         d.dir, kTextSeqLen, d.holdout >= 0 ? d.holdout : holdout, d.classes);
+                                         d.dir, kTextSeqLen, std::max(0.0, d.holdout), d.classes);
   std::string s = fmt::format(
       R"(layer {{ name: "text" type: "TextData" top: "chars" top: "cont" top: "next" include {{ phase: TRAIN }}
   text_data_param {{ {} batch_size: {} }} }}
