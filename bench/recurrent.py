@@ -67,17 +67,15 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     print(f"| cell | T x N, inputs -> hidden | bakusoku ms | PyTorch {torch.__version__} ms | bakusoku faster "
-          "| oneDNN's LSTM primitive ms |")
+          "| oneDNN's RNN primitive ms |")
     print("|---|---|---|---|---|---|")
     for cell in ("LSTM", "GRU"):
         for t, n, i, h in SIZES:
             ours, kernel = bakusoku_ms(a.bakusoku, cell, t, n, i, h, a.threads, a.iters)
             theirs = torch_ms(cell, t, n, i, h, a.iters)
-            # The LSTM kernel on oneDNN's RNN primitive (--kernel), beside the default one.
-            primitive = ""
-            if cell == "LSTM":
-                ms, name = bakusoku_ms(a.bakusoku, cell, t, n, i, h, a.threads, a.iters, "oneDNN LSTM")
-                primitive = f"{ms:.2f}" + (" (oneDNN ref)" if "ref" in name else "")
+            # The kernel on oneDNN's RNN primitive (--kernel), beside the default one.
+            ms, name = bakusoku_ms(a.bakusoku, cell, t, n, i, h, a.threads, a.iters, f"oneDNN {cell}")
+            primitive = f"{ms:.2f}" + (" (oneDNN ref)" if "ref" in name else "")
             print(f"| {cell} | {t} x {n}, {i} -> {h} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f}x | {primitive} |",
                   flush=True)
 
