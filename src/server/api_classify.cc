@@ -7,7 +7,6 @@
 
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 
 #include "data/dataset.h"
 #include "server/http.h"
@@ -27,10 +26,7 @@ ClassifyInput resolve(Context& c, const httplib::Request& req, json& out) {
   const fs::path weights = snapshot_weights(c, job, req, out);
   DatasetView d = dataset_view(c, job.value("dataset_id", int64_t{-1}), "dataset_id");
   if (d.text) throw ApiError(409, "", "this job learned text: ask it for a sample (POST /api/jobs/<id>/sample)");
-  std::ifstream info_in(fs::path(d.dir) / "info.json");
-  json info = parse_bounded_json(std::string(std::istreambuf_iterator<char>(info_in), {}));
-  return {(dir / "net.prototxt").string(), weights.string(), d.shape,
-          info.is_object() ? info["classes"].get<std::vector<std::string>>() : std::vector<std::string>(), d.dir};
+  return {(dir / "net.prototxt").string(), weights.string(), d.shape, d.class_names, d.dir};
 }
 
 }  // namespace

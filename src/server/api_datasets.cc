@@ -46,7 +46,8 @@ DatasetView dataset_view(Context& c, int64_t id, const std::string& field) {
   v.text = info.value("kind", "") == "text";
   v.holdout = info.value("holdout", -1.0);
   if (!v.text) v.shape = info["shape"].get<std::vector<int64_t>>();
-  v.classes = static_cast<int64_t>(info["classes"].size());
+  v.class_names = info["classes"].get<std::vector<std::string>>();
+  v.classes = static_cast<int64_t>(v.class_names.size());
   v.train_count = info["train_count"];
   v.val_count = info["val_count"];
   return v;

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
 #include <mutex>
 
 #include "data/text_corpus.h"
@@ -22,14 +21,6 @@ namespace {
 // A sample costs about a tenth of a millisecond a character: 2000 stay well under a second.
 constexpr int64_t kMaxSampleLength = 2000;
 constexpr int kMaxPrimerBytes = 1000;
-
-// The characters the job's dataset holds (its info.json), to name a primer's strangers.
-std::vector<std::string> dataset_characters(const DatasetView& d) {
-  std::ifstream in(fs::path(d.dir) / "info.json");
-  json info = parse_bounded_json(std::string(std::istreambuf_iterator<char>(in), {}));
-  if (!info.is_object() || !info.contains("classes") || !info["classes"].is_array()) return {};
-  return info["classes"].get<std::vector<std::string>>();
-}
 
 }  // namespace
 
@@ -57,8 +48,8 @@ void add_sample_routes(httplib::Server& s, Context& c) {
       } catch (const InputError& e) {
         throw ApiError(400, "primer", e.what());
       }
-      const std::vector<std::string> known = dataset_characters(d);
-      for (size_t i = 0; i < primer.size() && !known.empty(); ++i)
+      const std::vector<std::string>& known = d.class_names;  // the dataset's characters
+      for (size_t i = 0; i < primer.size(); ++i)
         if (std::find(known.begin(), known.end(), encode_utf8(primer[i])) == known.end())
           throw ApiError(400, "primer",
                          fmt::format("'primer': character {} (character {}) is not among the {} characters this "

@@ -22,6 +22,8 @@ struct DatasetView {
   bool text = false;
   double holdout = -1;  // the fraction of the text held out, as packed (-1: not a text dataset)
   int64_t classes = 0, train_count = 0, val_count = 0;
+  // The classes' names (text: the characters), as info.json lists them; `classes` of them.
+  std::vector<std::string> class_names;
 };
 
 struct Validation {
