@@ -223,9 +223,9 @@ TEST(Cli, KernelOptionRunsTheNamedKernel) {
     const std::string row = r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1);
     return row.substr(row.rfind("   ") + 3);
   };
-  EXPECT_EQ(kernel_of(""), "oneDNN matmul");
+  EXPECT_EQ(kernel_of("").rfind("oneDNN LSTM", 0), 0u);  // the primitive is the default
+  EXPECT_EQ(kernel_of("--kernel LSTM=oneDNN"), "oneDNN matmul");
   EXPECT_EQ(kernel_of("--kernel LSTM=loops"), "loops");
-  EXPECT_EQ(kernel_of("--kernel 'LSTM=oneDNN LSTM'").rfind("oneDNN LSTM", 0), 0u);
   for (const auto& [flag, says] : std::vector<std::pair<std::string, std::string>>{
            {"LSTM=nope", "--kernel LSTM=nope: LSTM has no kernel 'nope' (it has: "},
            {"Nope=loops", "--kernel Nope=loops: no layer type 'Nope'"},
@@ -234,7 +234,11 @@ TEST(Cli, KernelOptionRunsTheNamedKernel) {
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
   }
-  // oneDNN's LSTM primitive has no static input: that layer cannot run it.
+  // oneDNN's LSTM primitive has no static input: by default that layer runs the matmul
+  // kernel, and asking for the primitive is an error.
+  const auto plain = run_cmd("time --model " + net + " --iterations 1");
+  EXPECT_EQ(plain.code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("oneDNN matmul"), std::string::npos) << plain.output;
   auto r = run_cmd("time --model " + net + " --iterations 1 --kernel 'LSTM=oneDNN LSTM'");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("layer 'with_static'"), std::string::npos) << r.output;

@@ -602,14 +602,16 @@ void add_recurrent_cases(std::vector<SweepCase>& t) {
     const char* type = type_and_cell.first;
     const Cell cell = type_and_cell.second;
     const int states = cell == Cell::lstm ? 2 : 1;
-    // Variants: neither; a static input and exposed states; exposed states alone.
-    for (int variant = 0; variant < 3; ++variant) {
-      const bool exposed = variant >= 1, has_static = variant == 1;
+    // Variants: neither; a static input and exposed states; exposed states alone; neither,
+    // with a reset at every step (three segments: oneDNN's kernels hand those to matmul).
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool exposed = variant == 1 || variant == 2, has_static = variant == 1, resets = variant == 3;
       std::vector<Shape> in{{3, 2, 2, 2}, {3, 2}};
       if (has_static) in.push_back({2, 3});
       for (int k = 0; exposed && k < states; ++k) in.push_back({1, 2, 4});
       t.push_back(
-          {.name = std::string(type) + (has_static ? "_static" : "") + (exposed ? "_exposed" : ""),
+          {.name = std::string(type) + (has_static ? "_static" : "") + (exposed ? "_exposed" : "") +
+                   (resets ? "_resets" : ""),
            .layer = std::string("type: '") + type + "' recurrent_param { num_output: 4" +
                     (exposed ? " expose_hidden: true" : "") + " }",
            .in = in,
@@ -617,8 +619,8 @@ void add_recurrent_cases(std::vector<SweepCase>& t) {
                          const OpHarness& h) { return recurrent_oracle(cell, 4, has_static, exposed, h.in, h.params); },
            .outputs = 1 + (exposed ? states : 0),
            .setup =
-               [exposed](OpHarness& h) {
-                 const float cont[] = {exposed ? 1.f : 0.f, 0, 1, 1, 1, 0};
+               [exposed, resets](OpHarness& h) {
+                 const float cont[] = {exposed ? 1.f : 0.f, 0, resets ? 0.f : 1.f, 1, 1, 0};
                  std::copy(cont, cont + 6, h.in[1].f32());
                },
            .fwd_tol = 1e-4f});

@@ -177,6 +177,29 @@ TEST(Recurrent, StateCarriesFromOneForwardToTheNext) {
   }
 }
 
+// oneDNN's RNN-primitive kernels hand batches of many segments (resets inside the batch) to
+// the matmul kernel, and the carried state crosses between the two: batches of one, four and
+// one segment give what the matmul kernel gives for all three.
+TEST(Recurrent, PrimitiveKernelsCarryTheStateAcrossTheirTwoPaths) {
+  for (const char* type : {"RNN", "LSTM", "GRU"}) {
+    SCOPED_TRACE(type);
+    const std::string layer = std::string("type: '") + type + "' recurrent_param { num_output: 3 }";
+    OpHarness steps(layer, {{4, 2, 3}, {4, 2}}, proto::TRAIN, 1, {}, "oneDNN");
+    OpHarness primitive(layer, {{4, 2, 3}, {4, 2}}, proto::TRAIN, 1, {}, std::string("oneDNN ") + type);
+    for (size_t p = 0; p < steps.params.size(); ++p) primitive.params[p].copy_from(steps.params[p]);
+    primitive.in[0].copy_from(steps.in[0]);
+    const float conts[3][8] = {{0, 0, 1, 1, 1, 1, 1, 1}, {1, 1, 0, 1, 1, 0, 0, 1}, {1, 1, 1, 1, 1, 1, 1, 1}};
+    for (int batch = 0; batch < 3; ++batch) {
+      std::copy(conts[batch], conts[batch] + 8, steps.in[1].f32());
+      std::copy(conts[batch], conts[batch] + 8, primitive.in[1].f32());
+      steps.forward();
+      primitive.forward();
+      for (int64_t i = 0; i < steps.out[0].numel(); ++i)
+        EXPECT_NEAR(primitive.out[0].f32()[i], steps.out[0].f32()[i], 1e-5) << "batch " << batch << ", " << i;
+    }
+  }
+}
+
 TEST(Recurrent, BadShapesAreClearErrors) {
   auto error = [](const std::string& layer, const std::vector<Shape>& in, int outputs = 1) {
     try {

@@ -333,6 +333,11 @@ layer { name: "bpc" type: "Power" bottom: "loss" top: "bpc" power_param { scale:
                                 "--primer 'the quick' --length 40 --temperature 0 2>/dev/null");
   ASSERT_EQ(greedy.code, 0) << greedy.output;
   EXPECT_EQ(greedy.output, (sentence + sentence).substr(0, 9 + 40) + "\n") << "the primer, then 40 characters";
+  // The default runs oneDNN's LSTM primitive; the matmul kernel continues the same way.
+  auto stepped = test::run_shell(std::string(BKS_BINARY) + " " + sample +
+                                 "--primer 'the quick' --length 40 --temperature 0 --kernel LSTM=oneDNN 2>/dev/null");
+  EXPECT_EQ(stepped.code, 0) << stepped.output;
+  EXPECT_EQ(stepped.output, greedy.output);
   auto hot = [&](int seed) {
     auto s = test::run_shell(
         fmt::format("{} {} --length 200 --temperature 3 --seed {} 2>/dev/null", BKS_BINARY, sample, seed));

@@ -23,7 +23,10 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default 1: one character at a time gains little from more)")
       ->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
-  return [o] {
+  auto kernels = std::make_shared<std::vector<std::string>>();
+  add_kernel_option(cmd, *kernels);
+  return [o, kernels] {
+    use_kernels(*kernels);
     CharSampler sampler(*o);
     const auto start = std::chrono::steady_clock::now();
     int64_t chars = 0;

@@ -70,7 +70,7 @@ class GruRnnPrimitive final : public RnnPrimitiveKernel {
 
 }  // namespace
 
-BKS_REGISTER_KERNEL("GRU", ::bks::DeviceKind::cpu, GruRnnPrimitive, "oneDNN GRU", 5,
+BKS_REGISTER_KERNEL("GRU", ::bks::DeviceKind::cpu, GruRnnPrimitive, "oneDNN GRU", 15,
                     [](const OpInit& i) { return rnn_primitive_supports(i, kGru); });
 
 }  // namespace bks

@@ -52,7 +52,7 @@ class LstmRnnPrimitive final : public RnnPrimitiveKernel {
 
 }  // namespace
 
-BKS_REGISTER_KERNEL("LSTM", ::bks::DeviceKind::cpu, LstmRnnPrimitive, "oneDNN LSTM", 5,
+BKS_REGISTER_KERNEL("LSTM", ::bks::DeviceKind::cpu, LstmRnnPrimitive, "oneDNN LSTM", 15,
                     [](const OpInit& i) { return rnn_primitive_supports(i, kLstm); });
 
 }  // namespace bks

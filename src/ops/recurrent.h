@@ -89,6 +89,9 @@ class RecurrentKernel : public Kernel {
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) override;
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override;
   std::string kernel_name() const override { return fast_ ? "oneDNN matmul" : "loops"; }
+  // State k as the last forward left it for the next (without expose_hidden): what a kernel
+  // that hands some batches to another copies across, so the sequence carries on.
+  std::vector<float>& carried_state(int k) { return carry_[static_cast<size_t>(k)]; }
 
  protected:
   // What reshape() sets before it sizes the gate buffers: T, N, the widths, whether there is

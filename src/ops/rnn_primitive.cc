@@ -30,9 +30,14 @@ void permute_gates(const float* from, float* to, int64_t block, const std::vecto
 }
 
 RnnPrimitiveKernel::RnnPrimitiveKernel(const OpInit& i, CellSpec cell, int bias_blocks)
-    : RecurrentKernel(i, cell, true), bias_blocks_(bias_blocks) {}
+    : RecurrentKernel(i, cell, true), bias_blocks_(bias_blocks) {
+  for (const KernelRegistry::Entry* e : KernelRegistry::get().entries(i.node.type))
+    if (e->device == DeviceKind::cpu && e->name == "oneDNN") steps_ = e->make(i);
+  BKS_CHECK(steps_ != nullptr, "{}: no matmul kernel of {} to hand many-segment batches to", where_, i.node.type);
+}
 
-void RnnPrimitiveKernel::reshape(const std::vector<Shape>& in, const std::vector<Shape>&) {
+void RnnPrimitiveKernel::reshape(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  steps_->reshape(in, out);
   set_geometry(in);
   converted_ = false;
   check_shape({t_, n_, h_}, sizeof(float), where_ + ": the outputs kept for backward");
@@ -53,7 +58,8 @@ void RnnPrimitiveKernel::reshape(const std::vector<Shape>& in, const std::vector
   dc_in_.assign(dc_.size(), 0.f);
 }
 
-void RnnPrimitiveKernel::prepare(const std::vector<Shape>&, const std::vector<Shape>&) {
+void RnnPrimitiveKernel::prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  steps_->prepare(in, out);
   plans_.clear();
   workspaces_.clear();
   plan(t_);  // the usual single segment; others are built the first time they occur
@@ -115,6 +121,15 @@ std::unordered_map<int, memory> RnnPrimitiveKernel::state_args(Plan& p, size_t k
 void RnnPrimitiveKernel::forward(OpCall& c) {
   const float* cont = c.in[1]->f32();
   cut_segments(cont);
+  stepped_ = segments_.size() > kMaxPrimitiveSegments;
+  if (stepped_) {
+    // The matmul kernel carries on from this kernel's state, and hands it back.
+    auto& steps = static_cast<RecurrentKernel&>(*steps_);
+    for (int k = 0; k < cell_.states; ++k) steps.carried_state(k) = carried_state(k);
+    steps_->forward(c);
+    for (int k = 0; k < cell_.states; ++k) carried_state(k) = steps.carried_state(k);
+    return;
+  }
   if (!(constant_params_ && converted_)) {
     to_primitive(c, wx_.data(), wh_.data(), b_.data());
     converted_ = true;
@@ -152,6 +167,7 @@ void RnnPrimitiveKernel::write_outputs(OpCall& c, const float* h) {
 }
 
 void RnnPrimitiveKernel::backward(OpCall& c) {
+  if (stepped_) return steps_->backward(c);
   const float* cont = c.in[1]->f32();
   const float* dy = grad_reaching_h(c, c.out_grad[0] ? c.out_grad[0]->f32() : nullptr);
   float* dx = c.in_grad[0] ? c.in_grad[0]->f32() : nullptr;

@@ -24,6 +24,10 @@ bool rnn_primitive_supports(const OpInit& i, const CellSpec& cell);
 // added with `add`: a cell's gate order to the primitive's and back.
 void permute_gates(const float* from, float* to, int64_t block, const std::vector<int64_t>& order, bool add = false);
 
+// A batch cut into more segments than this runs the type's matmul kernel instead: each
+// segment is one primitive call, and many short calls lose to one GEMM per step.
+constexpr size_t kMaxPrimitiveSegments = 2;
+
 class RnnPrimitiveKernel : public RecurrentKernel {
  public:
   RnnPrimitiveKernel(const OpInit& i, CellSpec cell, int bias_blocks);
@@ -68,6 +72,9 @@ class RnnPrimitiveKernel : public RecurrentKernel {
   Plan& plan(int64_t len);
   std::unordered_map<int, memory> state_args(Plan& p, size_t k, const float* x);
 
+  // The type's matmul kernel, for batches of many segments; whether the last forward used it.
+  std::unique_ptr<Kernel> steps_;
+  bool stepped_ = false;
   std::map<int64_t, Plan> plans_;
   std::vector<memory> workspaces_;  // one per segment of the last training forward
   std::vector<int64_t> segments_;   // first timestep of each
