@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/dnnl_util.h"
 #include "cli_util.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -496,6 +497,77 @@ TEST(DeployBundle, CorruptTruncatedAndNewerBundlesAreClearErrors) {
   CmdResult c = run_cmd("bench " + cut + " --iterations 1");
   EXPECT_EQ(c.code, 2) << c.output;
   EXPECT_NE(c.output.find(cut), std::string::npos) << c.output;
+}
+
+// deploy's layout choice (choose_activation_layout). On AVX-512 a bundle that records
+// activation_layout "blocked" runs its convolutions of 16k outputs into oneDNN's 16-channel
+// blocks, and computes what the channels-last bundle computes through depthwise and 1x1
+// convolutions, pooling, a residual sum, a concat and an inner product. An unknown layout
+// is a corrupt bundle.
+TEST(DeployBundle, BlockedActivationLayoutComputesTheSameOutputs) {
+  DeployOptions o = write_model("blocked", input_layer("data", {2, 3, 16, 16}) + R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1'
+        convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'dw' type: 'Convolution' bottom: 'conv1' top: 'dw'
+        convolution_param { num_output: 16 group: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'pw' type: 'Convolution' bottom: 'dw' top: 'pw' convolution_param { num_output: 32 kernel_size: 1 } }
+layer { name: 'pool' type: 'Pooling' bottom: 'pw' top: 'pool' pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: 'conv2' type: 'Convolution' bottom: 'pool' top: 'conv2'
+        convolution_param { num_output: 32 kernel_size: 3 pad: 1 } }
+layer { name: 'sum' type: 'Eltwise' bottom: 'pool' bottom: 'conv2' top: 'sum' }
+layer { name: 'cat' type: 'Concat' bottom: 'sum' bottom: 'pool' top: 'cat' }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'cat' top: 'ip' inner_product_param { num_output: 10 } }
+)");
+  DeployResult r = deploy(o);
+  Bundle plain = r.bundle, blocked = r.bundle;
+  plain.info.erase(kActivationLayoutKey);
+  blocked.info[kActivationLayoutKey] = kBlockedLayout;
+  InferenceSession a(plain, "plain", 1), b(blocked, "blocked", 1);
+  const OutputGap g = output_gap(a, b, -1.f, 1.f, 3);
+  EXPECT_LT(g.worst, 1e-5 * g.scale) << g.worst << " of " << g.scale;
+  if (onednn_has_avx512()) {
+    auto layout_of = [](InferenceSession& s, const std::string& value) {
+      const int v = s.net().graph().find_value(value);
+      EXPECT_GE(v, 0) << value;
+      return v < 0 ? dnnl::memory::desc() : s.net().plan().layout[static_cast<size_t>(v)];
+    };
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::dims pw{2, 32, 16, 16};
+    EXPECT_TRUE(layout_of(b, "pw") == dnnl::memory::desc(pw, dnnl::memory::data_type::f32, tag::nChw16c));
+    EXPECT_TRUE(layout_of(a, "pw") == dnnl::memory::desc(pw, dnnl::memory::data_type::f32, tag::nhwc));
+  }
+  Bundle odd = r.bundle;
+  odd.info[kActivationLayoutKey] = "sideways";
+  try {
+    InferenceSession s(odd, "odd.bks", 1);
+    FAIL() << "an unknown activation layout was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("odd.bks: corrupt bundle: activation_layout 'sideways'"), std::string::npos)
+        << e.what();
+  }
+}
+
+// --layout: auto (the default) times both layouts on AVX-512 and prints the table; blocked
+// and channels-last take that one, recorded in the bundle; anything else is refused.
+TEST(DeployCli, LayoutOptionTimesOrTakesTheConvolutionsLayout) {
+  DeployOptions o = write_model("layout", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
+  const std::string out = temp_path("layout.bks"),
+                    deploy = "deploy --model " + o.model + " --weights " + o.weights + " -o " + out;
+  const bool avx512 = onednn_has_avx512();
+  CmdResult a = run_cmd(deploy);
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(a.output.find("by the convolutions' output layout") != std::string::npos, avx512) << a.output;
+  CmdResult b = run_cmd(deploy + " --layout blocked");
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_EQ(b.output.find("by the convolutions' output layout"), std::string::npos) << b.output;
+  EXPECT_EQ(load_bundle(out).info.count(kActivationLayoutKey), avx512 ? 1u : 0u);
+  CmdResult c = run_cmd(deploy + " --layout channels-last");
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_EQ(load_bundle(out).info.count(kActivationLayoutKey), 0u);
+  CmdResult bad = run_cmd(deploy + " --layout sideways");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--layout"), std::string::npos) << bad.output;
 }
 
 TEST(DeployCli, DeployThenBenchWithComparison) {

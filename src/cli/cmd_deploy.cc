@@ -43,7 +43,7 @@ Runner add_deploy(CLI::App& app) {
     bool print_graph = false, random_weights = false, compress = false;
     int threads = 0, weight_bits = 0;
     double memory_cap_mb = 1024;
-    std::string calib, calib_method = "mse", calib_from, input_shape, int8_layers = "faster";
+    std::string calib, calib_method = "mse", calib_from, input_shape, int8_layers = "faster", layout = "auto";
     int calib_batches = 10;
     StateFlags state;
   };
@@ -81,6 +81,10 @@ Runner add_deploy(CLI::App& app) {
   cmd->add_option("--weight-bits", o->weight_bits,
                   "With --compress: store every convolution's and inner product's weights on a per-channel grid of "
                   "this many bits (2-8), as Deep Compression does; lossy, so score the bundle with bakusoku test");
+  cmd->add_option("--layout", o->layout,
+                  "The convolutions' output layout on AVX-512 CPUs: auto (default: time both, keep the faster), "
+                  "channels-last or blocked (oneDNN's 16-channel blocks)")
+      ->check(CLI::IsMember({"auto", "channels-last", "blocked"}));
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   add_state_options(cmd, o->state);
   add_input_shape_option(cmd, o->input_shape);
@@ -96,6 +100,7 @@ Runner add_deploy(CLI::App& app) {
     d.output = o->out;
     d.precision = parse_precision(o->precision, "--precision");
     d.threads = o->threads;
+    d.layout = o->layout;
     d.memory_cap_bytes = o->memory_cap_mb * 1e6;
     if (!o->batch.empty()) {
       d.batch = parse_batch(o->batch, "--batch");
@@ -142,7 +147,7 @@ Runner add_deploy(CLI::App& app) {
     for (const PassReport& rep : r.reports)
       if (rep.pass == "autotune")
         for (const auto& line : rep.changes) fmt::print("    {}\n", line);
-    fmt::print("{}", r.micro_batch_table);
+    fmt::print("{}{}", r.layout_table, r.micro_batch_table);
     if (o->print_graph) fmt::print("kernels and layouts:\n{}", r.kernels);
     if (d.compress) print_coding(r.coding);
     if (d.weight_bits > 0)

@@ -15,7 +15,7 @@ namespace {
 // Scores a deployment bundle on its recorded TEST data: top-1 and top-5 accuracy.
 int test_bundle(const std::string& path, const std::string& data, int iterations, int threads) {
   Bundle b = load_bundle(path);
-  auto scored = build_bundle_net(b, scoring_net(b, path, data), path, threads, inference_options(b));
+  auto scored = build_bundle_net(b, scoring_net(b, path, data), path, threads, inference_options(b, path));
   Net& net = *scored->net;
   auto [batch, samples] = net.data_extent();
   Evaluation ev = evaluate(net, iterations, 0);

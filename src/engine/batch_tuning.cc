@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/dnnl_util.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/session.h"
@@ -165,6 +166,38 @@ MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, in
     c.arena_bytes = pick->session->net().planned_bytes();
   }
   c.table += fmt::format("  chosen: {}\n", c.micro ? fmt::format("parts of {}", c.micro) : std::string("whole"));
+  return c;
+}
+
+LayoutChoice choose_activation_layout(Bundle& b, const std::string& name, int threads, int64_t plain_micro,
+                                      int64_t blocked_micro) {
+  LayoutChoice c;
+  if (!onednn_has_avx512()) return c;  // elsewhere convolutions write oneDNN's blocks already
+  b.info.erase(kActivationLayoutKey);
+  InferenceSession plain(b, name, threads, 0, plain_micro);
+  b.info[kActivationLayoutKey] = kBlockedLayout;
+  InferenceSession blocked(b, name, threads, 0, blocked_micro);
+  b.info.erase(kActivationLayoutKey);
+  fill_timing_inputs(plain, 7);
+  fill_timing_inputs(blocked, 7);
+  plain.run();
+  blocked.run();
+  const double tolerance = bundle_precision(b) == Precision::fp32 ? 1e-3 : 5e-2;
+  if (relative_gap(plain, blocked) > tolerance) return c;
+  double plain_ms = INFINITY, blocked_ms = INFINITY;
+  for (int round = 0; round < 3; ++round) {
+    plain_ms = std::min(plain_ms, best_run_ms(plain, 2));
+    blocked_ms = std::min(blocked_ms, best_run_ms(blocked, 2));
+  }
+  c.blocked = blocked_ms < 0.97 * plain_ms;
+  auto how = [](const char* layout, const InferenceSession& s) {
+    return s.micro_batch() < s.batch() ? fmt::format("{} in parts of {}", layout, s.micro_batch())
+                                       : fmt::format("{}, whole", layout);
+  };
+  c.table = fmt::format("batch {}: ms per batch by the convolutions' output layout\n", plain.batch());
+  c.table += fmt::format("  {:<34} {:.2f} ms\n", how("channels-last", plain), plain_ms);
+  c.table += fmt::format("  {:<34} {:.2f} ms\n", how("16-channel blocks", blocked), blocked_ms);
+  c.table += fmt::format("  chosen: {}\n", c.blocked ? "16-channel blocks" : "channels-last");
   return c;
 }
 

@@ -42,6 +42,9 @@ struct DeployOptions {
   // in the bundle, and fill DeployResult's kernels/arena/batch/ops (off: the caller builds
   // the net itself and kernels pick when the bundle is loaded).
   bool autotune = true;
+  // With autotune, the convolutions' output layout on AVX-512 (choose_activation_layout):
+  // "auto" times both, "channels-last" or "blocked" takes that one.
+  std::string layout = "auto";
   CalibrationOptions calibration;
   // INT8: time every quantized layer against its FP32 self and keep INT8 only where it is
   // faster (keep_int8_where_faster); off: every layer the table covers runs INT8.
@@ -70,6 +73,7 @@ struct DeployResult {
   Int8Plan int8;
   std::string batch_table;  // --batch auto: items/s by batch size
   std::string micro_batch_table;  // autotuning: the batch whole and in parts, timed
+  std::string layout_table;       // autotuning: the convolutions' output layouts, timed
   std::vector<CodedTensorReport> coding;  // --compress: each weight's coded size
   int tuned = 0;            // layers whose autotuned kernel is not the default one
   // The bundle's net as built at the end: kernels and layouts, arena, batch.
@@ -95,8 +99,9 @@ DeployModel load_deploy_model(const DeployOptions& o, const NetLoad& nl);
 // CPU without it).
 // Builds r.bundle's net: records each layer's autotuned kernel and fills r's kernels,
 // arena_bytes, batch and ops; then, for a batch above 1, times it whole and in parts and
-// records the faster (info "micro_batch", see InferenceSession).
-void autotune(DeployResult& r, const std::string& name, int threads);
+// records the faster (info "micro_batch", see InferenceSession). Before that, the
+// convolutions' output layout: `layout` as DeployOptions::layout.
+void autotune(DeployResult& r, const std::string& name, int threads, const std::string& layout = "auto");
 DeployResult deploy(const DeployOptions& o,
                     const std::function<void(const PassReport&, const DeployModel&)>& after_each = {});
 

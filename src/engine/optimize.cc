@@ -71,7 +71,7 @@ double time_bundle(const Bundle& b, const std::string& path, int threads, int64_
 
 // Top-1 accuracy of the bundle over its whole recorded test set; `items` gets the count.
 double score_bundle(const Bundle& b, const std::string& path, int threads, int64_t& items) {
-  auto scored = build_bundle_net(b, scoring_net(b, path, ""), path, threads, inference_options(b));
+  auto scored = build_bundle_net(b, scoring_net(b, path, ""), path, threads, inference_options(b, path));
   Net& net = *scored->net;
   const auto [batch, samples] = net.data_extent();
   if (batch <= 0 || samples <= 0) input_error("{}: the recorded test data layer reads no items", path);

@@ -67,7 +67,7 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
   auto build = [&](int64_t items) {
     Graph graph = b.graph;
     if (items > 0) set_input_batch(graph, items);
-    bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b));
+    bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b, source));
     net_ = bundle_net_->net.get();
     inputs_ = net_->inputs();
   };
@@ -144,9 +144,15 @@ std::vector<double> time_nodes(InferenceSession& s, int iterations) {
   return ms;
 }
 
-NetOptions inference_options(const Bundle& b) {
+NetOptions inference_options(const Bundle& b, const std::string& source) {
   NetOptions opt;
   opt.constant_params = true;  // the weights are the bundle's, fixed
+  auto it = b.info.find(kActivationLayoutKey);
+  if (it != b.info.end()) {
+    if (it->second != kBlockedLayout)
+      input_error("{}: corrupt bundle: {} '{}' is not '{}'", source, kActivationLayoutKey, it->second, kBlockedLayout);
+    opt.blocked_activations = true;
+  }
   return opt;
 }
 

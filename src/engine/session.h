@@ -24,8 +24,13 @@ void copy_bundle_weights(const Bundle& b, const std::string& source, ParamStore&
 // against the label. InputError when the bundle records no data layer.
 Graph scoring_net(const Bundle& b, const std::string& source, const std::string& data_source);
 
-// Options of a net that runs a bundle: constant weights (each node says its precision).
-NetOptions inference_options(const Bundle& b);
+// Bundle info key and value of deploy's activation layout choice (absent: the default).
+inline constexpr const char* kActivationLayoutKey = "activation_layout";
+inline constexpr const char* kBlockedLayout = "blocked";
+
+// Options of a net that runs a bundle: constant weights (each node says its precision),
+// the activation layout deploy chose (InputError naming `source` for an unknown one).
+NetOptions inference_options(const Bundle& b, const std::string& source);
 
 // A net built from `graph` (the bundle's own, or scoring_net's) with the bundle's blobs.
 struct BundleNet {

@@ -232,7 +232,8 @@ Int8ConvSpec int8_spec(const ConvGeometry& g, bool bias, const Int8Thresholds& t
 constexpr int64_t kFewChannels = 4;
 }  // namespace
 
-memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training) {
+memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
+                                        bool blocked) {
   if (g.c < kFewChannels && g.group == 1) {
     memory::desc src(conv_descs(g).src, dt::f32, tag::nchw);
     memory::desc dst_any({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::any);
@@ -250,6 +251,11 @@ memory::desc ConvKernels::preferred_dst(dnnl::engine& eng, const ConvGeometry& g
     auto pd = forward_pd(eng, g, bias, training, src_any, dst_any);
     if (!is_reference_impl(pd.impl_info_str())) return pd.dst_desc();
   }
+  // On AVX-512, channels-last runs oneDNN's brgemm kernels and 16-channel blocks its older
+  // jit ones (jit_1x1, jit_dw), which won on MobileNet v1 at batch 32 (174-178 ms against
+  // 185-204) and lost on others: deploy times both (choose_activation_layout).
+  if (!training && blocked && onednn_has_avx512() && g.oc % 16 == 0)
+    return memory::desc({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::nChw16c);
   // Otherwise channels-last: no channel padding (LeNet's 20 and 50 channels would pad to
   // 32 and 64 in 16-blocked layouts) and oneDNN's fastest (brgemm) kernels on AVX-512.
   return memory::desc({g.n, g.oc, g.oh, g.ow}, dt::f32, tag::nhwc);

@@ -45,8 +45,10 @@ class ConvKernels {
   void prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training, const memory::desc& src_md = {},
                const memory::desc& dst_md = {}, bool need_bwd_data = true, const FusedPostOps* fusion = nullptr,
                const memory::desc& residual_md = {}, bool residual_in_dst = false);
-  // The destination layout oneDNN's kernel writes fastest for this geometry.
-  static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training);
+  // The destination layout oneDNN's kernel writes fastest for this geometry; with
+  // `blocked` (inference), oneDNN's 16-channel blocks on AVX-512 where they do not pad.
+  static memory::desc preferred_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
+                                    bool blocked = false);
   // The same for the int8 kernel reading src_md (empty: f32), writing `dst_type`.
   static memory::desc preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
                                          const memory::desc& src_md, const FusedPostOps* fusion,

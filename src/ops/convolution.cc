@@ -118,7 +118,8 @@ class ConvolutionKernel final : public Kernel {
       : Kernel(init),
         bias_term_(init.node.attrs.as<ConvAttrs>().bias_term),
         fusion_(init.node.deploy.fusion),
-        choice_(init.node.deploy.kernel) {
+        choice_(init.node.deploy.kernel),
+        blocked_(init.blocked_activations) {
     int8_ = int8_thresholds(context());
     fused_ = fusion_.any();
   }
@@ -133,7 +134,7 @@ class ConvolutionKernel final : public Kernel {
     if (int8_.in > 0.f)
       return ConvKernels::preferred_int8_dst(eng, g_, bias_term_, in.empty() ? memory::desc() : in[0], &fusion_,
                                              int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_.out));
-    return ConvKernels::preferred_dst(eng, g_, bias_term_, phase_ == proto::TRAIN);
+    return ConvKernels::preferred_dst(eng, g_, bias_term_, phase_ == proto::TRAIN, blocked_);
   }
 
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
@@ -184,6 +185,7 @@ class ConvolutionKernel final : public Kernel {
   FusedPostOps fusion_;
   bool fused_ = false;
   std::string choice_;
+  bool blocked_ = false;  // NetOptions::blocked_activations
   Int8Thresholds int8_;
 };
 

@@ -40,6 +40,8 @@ struct OpInit {
   // Set in a data-parallel run that asked for synchronised batch statistics (--sync-bn):
   // normalisation layers compute theirs over all ranks' batches. Null: this batch only.
   const CrossRankSum* batch_stats_sum = nullptr;
+  // NetOptions::blocked_activations: convolutions prefer channel-blocked outputs.
+  bool blocked_activations = false;
   // The arithmetic the node computes in (deploy sets it; kernels are registered for the
   // precisions they compute).
   Precision precision() const { return node.deploy.precision; }

@@ -60,7 +60,8 @@ void Net::create_ops(uint64_t seed) {
                 seed,
                 backend_,
                 options_.constant_params,
-                options_.batch_stats_sum ? &options_.batch_stats_sum : nullptr};
+                options_.batch_stats_sum ? &options_.batch_stats_sum : nullptr,
+                options_.blocked_activations};
     kernels_.push_back(reg.create(init));
   }
 }

@@ -39,6 +39,9 @@ struct NetOptions {
   // Parameters are fixed once the first forward runs (inference): kernels may convert
   // weights to their own layouts once instead of on every call.
   bool constant_params = false;
+  // Inference on AVX-512: convolutions write oneDNN's 16-channel blocks instead of
+  // channels-last (deploy times both for a bundle and saves the faster; session.h).
+  bool blocked_activations = false;
   // Data-parallel training with --sync-bn: batch statistics summed over ranks (OpInit).
   CrossRankSum batch_stats_sum;
 };
