@@ -219,6 +219,18 @@ async function jobPage(id) {
   };
   charts.acc.options.scales.y.min = 0;  // accuracy lives in [0, 1]
   charts.acc.options.scales.y.max = 1;
+  // The trainer's rate counts batch items: characters for a text dataset.
+  let speedUnit = 'images/s';
+  if (job.dataset_id)
+    api('GET', `/api/datasets/${job.dataset_id}`)
+        .then(d => {
+          if (!(d.info && d.info.kind === 'text')) return;
+          speedUnit = 'characters/s';
+          charts.speed.options.scales.y.title.text = speedUnit;
+          for (const s of charts.speed.data.datasets) s.label = speedUnit;
+          charts.speed.update('none');
+        })
+        .catch(() => {});
   const records = [];
   const usageStart = Date.now() / 1000;
   const add = r => {
@@ -226,7 +238,7 @@ async function jobPage(id) {
     if (r.phase === 'train') {
       if (r.loss !== undefined) series(charts.loss, 'train loss', 0).data.push({ x, y: r.loss });
       if (r.lr !== undefined) series(charts.lr, 'lr', 2).data.push({ x, y: r.lr });
-      if (r.images_per_s !== undefined) series(charts.speed, 'images/s', 3).data.push({ x, y: r.images_per_s });
+      if (r.images_per_s !== undefined) series(charts.speed, speedUnit, 3).data.push({x, y: r.images_per_s});
     } else {
       if (r.loss !== undefined) series(charts.loss, 'test loss', 1, true).data.push({ x, y: r.loss });
       for (const [k, v] of Object.entries(r))

@@ -184,6 +184,8 @@ try {
   const written = await page.textContent('#sample-text');
   if (!written.startsWith('hello') || written.length !== 305) throw new Error(`the sample is not the primer and 300 characters: ${JSON.stringify(written)}`);
   if (!(await page.isHidden('#optimize-form'))) throw new Error('a text job offers the image deployment search');
+  const speedTitle = await page.evaluate(() => Chart.getChart(document.getElementById('chart-speed')).options.scales.y.title.text);
+  if (speedTitle !== 'characters/s') throw new Error(`a text job's speed chart counts ${speedTitle}`);
   await shot('14-text-job');
   console.log(`  wrote: ${JSON.stringify(written.slice(0, 60))}`);
 } catch (e) {
