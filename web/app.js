@@ -99,15 +99,31 @@ window.addEventListener('hashchange', route);
 route();
 
 // ---- jobs ---------------------------------------------------------------------------
+// A job's latest training loss and test accuracy (with the iteration it was measured at).
+function latest(j) {
+  const t = j.last_test;
+  return [
+    j.last_train ? 'loss ' + fmt(j.last_train.loss) : '',
+    t && t.accuracy !== undefined ?
+        `accuracy ${fmt(t.accuracy)}${t.iter !== undefined ? ' at iteration ' + t.iter : ''}` :
+        ''
+  ].filter(Boolean)
+      .join(', ');
+}
 async function jobsPage() {
   page.innerHTML = '<h1>Jobs</h1><div id="jobs"></div>';
   const draw = async () => {
     const jobs = await api('GET', '/api/jobs');
-    const rows = jobs.slice().reverse().map(j => `<tr>
-      <td>${j.id}</td><td><a href="#/jobs/${j.id}">${esc(j.name)}</a></td><td>${esc(j.kind)}${(j.processes || 1) > 1 ? ' ×' + j.processes : ''}</td>
+    const rows = jobs.slice()
+                     .reverse()
+                     .map(
+                         j => `<tr>
+      <td>${j.id}</td><td><a href="#/jobs/${j.id}">${esc(j.name)}</a></td><td>${esc(j.kind)}${
+                             (j.processes || 1) > 1 ? ' ×' + j.processes : ''}</td>
       <td>${state(j.state)}</td><td>${bar(j.progress)}</td>
-      <td>${j.last_train ? 'loss ' + fmt(j.last_train.loss) : ''}${j.last_test && j.last_test.accuracy !== undefined ? ', accuracy ' + fmt(j.last_test.accuracy) : ''}</td>
-      <td>${when(j.created)}</td></tr>`).join('');
+      <td>${latest(j)}</td>
+      <td>${when(j.created)}</td></tr>`)
+                     .join('');
     document.getElementById('jobs').innerHTML = jobs.length
       ? `<table><tr><th>#</th><th>name</th><th>kind</th><th>state</th><th>progress</th><th>latest</th><th>created</th></tr>${rows}</table>`
       : '<p class="muted">No jobs yet: create a dataset, then a model.</p>';
@@ -215,8 +231,11 @@ async function jobPage(id) {
     acc: lineChart(document.getElementById('chart-acc'), 'accuracy'),
     lr: lineChart(document.getElementById('chart-lr'), 'learning rate'),
     speed: lineChart(document.getElementById('chart-speed'), 'images/s'),
-    usage: lineChart(document.getElementById('chart-usage'), 'CPU % / memory MB', 'seconds'),
+    usage: lineChart(document.getElementById('chart-usage'), 'CPU %', 'seconds'),
   };
+  // Memory on its own axis: hundreds of MB would flatten the CPU percentages.
+  charts.usage.options.scales
+      .y2 = {position: 'right', title: {display: true, text: 'memory MB'}, grid: {drawOnChartArea: false}};
   charts.acc.options.scales.y.min = 0;  // accuracy lives in [0, 1]
   charts.acc.options.scales.y.max = 1;
   // The trainer's rate counts batch items: characters for a text dataset.
@@ -262,8 +281,11 @@ async function jobPage(id) {
   es.addEventListener('usage', e => {
     const u = JSON.parse(e.data);
     series(charts.usage, 'CPU %', 0).data.push({ x: u.time - usageStart, y: u.cpu_percent });
-    series(charts.usage, 'memory MB', 1).data.push({ x: u.time - usageStart, y: u.rss_mb });
-    charts.usage.options.scales.y.title.text = `CPU % / memory MB (${u.processes} process${u.processes === 1 ? '' : 'es'} together)`;
+    const memory = series(charts.usage, 'memory MB', 1);
+    memory.yAxisID = 'y2';
+    memory.data.push({x: u.time - usageStart, y: u.rss_mb});
+    charts.usage.options.scales.y.title.text =
+        `CPU % (${u.processes} process${u.processes === 1 ? '' : 'es'} together)`;
     later();
   });
   es.addEventListener('end', async () => {

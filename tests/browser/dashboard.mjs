@@ -95,6 +95,12 @@ try {
   await page.waitForFunction(() => document.querySelector('#job-head .state')?.textContent === 'done', null, { timeout: 300000 });
   await page.waitForSelector('#downloads a:has-text("iteration")');
   await shot('06-job-done');
+  const usage = await page.evaluate(() => {
+    const c = Chart.getChart('chart-usage');
+    const m = c.data.datasets.find(d => d.label === 'memory MB');
+    return { title: c.options.scales.y2 && c.options.scales.y2.title.text, axis: m && m.yAxisID };
+  });
+  if (usage.title !== 'memory MB' || usage.axis !== 'y2') throw new Error(`memory does not have its own axis: ${JSON.stringify(usage)}`);
   console.log(`  train-loss points: ${early} while running, ${await points()} at the end`);
 
   step('classify a test image (a Trouser from the dataset) and read the top-1 label');
@@ -153,6 +159,13 @@ try {
   await page.click('header >> text=Datasets');
   await page.waitForSelector('h1:has-text("Datasets")');
   await shot('12-datasets');
+
+  step('the jobs list says each job\'s latest loss and accuracy');
+  await page.click('header >> text=Jobs');
+  await page.waitForSelector('#jobs table');
+  const latest = await page.$$eval('#jobs tr td:nth-child(6)', tds => tds.map(td => td.textContent.trim()));
+  if (latest.some(t => t.startsWith(','))) throw new Error(`a jobs row starts with a comma: ${JSON.stringify(latest)}`);
+  if (!latest.some(t => /^loss [0-9.e+-]+, accuracy [0-9.e+-]+ at iteration \d+$/.test(t))) throw new Error(`no row gives its loss and accuracy at an iteration: ${JSON.stringify(latest)}`);
 
   step('a text dataset trains the char-RNN, whose job page writes text from a primer');
   fs.mkdirSync(path.join(dataDir, 'imports'), { recursive: true });
