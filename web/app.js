@@ -238,18 +238,20 @@ async function jobPage(id) {
       .y2 = {position: 'right', title: {display: true, text: 'memory MB'}, grid: {drawOnChartArea: false}};
   charts.acc.options.scales.y.min = 0;  // accuracy lives in [0, 1]
   charts.acc.options.scales.y.max = 1;
+  // The job's dataset, fetched once: its kind names the speed unit and picks the test
+  // section, its validation count bounds a random sample.
+  const dataset = api('GET', `/api/datasets/${job.dataset_id}`);
   // The trainer's rate counts batch items: characters for a text dataset.
   let speedUnit = 'images/s';
-  if (job.dataset_id)
-    api('GET', `/api/datasets/${job.dataset_id}`)
-        .then(d => {
-          if (!(d.info && d.info.kind === 'text')) return;
-          speedUnit = 'characters/s';
-          charts.speed.options.scales.y.title.text = speedUnit;
-          for (const s of charts.speed.data.datasets) s.label = speedUnit;
-          charts.speed.update('none');
-        })
-        .catch(() => {});
+  dataset
+      .then(d => {
+        if (!(d.info && d.info.kind === 'text')) return;
+        speedUnit = 'characters/s';
+        charts.speed.options.scales.y.title.text = speedUnit;
+        for (const s of charts.speed.data.datasets) s.label = speedUnit;
+        charts.speed.update('none');
+      })
+      .catch(() => {});
   const records = [];
   const usageStart = Date.now() / 1000;
   const add = r => {
@@ -334,7 +336,7 @@ async function jobPage(id) {
   // The input of the last classification, for "Show layers".
   let lastInput = null;
   let valCount = 1;  // validation images to pick a random one from
-  api('GET', `/api/datasets/${job.dataset_id}`)
+  dataset
       .then(d => {
         valCount = Math.max(1, d.info ? d.info.val_count : 1);
         if (d.info && d.info.kind === 'text') textJob(id);
