@@ -16,7 +16,7 @@ packages=(
   libonnx-dev python3-onnx python3-torch python3-torchvision
   openmpi-bin libopenmpi-dev openssh-client iproute2
   slurmctld slurmd slurm-client munge
-  chromium
+  chromium graphviz
   dataset-fashion-mnist fortunes
 )
 

@@ -147,13 +147,19 @@ TEST(Cli, CorruptWeightsExitTwo) {
   EXPECT_NE(r.output.find(w), std::string::npos) << r.output;
 }
 
+// A safetensors file `name` of the JSON `header` and `data` zero bytes.
+std::string zero_safetensors(const std::string& name, const std::string& header, size_t data) {
+  std::string size(8, '\0');
+  size[0] = static_cast<char>(header.size());
+  size[1] = static_cast<char>(header.size() >> 8);
+  return write_temp(name, size + header + std::string(data, '\0'));
+}
+
 // Weights that match none of the net's blobs (another net's, a V1 .caffemodel) are refused,
 // not trained over from random values with exit 0.
 TEST(Cli, WeightsMatchingNoBlobExitTwo) {
-  const std::string header = R"({"other.0":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(header.size());
-  const std::string w = write_temp("unrelated.safetensors", bytes + header + std::string(8, '\0'));
+  const std::string w =
+      zero_safetensors("unrelated.safetensors", R"({"other.0":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
   std::string solver =
       write_temp("unrelated_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 5\n");
   const std::string out = (fs::temp_directory_path() / "bks_cli_unrelated").string();
@@ -165,6 +171,32 @@ TEST(Cli, WeightsMatchingNoBlobExitTwo) {
       << r.output;
   r = run_cmd("test --model " + kLenet + " --weights " + w + " --iterations 1");
   EXPECT_EQ(r.code, 2) << r.output;
+}
+
+// Fine-tuning for another class count: a blob of the wrong shape is refused (naming both
+// shapes) unless --reinit-mismatched, which leaves it at its filler and trains.
+TEST(Cli, ReinitMismatchedLetsAResizedClassifierTrain) {
+  const std::string w = zero_safetensors("five_classes.safetensors",
+                                         R"({"conv1.1":{"dtype":"F32","shape":[20],"data_offsets":[0,80]},)"
+                                         R"("ip2.0":{"dtype":"F32","shape":[5,500],"data_offsets":[80,10080]}})",
+                                         10080);
+  std::string solver =
+      write_temp("resized_solver.prototxt", "net: '" + kLenet + "'\nbase_lr: 0.01 lr_policy: 'fixed' max_iter: 2\n");
+  const std::string out = (fs::temp_directory_path() / "bks_cli_resized").string();
+  fs::remove_all(out);
+  auto r = run_cmd("train --solver " + solver + " --weights " + w + " --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("tensor 'ip2.0' has shape (5,500) but the net expects (10,500)"), std::string::npos)
+      << r.output;
+  fs::remove_all(out);
+  r = run_cmd("train --solver " + solver + " --weights " + w + " --reinit-mismatched --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("'ip2.0' has shape (5,500) but the net expects (10,500): it keeps its initial values"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(out) / "metrics.jsonl"));
+  EXPECT_EQ(run_cmd("train --solver " + solver + " --reinit-mismatched --out " + out + "2").code, 2)
+      << "the flag needs --weights";
 }
 
 // --stage and --level choose the layers of include/exclude rules, as in `caffe time`.

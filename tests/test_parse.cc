@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
+#include "cli_util.h"
 #include "core/file_io.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
@@ -161,6 +163,98 @@ TEST(Parse, ForkFieldNamesTheLayerAndField) {
                      "layer { name: 'p' type: 'Pooling'\n pooling_param { pool: MAX kernel_size: 2 dilation: 2 } }\n"),
             "fork2.prototxt:2: layer 'p' (Pooling): field 'pooling_param.dilation'" + tail);
   EXPECT_EQ(error_of("fork3.prototxt", "name: 'n'\nquantize: true\n"), "fork3.prototxt:2: field 'quantize'" + tail);
+}
+
+// The parse error of `text` (as file `file`), from the file's name on; fails the test
+// when it parses.
+std::string parse_error(const std::string& file, const std::string& text) {
+  const std::string path = write_temp(file, text);
+  try {
+    NetLoad nl = load_net_file(path);
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    return m.find(file) == std::string::npos ? m : m.substr(m.find(file));
+  }
+  ADD_FAILURE() << "no error for " << text;
+  return {};
+}
+
+const char* kInput = "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 1 dim: 4 } } }\n";
+
+// A field below the layer's own (a filler inside inner_product_param) is named by its path
+// from the layer, as the file spells it, in current and V1 nets; a layer without a type says so.
+TEST(Parse, NestedFieldIsNamedByItsPathFromTheLayer) {
+  const std::string tail = " is not part of BVLC Caffe or the forks bakusoku supports";
+  EXPECT_EQ(
+      parse_error("nested.prototxt", std::string(kInput) +
+                                         "layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'ip'\n"
+                                         "  inner_product_param { num_output: 10 weight_filler { typ: 'x' } } }\n"),
+      "nested.prototxt:3: layer 'ip' (InnerProduct): field 'inner_product_param.weight_filler.typ'" + tail);
+  EXPECT_EQ(parse_error("nested_v1.prototxt",
+                        "layers { name: 'ip' type: INNER_PRODUCT\n"
+                        "  inner_product_param { bias_filler { typ: 'x' } } }\n"),
+            "nested_v1.prototxt:2: layer 'ip' (INNER_PRODUCT): field 'inner_product_param.bias_filler.typ'" + tail);
+  EXPECT_EQ(parse_error("no_type.prototxt", std::string(kInput) + "layer { name: 'ip' typo: 'InnerProduct' }\n"),
+            "no_type.prototxt:2: layer 'ip' (no type): field 'typo'" + tail);
+}
+
+// No error about a prototxt names protobuf's message types (bks.proto.FillerParameter):
+// each names the layer and the field's path, on one line with the file and line (and the
+// column where a value is wrong).
+TEST(Parse, ErrorsNameFieldPathsNeverMessageTypes) {
+  const std::string in = kInput;
+  const std::string ip = "layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'ip' ";
+  const std::string ip_where = "layer 'ip' (InnerProduct): field 'inner_product_param.";
+  const struct {
+    std::string text, expected;
+  } cases[] = {
+      {in + ip + "inner_product_param { weight_filler { typ: 'x' } } }",
+       ":2: " + ip_where + "weight_filler.typ' is not part"},
+      {in + ip + "inner_product_param { num_output: x } }", ":2:97: " + ip_where + "num_output': expected integer"},
+      {in + ip + "inner_product_param { bias_term: maybe } }",
+       ":2:96: " + ip_where + "bias_term': expected true or false, got: maybe"},
+      {in + ip + "inner_product_param { weight_filler { variance_norm: SIDEWAYS } } }",
+       ":2:116: " + ip_where +
+           "weight_filler.variance_norm': unknown value SIDEWAYS; it takes FAN_IN, FAN_OUT or AVERAGE"},
+      {in + ip + "inner_product_param { num_output: 1 num_output: 2 } }",
+       ":2:99: " + ip_where + "num_output' is given more than once"},
+      {in + ip + "[foo]: 1 }", ":2: layer 'ip' (InnerProduct): field '[foo]' is not part"},
+      {in + "layer { name: 'c' type: 'Clip' bottom: 'x' top: 'c'\n clip_param { min: 0 } }",
+       ":2: layer 'c' (Clip): field 'clip_param.max' is required"},
+      {in + ip + "inner_product_param { 5 } }", ":2:85: layer 'ip' (InnerProduct): in 'inner_product_param': expected"},
+      {in + ip + "inner_product_param { num_output: 10 }",
+       ":2:101: layer 'ip' (InnerProduct): expected identifier, "
+       "got: the end of the file"},
+      {"input_shape { dum: 1 }", ":1: field 'input_shape.dum' is not part"},
+      {"layers { name: 'r' type: RELUU }", ":1:26: layer 'r': field 'type': unknown value RELUU"},
+  };
+  const std::regex type_name(R"([A-Z]\w*(Parameter|Proto)\b)");
+  for (const auto& c : cases) {
+    const std::string e = parse_error("types.prototxt", c.text);
+    EXPECT_EQ(e.rfind("types.prototxt:", 0), 0u) << e;
+    EXPECT_NE(e.find(c.expected), std::string::npos) << e << "\nexpected: " << c.expected;
+    EXPECT_EQ(e.find("bks.proto"), std::string::npos) << e;
+    EXPECT_FALSE(std::regex_search(e, type_name)) << "a message type's name: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
+  }
+}
+
+// The command line prints such an error as one line "error: FILE:LINE: ..." and exits 2;
+// a binary file that is not Caffe's names what it should be, not a message type.
+TEST(Parse, CliPrintsTheFieldPathOnOneLineAndExitsTwo) {
+  const std::string path =
+      write_temp("cli_nested.prototxt", std::string(kInput) +
+                                            "layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'ip'\n"
+                                            "  inner_product_param { num_output: 10 weight_filler { typ: 'x' } } }\n");
+  auto r = test::run_cmd("time --model " + path);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: " + path +
+                          ":3: layer 'ip' (InnerProduct): field 'inner_product_param.weight_filler.typ' is not part of "
+                          "BVLC Caffe or the forks bakusoku supports\n");
+  const std::string weights = write_temp("cli_garbage.caffemodel", "\xff\xff\xff not protobuf");
+  r = test::run_cmd("upgrade_net_proto_binary " + weights + " " + weights + ".out");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: " + weights + ": not a valid Caffe weights file (.caffemodel)\n");
 }
 
 TEST(Parse, SemanticErrors) {

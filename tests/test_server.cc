@@ -24,6 +24,9 @@
 
 #include "cli_util.h"
 #include "core/error.h"
+#include "formats/safetensors.h"
+#include "serve_process.h"
+#include "server/dataset_job.h"
 #include "server/images.h"
 #include "server/jobs.h"
 #include "server/process.h"
@@ -38,62 +41,29 @@ using json = nlohmann::json;
 const char* kTrain = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
 const char* kTest = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
 
-// `bakusoku serve --port 0` in its own data directory, stopped (SIGTERM) when it goes.
-class Server {
+// A server with one slot of one thread unless a test asks for more.
+class Server : public ::Server {
  public:
-  explicit Server(const std::string& data_dir, std::vector<std::string> extra = {}) : dir_(data_dir) {
-    std::vector<std::string> args{BKS_BINARY, "serve",   "--port", "0",         "--data-dir",
-                                  data_dir,   "--slots", "1",      "--threads", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int out[2];
-    EXPECT_EQ(pipe(out), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      close(out[0]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    // The first line names the URL: "bakusoku serve: http://127.0.0.1:PORT/".
-    std::string line;
-    char c;
-    while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
-    close(out[0]);
-    auto at = line.rfind(':');
-    port_ = at == std::string::npos ? 0 : std::atoi(line.c_str() + at + 1);
-    EXPECT_GT(port_, 0) << line;
-  }
-  ~Server() { stop(SIGTERM); }
-  void stop(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int st = 0;
-    waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
-  int port() const { return port_; }
-  const std::string& data_dir() const { return dir_; }
-  httplib::Client client(const std::string& token = "") const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(120, 0);
-    if (!token.empty()) c.set_bearer_token_auth(token);
-    return c;
-  }
+  explicit Server(const std::string& data_dir, std::vector<std::string> extra = {})
+      : ::Server(data_dir, with_defaults(std::move(extra))) {}
 
  private:
-  std::string dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
+  static std::vector<std::string> with_defaults(std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--slots", "1", "--threads", "1"});
+    return extra;
+  }
 };
 
 std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("bks_server_" + name);
   fs::remove_all(p);
   return p.string();
+}
+
+// A file's text; empty when it is not there (yet).
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 json call(httplib::Client& c, const std::string& method, const std::string& path, const json& body, int& status) {
@@ -255,7 +225,7 @@ TEST(ServerApi, DatasetModelTrainingMetricsAndClassification) {
   ASSERT_TRUE(svg);
   EXPECT_EQ(svg->status, 200);
   EXPECT_NE(svg->body.find("<svg"), std::string::npos);
-  EXPECT_NE(svg->body.find("(100,20,24,24)"), std::string::npos) << "blob shapes on the arrows";
+  EXPECT_NE(svg->body.find("64×20×24×24"), std::string::npos) << "blob shapes of the TRAIN batch on the arrows";
 
   // Live events: the stream of a finished job replays its records and ends.
   auto ev = c.Get(job + "/events");
@@ -361,9 +331,17 @@ TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {
   json aborted = get(c, job);
   int64_t last = aborted["snapshots"].back()["iter"];
   EXPECT_NE(aborted.value("reason", "").find("aborted"), std::string::npos);
+  EXPECT_GT(aborted.value("run_seconds", 0.0), 0.0);
   json r = post(c, job + "/resume", json::object());
   EXPECT_EQ(r["state"], "queued");
+  EXPECT_FALSE(r.contains("finished")) << "the aborted attempt's finish time stays behind";
+  ASSERT_EQ(r["resumes"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["resumes"][0]["iter"], last) << "where the charts mark the resume";
   ASSERT_TRUE(wait_for([&] { return get(c, job).value("attempts", 0) == 2 && job_state(c, id) == "running"; }, 60));
+  // CPU and memory of both attempts, recorded whether or not a page watched.
+  const fs::path usage = fs::path(dir) / "jobs" / std::to_string(id) / "usage.jsonl";
+  ASSERT_TRUE(wait_for([&] { return read_text(usage).find("\"attempt\":2") != std::string::npos; }, 30));
+  EXPECT_NE(read_text(usage).find("\"attempt\":1"), std::string::npos);
   std::ifstream out(fs::path(dir) / "jobs" / std::to_string(id) / "output.txt");
   std::string log((std::istreambuf_iterator<char>(out)), {});
   EXPECT_NE(log.find("--keep-snapshots 5"), std::string::npos) << "the dashboard keeps the newest 5 by default";
@@ -379,6 +357,153 @@ TEST(ServerApi, AbortThenResumeContinuesFromTheLastSnapshot) {
   ASSERT_TRUE(wait_for([&] { return job_state(c, id) == "aborted"; }, 60));
   call(c, "POST", job + "/abort", json::object(), st);
   EXPECT_EQ(st, 409);
+}
+
+// Fine-tuning from a job's snapshot (a layer frozen by lr_mult), the solver fields the form
+// sets, the records the pages draw (best accuracy, time run, CPU and memory), a standard
+// network's layers for the editor, and deploying a job as a bundle with its figures.
+TEST(ServerApi, FineTuneDeployAndTheRecordsThePagesDraw) {
+  const std::string dir = temp_dir("loop");
+  Server s(dir);
+  auto c = s.client();
+  const int64_t ds = fashion_dataset(c);
+  int st = 0;
+  const std::string networks = "/api/networks/lenet?dataset_id=" + std::to_string(ds);
+  const std::string layers = get(c, networks)["prototxt"];
+  EXPECT_NE(layers.find("name: \"conv1\""), std::string::npos);
+  EXPECT_EQ(layers.find("\"Data\""), std::string::npos) << "the editor's text has no data layers";
+  EXPECT_TRUE(post(c, "/api/models/validate", {{"prototxt", layers}, {"dataset_id", ds}})["ok"]);
+  call(c, "GET", "/api/networks/nope?dataset_id=" + std::to_string(ds), {}, st);
+  EXPECT_EQ(st, 404);
+  EXPECT_EQ(call(c, "GET", "/api/networks/lenet", {}, st).value("field", ""), "dataset_id");
+  EXPECT_EQ(st, 400);
+
+  json a =
+      post(c, "/api/models",
+           {{"name", "source"},
+            {"network", "lenet"},
+            {"dataset_id", ds},
+            {"solver", {{"epochs", 0.3}, {"snapshot_epochs", 0.2}, {"test_epochs", 0.1}, {"display", 5}, {"seed", 7}}}},
+           201);
+  const int64_t src = a["jobs"][0]["id"];
+  const fs::path src_dir = fs::path(dir) / "jobs" / std::to_string(src);
+  const std::string solver = read_text(src_dir / "solver.prototxt");
+  for (const char* line : {"display: 5\n", "random_seed: 7\n", "test_interval: 94\n"})
+    EXPECT_NE(solver.find(line), std::string::npos) << line << " in\n" << solver;
+  ASSERT_TRUE(wait_for([&] { return job_state(c, src) == "done"; }, 180));
+  json done = get(c, "/api/jobs/" + std::to_string(src));
+  double best = -1, at_188 = -1;
+  std::vector<int64_t> tested;
+  for (const json& r : get(c, "/api/jobs/" + std::to_string(src) + "/metrics"))
+    if (r["phase"] == "test") {
+      best = std::max(best, r["accuracy"].get<double>());
+      tested.push_back(r["iter"]);
+      if (r["iter"] == 188) at_188 = r["accuracy"];
+    }
+  EXPECT_EQ(tested, (std::vector<int64_t>{0, 94, 188})) << "a test every 94 iterations";
+  EXPECT_DOUBLE_EQ(done["best_test"]["accuracy"].get<double>(), best);
+  EXPECT_GT(done.value("run_seconds", 0.0), 0.0);
+  EXPECT_NE(read_text(src_dir / "usage.jsonl").find("\"rss_mb\""), std::string::npos);
+  auto events = c.Get("/api/jobs/" + std::to_string(src) + "/events");
+  ASSERT_TRUE(events);
+  EXPECT_NE(events->body.find("event: usage"), std::string::npos) << "a finished job's stream replays its usage";
+  ASSERT_EQ(done["snapshots"].size(), 2u) << done.dump();
+  const int64_t last = done["snapshots"].back()["iter"];
+  EXPECT_EQ(done["snapshots"][0]["iter"], 188);
+
+  // Fine-tuning: refused requests name the field and leave nothing.
+  const std::pair<json, std::string> bad[] = {
+      {{{"weights_from", {{"job_id", src}, {"iter", last + 1}}}}, "weights_from"},
+      {{{"weights_from", {{"job_id", 999}, {"iter", last}}}}, "weights_from"},
+      {{{"weights_from", "job 1"}}, "weights_from"},
+      {{{"lr_mult", {{"nope", 0}}}}, "lr_mult"},
+      {{{"lr_mult", {{"relu1", 0}}}}, "lr_mult"},
+      {{{"lr_mult", {{"conv1", "zero"}}}}, "lr_mult"},
+  };
+  for (const auto& [extra, field] : bad) {
+    json body{{"name", "tuned"}, {"network", "lenet"}, {"dataset_id", ds}};
+    body.update(extra);
+    json r = call(c, "POST", "/api/models", body, st);
+    EXPECT_EQ(st, 400) << body.dump() << " " << r.dump();
+    EXPECT_EQ(r.value("field", ""), field) << body.dump() << " " << r.dump();
+  }
+  EXPECT_EQ(get(c, "/api/models").size(), 1u) << "a refused request leaves no model";
+  json b = post(c, "/api/models",
+                {{"name", "tuned"},
+                 {"network", "lenet"},
+                 {"dataset_id", ds},
+                 {"solver", {{"epochs", 0.1}, {"snapshot_epochs", 0}}},
+                 {"weights_from", {{"job_id", src}, {"iter", 188}}},
+                 {"lr_mult", {{"conv1", 0}}}},
+                201);
+  const int64_t tuned = b["jobs"][0]["id"];
+  ASSERT_TRUE(wait_for([&] { return job_state(c, tuned) == "done"; }, 180));
+  json first_test;
+  for (const json& r : get(c, "/api/jobs/" + std::to_string(tuned) + "/metrics"))
+    if (r["phase"] == "test" && first_test.is_null()) first_test = r;
+  EXPECT_EQ(first_test["iter"], 0);
+  EXPECT_NEAR(first_test["accuracy"].get<double>(), at_188, 1e-6)
+      << "it starts from the source's weights at iteration 188, which scored that";
+  const auto snapshot = [&](int64_t job, int64_t iter) {
+    return bks::load_safetensors((fs::path(dir) / "jobs" / std::to_string(job) / "run" / "snapshots" /
+                                  ("iter_" + std::to_string(iter) + ".safetensors"))
+                                     .string());
+  };
+  const bks::TensorFile before = snapshot(src, 188),
+                        after =
+                            snapshot(tuned, get(c, "/api/jobs/" + std::to_string(tuned))["snapshots"].back()["iter"]);
+  const auto same = [&](const char* key) {
+    const bks::Tensor *x = before.find(key), *y = after.find(key);
+    return x && y && x->numel() == y->numel() && std::equal(x->f32(), x->f32() + x->numel(), y->f32());
+  };
+  EXPECT_TRUE(same("conv1.0")) << "lr_mult 0 froze conv1";
+  EXPECT_FALSE(same("ip1.0")) << "the other layers trained";
+
+  // Classifying many uploads at once: one that is not an image does not spoil the rest.
+  httplib::MultipartFormDataItems items;
+  for (const char* f : {"1_0.png", "7_0.png"})
+    items.push_back({"images", c.Get("/api/datasets/" + std::to_string(ds) + "/images/" + f)->body, f, "image/png"});
+  items.push_back({"images", "not a png", "broken.png", "image/png"});
+  auto many = c.Post("/api/jobs/" + std::to_string(src) + "/classify_many", items);
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->status, 200) << many->body;
+  json m = json::parse(many->body);
+  ASSERT_EQ(m["results"].size(), 3u) << m.dump();
+  EXPECT_EQ(m["results"][0]["top"][0]["name"], "Trouser");
+  EXPECT_EQ(m["results"][1]["top"][0]["name"], "Sneaker");
+  EXPECT_NE(m["results"][2].value("error", "").find("PNG or JPEG"), std::string::npos) << m.dump();
+  int64_t counted = 0;
+  for (const json& k : m["per_class"]) counted += k["count"].get<int64_t>();
+  EXPECT_EQ(counted, 2);
+  EXPECT_EQ(m["per_class"][1]["best"], json::array({0}));
+  httplib::MultipartFormDataItems too_many(1001, {"images", "x", "x.png", "image/png"});
+  many = c.Post("/api/jobs/" + std::to_string(src) + "/classify_many", too_many);
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->status, 413);
+  EXPECT_EQ(json::parse(many->body).value("field", ""), "images");
+
+  // Deploying: a bundle, its figures, its deploy prototxt and labels.
+  const std::string sj = "/api/jobs/" + std::to_string(src);
+  EXPECT_EQ(call(c, "POST", sj + "/deploy", {{"precision", "fp64"}}, st).value("field", ""), "precision");
+  EXPECT_EQ(call(c, "POST", sj + "/deploy", {{"iter", last + 1}}, st).value("field", ""), "iter");
+  json dj = post(c, sj + "/deploy", {{"precision", "fp32"}}, 201);
+  EXPECT_EQ(dj["kind"], "deploy");
+  const std::string d = "/api/jobs/" + std::to_string(dj["id"].get<int64_t>());
+  ASSERT_TRUE(wait_for([&] { return job_state(c, dj["id"]) == "done"; }, 180)) << get(c, d).dump();
+  json figures = get(c, d + "/deploy/bench.json");
+  ASSERT_EQ(figures["results"].size(), 2u) << figures.dump();
+  EXPECT_EQ(figures["results"][0]["batch"], 1);
+  EXPECT_EQ(figures["results"][1]["batch"], 64);
+  EXPECT_GT(figures["results"][0]["latency_ms"]["p99"].get<double>(), 0);
+  auto bundle = c.Get(d + "/deploy/model.bks");
+  ASSERT_TRUE(bundle);
+  EXPECT_EQ(bundle->status, 200);
+  EXPECT_GT(bundle->body.size(), 100000u);
+  const std::string deploy = c.Get(d + "/deploy/deploy.prototxt")->body;
+  EXPECT_NE(deploy.find("type: \"Input\""), std::string::npos) << deploy;
+  EXPECT_NE(deploy.find("type: \"Softmax\""), std::string::npos) << deploy;
+  EXPECT_EQ(deploy.find("Accuracy"), std::string::npos) << deploy;
+  EXPECT_EQ(c.Get(d + "/deploy/labels.txt")->body.substr(0, 20), "T-shirt/top\nTrouser\n");
 }
 
 // The bakusoku processes still running a job (its ranks and launcher), found by the
@@ -862,6 +987,9 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
                       st);
   EXPECT_EQ(st, 400);
   EXPECT_EQ(bad_net["field"], "prototxt");
+  // The line once, in words: the form shows no file name.
+  EXPECT_EQ(bad_net.value("error", "").rfind("line 1: layer 'a' (Bogus): ", 0), 0u) << bad_net.dump();
+  EXPECT_EQ(bad_net.dump().find("custom.prototxt"), std::string::npos) << bad_net.dump();
   EXPECT_TRUE(get(c, "/api/models").empty()) << "a refused model leaves nothing behind";
   // multistep: its steps (epochs) become Caffe's stepvalue (iterations); the schedule preview
   // takes the dataset's iterations per epoch (60000 images / 64 = 938) as the model does.
@@ -914,6 +1042,162 @@ TEST(ServerApi, EveryBadInputGetsA4xxNamingTheField) {
 }
 
 // The learning rate at `iter` in a schedule from /api/lr_schedule (NaN when not sampled).
+// The editor shows the text as lines and prints "line N: error": a validation error says
+// what is wrong (the layer and the field's path, never protobuf's message types) and gives
+// the place in fields of its own, not as a "custom.prototxt:2:5: " prefix.
+TEST(ServerApi, ValidationErrorsGiveLineAndColumnApartFromTheMessage) {
+  Server s(temp_dir("validate"));
+  auto c = s.client();
+  const std::string ip = "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' ";
+  const auto validate = [&](const std::string& text) {
+    json v = post(c, "/api/models/validate", {{"prototxt", text}});
+    EXPECT_FALSE(v.value("ok", true)) << v.dump();
+    EXPECT_EQ(v.dump().find("custom.prototxt"), std::string::npos) << v.dump();
+    EXPECT_EQ(v.dump().find("bks.proto"), std::string::npos) << v.dump();
+    return v;
+  };
+  json filler = validate(ip + "inner_product_param { num_output: 10 weight_filler { typ: 'x' } } }");
+  EXPECT_EQ(filler.value("error", ""),
+            "layer 'ip' (InnerProduct): field 'inner_product_param.weight_filler.typ' is not part of BVLC Caffe or "
+            "the forks bakusoku supports");
+  EXPECT_EQ(filler.value("line", 0), 1) << filler.dump();
+  EXPECT_FALSE(filler.contains("column")) << "the field names the place: " << filler.dump();
+  const std::string bad_value = ip + "inner_product_param { num_output: x } }";
+  json value = validate("# a comment\n" + bad_value);
+  EXPECT_EQ(value.value("error", ""),
+            "layer 'ip' (InnerProduct): field 'inner_product_param.num_output': expected integer, got: x");
+  EXPECT_EQ(value.value("line", 0), 2) << value.dump();
+  EXPECT_EQ(value.value("column", 0), static_cast<int>(bad_value.find("x }")) + 1) << value.dump();
+  json no_type = validate("layer { name: 'ip' typo: 'InnerProduct' }");
+  EXPECT_EQ(no_type.value("error", "").rfind("layer 'ip' (no type): field 'typo' is not part", 0), 0u)
+      << no_type.dump();
+  json build = validate(ip + "inner_product_param { num_output: 10 } }\n" +
+                        "layer { name: 'x' type: 'NoSuchLayer' bottom: 'ip' top: 'x' }\n");
+  EXPECT_EQ(build.value("error", "").rfind("layer 'x' (NoSuchLayer): ", 0), 0u) << build.dump();
+  EXPECT_EQ(build.value("line", 0), 2) << build.dump();
+  EXPECT_FALSE(build.contains("column")) << build.dump();
+}
+
+// Dataset names tell datasets apart in the model form: a second dataset of a name is
+// refused naming the field. A failed dataset keeps its name (resuming its job packs it
+// again) until it is deleted.
+TEST(ServerApi, TwoDatasetsCannotShareAName) {
+  const std::string dir = temp_dir("dataset_names");
+  Server s(dir);
+  auto c = s.client();
+  const fs::path imports = fs::path(dir) / "imports";
+  fs::create_directories(imports);
+  std::ofstream(imports / "hello.txt") << "hello world. hello world. hello world.\n";
+  std::ofstream(imports / "latin1.txt") << "caf\xe9\n";
+  const auto create = [&](const std::string& name, const std::string& file, int want) {
+    int st = 0;
+    json d =
+        call(c, "POST", "/api/datasets", {{"name", name}, {"source", "text"}, {"file", (imports / file).string()}}, st);
+    EXPECT_EQ(st, want) << name << ": " << d.dump();
+    return d;
+  };
+  const auto wait_packed = [&](const json& d) {
+    const std::string path = "/api/datasets/" + std::to_string(d.value("id", int64_t{0}));
+    EXPECT_TRUE(wait_for(
+        [&] {
+          const std::string st = get(c, path).value("status", "");
+          return st == "done" || st == "failed";
+        },
+        60));
+    return get(c, path).value("status", "");
+  };
+  EXPECT_EQ(wait_packed(create("text", "hello.txt", 201)), "done");
+  json twice = create("text", "hello.txt", 400);
+  EXPECT_EQ(twice.value("field", ""), "name") << twice.dump();
+  EXPECT_NE(twice.value("error", "").find("a dataset named 'text' already exists"), std::string::npos) << twice.dump();
+  EXPECT_EQ(get(c, "/api/datasets").size(), 1u) << "the refused one left nothing behind";
+
+  json broken = create("broken", "latin1.txt", 201);
+  EXPECT_EQ(wait_packed(broken), "failed");
+  EXPECT_EQ(create("broken", "hello.txt", 400).value("field", ""), "name") << "a failed dataset keeps its name";
+  int st = 0;
+  call(c, "DELETE", "/api/datasets/" + std::to_string(broken["id"].get<int64_t>()), {}, st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(wait_packed(create("broken", "hello.txt", 201)), "done") << "deleted, its name is free again";
+}
+
+// The pack-dataset child appends a line per percent of progress; the server reads the newest
+// whole line (a line still being written is not read).
+TEST(ServerDatasetJob, ProgressLogHoldsAStepPerPercentAndTheNewestWholeLineIsRead) {
+  using bks::server::last_progress;
+  const fs::path file = fs::path(temp_dir("progress_log")) / "progress";
+  fs::create_directories(file.parent_path());
+  {
+    bks::server::ProgressLog log(file.string());
+    for (int i = 0; i <= 10000; ++i) log(i / 10000.0);
+  }
+  std::ifstream in(file);
+  std::vector<double> steps;
+  for (double p; in >> p;) steps.push_back(p);
+  ASSERT_EQ(steps.size(), 101u) << "0, then each percent up to 1";
+  EXPECT_EQ(steps.front(), 0);
+  EXPECT_NEAR(steps[42], 0.42, 1e-9);
+  EXPECT_EQ(steps.back(), 1);
+  EXPECT_EQ(last_progress("0.1000\n0.2000\n"), 0.2);
+  EXPECT_EQ(last_progress("0.1000\n0.2000\n0.3"), 0.2) << "the last line is not whole yet";
+  EXPECT_EQ(last_progress("0.5\n"), 0.5);
+  EXPECT_EQ(last_progress(""), -1);
+  EXPECT_EQ(last_progress("0.3"), -1);
+  EXPECT_EQ(last_progress("0.1\nnot a number\n"), -1);
+  EXPECT_EQ(last_progress("0.1\n7\n"), -1) << "a fraction lies in [0, 1]";
+}
+
+// Packing has a slot of its own: with one job slot held by training, a new dataset is still
+// packed (it used to wait behind the training job), and its progress moves between 0 and 1
+// on the way (it used to jump from 0 to done).
+TEST(ServerApi, ADatasetIsPackedWhileTrainingHoldsTheOnlySlotAndReportsProgress) {
+  const std::string dir = temp_dir("packing_slot");
+  Server s(dir);  // --slots 1
+  auto c = s.client();
+  const int64_t ds = fashion_dataset(c);
+  const int64_t job = model(c, ds, 20, 0)["jobs"][0]["id"];
+  ASSERT_TRUE(wait_for([&] { return job_state(c, job) == "running"; }, 60)) << job_state(c, job);
+  // Both Fashion-MNIST files resized to 32x32 colour: seconds of packing (mostly resizing).
+  json d = post(c, "/api/datasets",
+                {{"name", "fashion32"},
+                 {"source", "idx"},
+                 {"train_images", kTrain},
+                 {"test_images", kTest},
+                 {"width", 32},
+                 {"height", 32},
+                 {"color", "color"}},
+                201);
+  const std::string path = "/api/datasets/" + std::to_string(d["id"].get<int64_t>());
+  std::vector<double> seen;
+  std::string status;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (std::chrono::steady_clock::now() < deadline) {
+    json now = get(c, path);
+    status = now.value("status", "");
+    if (now.contains("progress")) seen.push_back(now["progress"].get<double>());
+    if (status == "done" || status == "failed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(status, "done") << get(c, path).dump();
+  EXPECT_EQ(job_state(c, job), "running") << "packed while training held the only slot";
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end())) << "progress never goes back";
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](double p) { return p >= 0 && p <= 1; }));
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](double p) { return p > 0 && p < 1; }))
+      << "seen: " << json(seen).dump();
+  EXPECT_EQ(seen.back(), 1);
+  // What the child reported, timing aside: a step per percent, stages included.
+  const int64_t pack_job = get(c, path)["job_id"];
+  std::ifstream in(fs::path(dir) / "jobs" / std::to_string(pack_job) / "progress");
+  std::vector<double> steps;
+  for (double p; in >> p;) steps.push_back(p);
+  EXPECT_GT(steps.size(), 50u) << json(steps).dump();
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end())) << json(steps).dump();
+  EXPECT_EQ(steps.empty() ? 0.0 : steps.back(), 1);
+  post(c, "/api/jobs/" + std::to_string(job) + "/abort", json::object());
+  EXPECT_TRUE(wait_for([&] { return job_state(c, job) == "aborted"; }, 60));
+}
+
 double lr_at(const json& schedule, int64_t iter) {
   for (const json& p : schedule.value("points", json::array()))
     if (p["iter"].get<int64_t>() == iter) return p["lr"].get<double>();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/file_io.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
@@ -107,7 +108,7 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
 Runner add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Latency and throughput of a deployment bundle, like trtexec");
   struct Opts {
-    std::string bundle, batches;
+    std::string bundle, batches, report;
     std::vector<std::string> compare;
     int iterations = 100, threads = 0;
     bool json = false, layers = false;
@@ -120,6 +121,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--compare", o->compare, "NET WEIGHTS: also run the unoptimised graph on the same inputs")
       ->expected(2);
   cmd->add_flag("--json", o->json, "Print the figures as one JSON object");
+  cmd->add_option("--report", o->report, "Also write the figures, as --json prints them, to this file");
   cmd->add_flag("--layers", o->layers, "Also time each layer (and the GFLOP/s of convolutions and inner products)");
   return [o] {
     Bundle b = load_bundle(o->bundle);
@@ -182,6 +184,7 @@ Runner add_bench(CLI::App& app) {
       report["results"].push_back(row);
     }
     if (o->json) fmt::print("{}\n", report.dump());
+    if (!o->report.empty()) write_file_atomic(o->report, report.dump() + "\n");
     return 0;
   };
 }

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -29,21 +29,20 @@ Runner add_pack_dataset(CLI::App& app) {
   auto o = std::make_shared<PackOptions>();
   cmd->add_option("--spec", o->spec, "The dataset's spec (JSON, as the server validated it)")->required();
   cmd->add_option("--out", o->out, "The folder to pack into")->required();
-  cmd->add_option("--progress", o->progress, "A file to write the progress (0 to 1) into");
+  cmd->add_option("--progress", o->progress, "A file to append the progress (0 to 1) to, a line per percent");
   cmd->add_option("--import-root", o->roots, "A folder the dataset's files may come from (repeatable)")->required();
   return [o] {
     const auto spec = nlohmann::json::parse(read_file(o->spec, "dataset spec"), nullptr, false);
     if (!spec.is_object()) input_error("{}: not a JSON object", o->spec);
     const std::atomic<bool> never{false};  // the server stops this process by killing it
-    auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
-    auto progress = [&](double p) {
-      // The server polls a few times a second; a file per image would be wasted work.
-      const auto now = std::chrono::steady_clock::now();
-      if (o->progress.empty() || (now - last < std::chrono::milliseconds(200) && p < 1)) return;
-      last = now;
-      server::write_progress(o->progress, p);
-    };
-    server::pack_dataset(spec, o->out, o->roots, progress, never);
+    std::optional<server::ProgressLog> log;
+    if (!o->progress.empty()) log.emplace(o->progress);
+    server::pack_dataset(
+        spec, o->out, o->roots,
+        [&](double p) {
+          if (log) (*log)(p);
+        },
+        never);
     return 0;
   };
 }

@@ -19,6 +19,10 @@ Runner add_train(CLI::App& app, const std::string& command_line) {
   opt->command_line = command_line;
   cmd->add_option("--solver", opt->solver, "Solver prototxt")->required();
   auto* w = cmd->add_option("--weights", opt->weights, "Initial weights (.safetensors or .caffemodel)");
+  cmd->add_flag("--reinit-mismatched", opt->reinit_mismatched,
+                "Blobs of --weights whose shape differs from the net's (a classifier resized for another class "
+                "count) start from their fillers instead of failing")
+      ->needs(w);
   cmd->add_option("--snapshot", opt->snapshot, "Resume from this .solverstate")->excludes(w);
   cmd->add_option("--out", opt->out_dir, "Run directory (default runs/<net>-<UTC time>)");
   cmd->add_option("--threads", opt->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);

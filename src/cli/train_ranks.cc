@@ -36,6 +36,7 @@ std::vector<std::string> mpirun_command(int ranks, const TrainOptions& opt, bool
     if (!v.empty()) c.insert(c.end(), {flag, v});
   };
   add("--weights", opt.weights);
+  if (opt.reinit_mismatched) c.push_back("--reinit-mismatched");
   add("--snapshot", opt.snapshot);
   add("--out", opt.out_dir);
   if (opt.keep_snapshots > 0) add("--keep-snapshots", std::to_string(opt.keep_snapshots));

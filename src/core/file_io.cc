@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
 #include "core/error.h"
@@ -30,9 +31,24 @@ std::string read_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
+namespace {
+
+// What a binary protobuf file holds, in Caffe's words (its schema's type names are ours).
+std::string binary_kind(const google::protobuf::Message& msg) {
+  const std::string& type = msg.GetDescriptor()->name();
+  if (type == "NetParameter") return "Caffe weights file (.caffemodel)";
+  if (type == "BlobProto") return "Caffe blob file (.binaryproto)";
+  return "binary protobuf file";
+}
+
+}  // namespace
+
 void read_binary_proto(const std::string& path, google::protobuf::Message& msg) {
   std::string bytes = read_file(path, "binary proto file");
-  if (!msg.ParseFromString(bytes)) input_error("{}: not a valid binary {}", path, msg.GetTypeName());
+  // Partial first: protobuf's own check would log and name its message type.
+  if (!msg.ParsePartialFromString(bytes)) input_error("{}: not a valid {}", path, binary_kind(msg));
+  if (!msg.IsInitialized())
+    input_error("{}: the {} lacks required fields ({})", path, binary_kind(msg), msg.InitializationErrorString());
 }
 
 void write_file_atomic(const std::string& path, const std::string& data) {

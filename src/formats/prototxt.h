@@ -11,10 +11,11 @@
 
 namespace bks {
 
-// Parses `path` as text format into `msg`. Throws InputError "path:line:col: what" on a
-// syntax error or an unknown field. `layer_lines`, when given, receives the line of each
-// element of the repeated field `layer` (for error messages about layers), or where that
-// is empty, of `layers` (an old net, caffe_upgrade.h). A syntax error inside a layer names it.
+// Parses `path` as text format into `msg`. Throws InputError "path:line[:col]: what" on a
+// syntax error, an unknown field or a missing required one, naming the layer and the field's
+// path as the file spells it (prototxt_errors.h). `layer_lines`, when given, receives the
+// line of each element of the repeated field `layer` (for error messages about layers), or
+// where that is empty, of `layers` (an old net, caffe_upgrade.h).
 void read_prototxt(const std::string& path, google::protobuf::Message& msg, std::vector<int>* layer_lines = nullptr);
 void parse_prototxt_string(const std::string& text, const std::string& name, google::protobuf::Message& msg,
                            std::vector<int>* layer_lines = nullptr);

@@ -16,9 +16,10 @@ TensorFile read_caffemodel(const std::string& path) {
   proto::NetParameter net;
   read_binary_proto(path, net);
   if (NetFormat f = upgrade_net(net, path); f != NetFormat::current)
-    log::info("{}: a .caffemodel in Caffe's {} format, upgraded on load (`bakusoku upgrade_net_proto_binary {} "
-              "NEW.caffemodel` writes the current format)",
-              path, net_format_name(f), path);
+    log::info(
+        "{}: a .caffemodel in Caffe's {} format, upgraded on load (`bakusoku upgrade_net_proto_binary {} "
+        "NEW.caffemodel` writes the current format)",
+        path, net_format_name(f), path);
   TensorFile tf;
   for (auto& layer : net.layer())
     for (int i = 0; i < layer.blobs_size(); ++i) {
@@ -58,7 +59,7 @@ void save_weights(const std::string& path, const ParamStore& store,
   save_safetensors(path, list, m);
 }
 
-int load_weights(const std::string& path, ParamStore& store) {
+int load_weights(const std::string& path, ParamStore& store, bool reinit_mismatched) {
   FileKind kind = detect_file_kind(path);
   if (kind == FileKind::missing) input_error("{}: weights file not found", path);
   TensorFile tf;
@@ -76,6 +77,10 @@ int load_weights(const std::string& path, ParamStore& store) {
       input_error("{}: tensor '{}' is {}, expected F32", path, p.key, dtype_name(t->dtype()));
     if (t->shape() != p.data.shape() && t->numel() == p.data.numel() && caffemodel) {
       p.data.copy_from(*t);  // old caffemodels store 4-d shapes for 1-d/2-d blobs
+    } else if (t->shape() != p.data.shape() && reinit_mismatched) {
+      log::warn("{}: tensor '{}' has shape {} but the net expects {}: it keeps its initial values", path, p.key,
+                shape_str(t->shape()), shape_str(p.data.shape()));
+      continue;
     } else if (t->shape() != p.data.shape()) {
       input_error("{}: tensor '{}' has shape {} but the net expects {}", path, p.key, shape_str(t->shape()),
                   shape_str(p.data.shape()));

@@ -3,8 +3,12 @@
 //                                  sample ({"split": "train"|"val", "index": N}): top-5
 //   POST /api/jobs/<id>/visualize  the same input: every layer's activations and weights
 //   POST /api/jobs/<id>/evaluate   {"split": "val"}: accuracy, per class, confusion matrix
+//   POST /api/jobs/<id>/classify_many  many uploads (multipart fields "images", a folder
+//                                  picked in the page): each one's top-5, and per predicted
+//                                  class the images it is surest of
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 
@@ -87,9 +91,57 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
   return std::vector<uint8_t>(px, px + ds->field("data")->sample_numel());
 }
 
+// Images one request may classify (the request's size is bounded too: 16 MiB in all).
+constexpr size_t kMaxManyImages = 1000;
+// Images listed under each predicted class, the surest first.
+constexpr size_t kBestPerClass = 8;
+
+json classify_many(Context& c, const httplib::Request& req, const ClassifyInput& in) {
+  if (!req.is_multipart_form_data() || !req.has_file("images"))
+    throw ApiError(400, "images", "upload the images as multipart fields 'images'");
+  std::vector<const httplib::MultipartFormData*> files;
+  for (auto [it, end] = req.files.equal_range("images"); it != end; ++it) files.push_back(&it->second);
+  if (files.size() > kMaxManyImages)
+    throw ApiError(413, "images", fmt::format("{} images; at most {} at once", files.size(), kMaxManyImages));
+  json results = json::array();
+  std::vector<std::vector<std::pair<double, size_t>>> by_class(in.classes.size());
+  for (size_t k = 0; k < files.size(); ++k) {
+    const httplib::MultipartFormData& f = *files[k];
+    std::vector<uint8_t> chw;
+    std::string why;
+    const Decoded d = decode_chw(f.content, static_cast<int>(in.shape.at(0)), static_cast<int>(in.shape.at(1)),
+                                 static_cast<int>(in.shape.at(2)), chw, why);
+    if (d != Decoded::ok) {  // one bad file does not spoil the rest
+      results.push_back({{"name", f.filename}, {"error", d == Decoded::too_large ? "too large: " + why : why}});
+      continue;
+    }
+    json top = c.classifier.classify_pixels(in, chw.data())["top"];
+    const size_t cls = top[0]["class"].get<size_t>();
+    if (cls < by_class.size()) by_class[cls].emplace_back(top[0]["probability"].get<double>(), k);
+    results.push_back(json{{"name", f.filename}, {"top", std::move(top)}});
+  }
+  json per_class = json::array();
+  for (size_t cls = 0; cls < by_class.size(); ++cls) {
+    auto& v = by_class[cls];
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    json best = json::array();
+    for (size_t k = 0; k < std::min(v.size(), kBestPerClass); ++k) best.push_back(v[k].second);
+    per_class.push_back(json{{"class", cls}, {"name", in.classes[cls]}, {"count", v.size()}, {"best", best}});
+  }
+  return json{{"count", files.size()}, {"results", results}, {"per_class", per_class}};
+}
+
 }  // namespace
 
 void add_classify_routes(httplib::Server& s, Context& c) {
+  s.Post(R"(/api/jobs/(\d+)/classify_many)", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      json out;
+      ClassifyInput in = resolve(c, req, out);
+      out.update(classify_many(c, req, in));
+      return out;
+    });
+  });
   // One image in, through the top-5 or through every layer.
   for (auto [verb, look] :
        {std::pair{"classify", &Classifier::classify_pixels}, std::pair{"visualize", &Classifier::visualize}})

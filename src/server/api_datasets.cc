@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "server/datasets.h"
 #include "server/http.h"
@@ -28,6 +29,17 @@ json describe(Context& c, json d) {
   std::ifstream in(dataset_dir(c, d["id"]) / "info.json");
   if (in) d["info"] = parse_bounded_json(std::string(std::istreambuf_iterator<char>(in), {}));
   return d;
+}
+
+// A dataset of that name already there: the names are how the model form and the job list
+// tell datasets apart. A failed one keeps its name (resuming its job packs it again); delete
+// it to use the name.
+void check_name_free(Context& c, const std::string& name) {
+  for (const json& d : c.store.list("datasets"))
+    if (d.value("name", "") == name)
+      throw ApiError(400, "name",
+                     fmt::format("a dataset named '{}' already exists (dataset {}); pick another name or delete it",
+                                 name, d.value("id", int64_t{0})));
 }
 
 }  // namespace
@@ -60,7 +72,12 @@ void add_dataset_routes(httplib::Server& s, Context& c) {
         [&] {
           json spec = validate_dataset_spec(body_object(req), c.import_roots);
           json d{{"name", spec["name"]}, {"spec", spec}, {"created", now_seconds()}};
+          // Two requests with one name at once: one gets it.
+          static std::mutex naming;
+          std::unique_lock<std::mutex> lock(naming);
+          check_name_free(c, spec["name"]);
           int64_t id = c.store.insert("datasets", d);
+          lock.unlock();
           json job{{"kind", "dataset"}, {"name", "dataset: " + spec["name"].get<std::string>()}, {"dataset_id", id}};
           d["job_id"] = c.scheduler.submit(job);
           c.store.put("datasets", d);

@@ -1,25 +1,23 @@
 // Server-Sent Events for one job: each new metrics record ("metric"), the job whenever it
-// changes ("job"), its process's CPU use and memory every second while it runs ("usage"),
-// then "end". Every watcher has its own reader, so two browsers both see it live.
+// changes ("job"), each CPU and memory measurement the scheduler makes while it runs
+// ("usage", usage_log.h), then "end". Both files are sent from their start, so a page opened
+// late has the whole history. Every watcher has its own reader, so two browsers both see it
+// live.
 //
 // A stream holds one of the server's HTTP workers while it is open (cpp-httplib runs the
 // content provider on the connection's thread), so streams have their own budget
 // (--max-viewers): the worker pool is sized for that many viewers plus the API, and a viewer
 // beyond it gets 503 with Retry-After instead of a worker the API needs.
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <mutex>
 
 #include "server/http.h"
-#include "server/process.h"
+#include "server/usage_log.h"
 
 namespace bks::server {
 
@@ -29,34 +27,6 @@ namespace {
 
 // The job is described again at least this often even when nothing announced a change.
 constexpr double kDescribeEverySeconds = 5.0;
-
-// A job's usage, measured once a second for all its viewers: summing a process tree reads
-// every process's /proc entries, which hundreds of viewers must not each repeat.
-struct TreeUsage {
-  double at = 0, cpu = 0, rss = 0;
-  int processes = 0;
-};
-
-bool shared_tree_usage(pid_t pid, double now, double& cpu, double& rss, int& processes, double& measured_at) {
-  static std::mutex mu;
-  static std::map<pid_t, TreeUsage> recent;
-  std::lock_guard lock(mu);
-  for (auto it = recent.begin(); it != recent.end();)  // forget what ended long ago
-    it = now - it->second.at > 60 ? recent.erase(it) : std::next(it);
-  TreeUsage& u = recent[pid];
-  if (now - u.at >= 0.9) {
-    if (!process_tree_usage(pid, u.cpu, u.rss, &u.processes)) {
-      recent.erase(pid);
-      return false;
-    }
-    u.at = now;
-  }
-  cpu = u.cpu;
-  rss = u.rss;
-  processes = u.processes;
-  measured_at = u.at;
-  return true;
-}
 
 struct ViewerBudget {
   explicit ViewerBudget(int max) : max(max) {}
@@ -84,14 +54,19 @@ std::unique_ptr<Seat> take_seat(const std::shared_ptr<ViewerBudget>& b) {
   return std::make_unique<Seat>(b);
 }
 
+// A file of JSON lines that a stream sends as it grows.
+struct Tail {
+  fs::path file;
+  std::streamoff pos = 0;  // bytes of whole lines already sent
+};
+
 struct Watch {
   int64_t id;
-  fs::path metrics;
+  Tail metrics, usage;
   std::unique_ptr<Seat> seat;
-  std::streamoff pos = 0;  // bytes of the metrics file already sent
   std::string last_job, state;
   uint64_t described_version = ~0ull;  // the scheduler's version when the job was last read
-  double described_at = 0, last_usage = 0, last_cpu = -1, last_cpu_at = 0, last_ping = 0;
+  double described_at = 0, last_ping = 0;
 };
 
 bool send(httplib::DataSink& sink, const std::string& event, const std::string& data) {
@@ -101,13 +76,13 @@ bool send(httplib::DataSink& sink, const std::string& event, const std::string& 
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// New complete lines of the metrics file since the last call.
-std::vector<json> new_records(Watch& w) {
+// New complete lines of the file since the last call.
+std::vector<json> new_records(Tail& w) {
   std::vector<json> out;
   std::error_code ec;
-  const auto size = fs::file_size(w.metrics, ec);
+  const auto size = fs::file_size(w.file, ec);
   if (ec || static_cast<std::streamoff>(size) <= w.pos) return out;  // nothing new: skip opening it
-  std::ifstream in(w.metrics, std::ios::binary);
+  std::ifstream in(w.file, std::ios::binary);
   if (!in) return out;
   in.seekg(w.pos);
   std::string chunk((std::istreambuf_iterator<char>(in)), {});
@@ -124,9 +99,11 @@ std::vector<json> new_records(Watch& w) {
 // One wake of a stream: what is new since the last. False when the viewer has gone.
 bool stream_step(Context& c, Watch& w, httplib::DataSink& sink) {
   const uint64_t seen = c.scheduler.version();
-  const std::vector<json> records = new_records(w);
+  const std::vector<json> records = new_records(w.metrics);
   for (const json& r : records)
     if (!send(sink, "metric", dump(r))) return false;
+  for (const json& u : new_records(w.usage))
+    if (!send(sink, "usage", dump(u))) return false;
   const double now = now_seconds();
   // The job changes only when the scheduler says so or new records move its progress;
   // reading the store on every wake of every viewer is what hundreds of viewers cannot afford.
@@ -146,26 +123,9 @@ bool stream_step(Context& c, Watch& w, httplib::DataSink& sink) {
       w.last_job = std::move(text);
     }
   }
-  if (w.state == "running" && now - w.last_usage >= 1.0) {
-    pid_t pid = c.scheduler.pid(w.id);
-    double cpu = 0, rss = 0, at = 0;
-    int processes = 0;
-    // The whole job: under mpirun, the launcher and every rank.
-    if (pid > 0 && shared_tree_usage(pid, now, cpu, rss, processes, at)) {
-      // A rank that ended takes its CPU time out of the sum: no negative use.
-      const double percent = w.last_cpu >= 0 && at > w.last_cpu_at
-                                 ? std::max(0.0, 100.0 * (cpu - w.last_cpu) / (at - w.last_cpu_at))
-                                 : 0.0;
-      if (!send(sink, "usage",
-                dump({{"time", now}, {"cpu_percent", percent}, {"rss_mb", rss / 1e6}, {"processes", processes}})))
-        return false;
-      w.last_cpu = cpu;
-      w.last_cpu_at = at;
-    }
-    w.last_usage = now;
-  }
   if (w.state != "queued" && w.state != "running") {
-    for (const json& r : new_records(w)) send(sink, "metric", dump(r));  // what the last moment wrote
+    for (const json& r : new_records(w.metrics)) send(sink, "metric", dump(r));  // what the last moment wrote
+    for (const json& u : new_records(w.usage)) send(sink, "usage", dump(u));
     send(sink, "end", dump({{"state", w.state}}));
     sink.done();
     return true;
@@ -195,7 +155,8 @@ void add_event_routes(httplib::Server& s, Context& c, int max_viewers) {
                                    budget->max));
       }
       w->id = job["id"];
-      w->metrics = metrics_file(c, w->id);
+      w->metrics.file = metrics_file(c, w->id);
+      w->usage.file = fs::path(c.scheduler.job_dir(w->id)) / kUsageFile;
       res.set_header("Cache-Control", "no-cache");
       // The provider runs after this handler has returned: it needs its own error boundary.
       res.set_chunked_content_provider("text/event-stream", [&c, w](size_t, httplib::DataSink& sink) {

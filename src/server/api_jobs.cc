@@ -60,50 +60,70 @@ json read_metrics(const fs::path& file) {
 
 namespace {
 
-// A training run's last train and test records, read from the end of its metrics file.
+// A training run's last train and test records, and its test record of best accuracy.
 struct LastRecords {
-  json train, test;
+  json train, test, best_test;
 };
 
-LastRecords read_last_records(const fs::path& file) {
-  LastRecords out;
-  for (const auto& line : last_lines(tail_file(file.string(), 4096), 40)) {
-    json r = parse_bounded_json(line);
-    if (r.is_discarded() || !r.is_object()) continue;
-    (r.value("phase", "") == "test" ? out.test : out.train) = r;
+// Folds one metrics record into `r`.
+void take_record(LastRecords& r, json rec) {
+  if (rec.value("phase", "") != "test") {
+    r.train = std::move(rec);
+    return;
   }
-  return out;
+  const auto it = rec.find("accuracy");
+  if (it != rec.end() && it->is_number() &&
+      (r.best_test.is_null() || it->get<double>() > r.best_test["accuracy"].get<double>()))
+    r.best_test = rec;
+  r.test = std::move(rec);
 }
 
-// The metrics file as last seen: its size and time (equal stamps, equal records).
-using Stamp = std::tuple<off_t, time_t, long>;
+// The metrics file as last seen: its inode, size and time (equal stamps, equal records).
+struct Stamp {
+  ino_t inode = 0;
+  off_t size = -1;
+  time_t sec = 0;
+  long nsec = 0;
+  bool operator==(const Stamp&) const = default;
+};
 std::optional<Stamp> stamp_of(const fs::path& file) {
   struct stat st {};
   if (::stat(file.c_str(), &st) != 0) return std::nullopt;
-  return Stamp{st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+  return Stamp{st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
 }
 
-// Job pages poll their job every second: the last records are parsed again only when the
-// metrics file has changed, not per request.
+// Job pages and the jobs list poll every second or two: a metrics file is read once, then
+// only what was appended since (a resume rewrites the file, a new inode, and it is read
+// again from the start).
 class LastRecordsCache {
  public:
   LastRecords get(const fs::path& file) {
     const std::optional<Stamp> stamp = stamp_of(file);
     if (!stamp) return {};
-    {
-      std::lock_guard lock(mu_);
-      auto it = entries_.find(file.string());
-      if (it != entries_.end() && it->second.first == *stamp) return it->second.second;
-    }
-    LastRecords r = read_last_records(file);
     std::lock_guard lock(mu_);
-    entries_[file.string()] = {*stamp, r};
-    return r;
+    Entry& e = entries_[file.string()];
+    if (e.stamp == *stamp) return e.records;
+    if (e.stamp.inode != stamp->inode || stamp->size < e.offset) e = Entry{};
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(e.offset);
+    for (std::string line; std::getline(in, line);) {
+      if (in.eof()) break;  // no newline yet: the trainer is still writing it
+      e.offset += static_cast<off_t>(line.size()) + 1;
+      json r = parse_bounded_json(line);
+      if (!r.is_discarded() && r.is_object()) take_record(e.records, std::move(r));
+    }
+    e.stamp = *stamp;
+    return e.records;
   }
 
  private:
+  struct Entry {
+    Stamp stamp;
+    off_t offset = 0;  // bytes of whole lines read
+    LastRecords records;
+  };
   std::mutex mu_;
-  std::unordered_map<std::string, std::pair<Stamp, LastRecords>> entries_;  // one per job ever shown
+  std::unordered_map<std::string, Entry> entries_;  // one per job ever shown
 };
 
 LastRecordsCache& last_records_cache() {
@@ -128,6 +148,7 @@ json describe_job(Context& c, json job, bool full) {
       job["last_train"] = std::move(last.train);
     }
     if (!last.test.is_null()) job["last_test"] = std::move(last.test);
+    if (!last.best_test.is_null()) job["best_test"] = std::move(last.best_test);
     if (full) {
       json snaps = json::array();
       for (auto& [iter, path] : snapshot_files((dir / "run").string(), "safetensors")) {

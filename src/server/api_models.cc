@@ -4,16 +4,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
+#include "server/fine_tune.h"
 #include "server/graph_svg.h"
 #include "server/http.h"
+#include "server/job_files.h"
 #include "server/models.h"
 #include "train/lr_policy.h"
 
 namespace bks::server {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -96,6 +102,24 @@ void add_model_routes(httplib::Server& s, Context& c) {
                            {"reads", "any"}}});
     });
   });
+  // A standard network's layers, for the editor to start a custom network from.
+  s.Get(R"(/api/networks/([a-z0-9_]+))", [&c](const httplib::Request& req, httplib::Response& res) {
+    handle(res, [&] {
+      const std::string name = req.matches[1].str();
+      if (name == "custom") throw ApiError(404, "", "'custom' is the editor's own text");
+      const std::string text = req.get_param_value("dataset_id");
+      int64_t id = 0;
+      const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), id);
+      if (text.empty() || err != std::errc() || end != text.data() + text.size() || id < 1)
+        throw ApiError(400, "dataset_id", "'dataset_id' must be a dataset's number");
+      const DatasetView d = dataset_view(c, id, "dataset_id");
+      try {
+        return json{{"name", name}, {"prototxt", standard_layers(name, d)}};
+      } catch (const ApiError& e) {
+        throw ApiError(e.status == 400 && e.field == "network" ? 404 : e.status, e.field, e.what());
+      }
+    });
+  });
   s.Post("/api/models/validate", [&c](const httplib::Request& req, httplib::Response& res) {
     handle(res, [&] {
       json body = body_object(req);
@@ -108,6 +132,7 @@ void add_model_routes(httplib::Server& s, Context& c) {
       if (!v.ok) {
         out["error"] = v.error;
         if (v.line > 0) out["line"] = v.line;
+        if (v.column > 0) out["column"] = v.column;
       }
       return out;
     });
@@ -144,6 +169,10 @@ void add_model_routes(httplib::Server& s, Context& c) {
                                            "this dataset has {}",
                                            number(b), static_cast<int64_t>(b) * kTextSeqLen + 1, number(b), kTextSeqLen,
                                            d.train_count));
+          // Fine-tuning: every job starts from that snapshot (a link to it in its directory).
+          std::string init;
+          if (body.contains("weights_from")) init = fine_tune_weights(c, body["weights_from"], c.import_roots);
+          const json lr_mult = lr_mult_field(body);
           std::string custom;
           if (network == "custom")
             custom = string_field(body, "prototxt", true, 1 << 20);
@@ -155,6 +184,8 @@ void add_model_routes(httplib::Server& s, Context& c) {
                  {"solver", solver},
                  {"created", now_seconds()}};
           if (!custom.empty()) m["prototxt"] = custom;
+          if (!init.empty()) m["weights_from"] = body["weights_from"];
+          if (!lr_mult.empty()) m["lr_mult"] = lr_mult;
           // Every network text first: a custom one that fails to build fails the request
           // before anything is stored.
           struct Planned {
@@ -169,7 +200,9 @@ void add_model_routes(httplib::Server& s, Context& c) {
             for (double b : batches) {
               auto batch = static_cast<int64_t>(b);
               plan.push_back({lr, batch,
-                              custom.empty() ? standard_network(network, d, batch) : custom_network(custom, d, batch),
+                              with_lr_mults(custom.empty() ? standard_network(network, d, batch)
+                                                           : custom_network(custom, d, batch),
+                                            lr_mult),
                               solver_text(solver, lr, batch, d)});
             }
           if (custom.empty()) check_builds(plan.front().net, "network");  // e.g. images too small for it
@@ -188,7 +221,15 @@ void add_model_routes(httplib::Server& s, Context& c) {
                      {"max_iter", std::max<int64_t>(1, std::llround(solver["epochs"].get<double>() *
                                                                     iterations_per_epoch(p.batch, d)))},
                      {"files", {{"net.prototxt", p.net}, {"solver.prototxt", p.solver}}}};
-            c.scheduler.submit(job);
+            if (init.empty()) {
+              c.scheduler.submit(job);
+              continue;
+            }
+            job["weights_from"] = m["weights_from"];
+            job["init_weights"] = fine_tune_file_name(init);
+            c.scheduler.submit(job, [&init](const std::string& dir) {
+              link_or_copy(init, fs::path(dir) / fine_tune_file_name(init));
+            });
           }
           return with_jobs(c, m);
         },

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "server/http.h"
+#include "server/job_files.h"
 
 namespace bks::server {
 
@@ -35,13 +35,6 @@ json optimize_spec(const json& body) {
   spec["allow_training"] = allow.get<bool>();
   spec["fine_tune_iterations"] = integer_field(body, "fine_tune_iterations", 1, kMaxFineTuneIterations, 1000);
   return spec;
-}
-
-// The source job's file `name`, for the optimize job's own copy.
-std::string read_job_file(const fs::path& dir, const std::string& name) {
-  std::ifstream in(dir / name, std::ios::binary);
-  if (!in) throw ApiError(409, "", fmt::format("the job has no {}", name));
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A file the finished search wrote, or 404 saying why it is not there.
@@ -82,14 +75,10 @@ void add_optimize_routes(httplib::Server& s, Context& c) {
                     {{"net.prototxt", read_job_file(dir, "net.prototxt")},
                      {"solver.prototxt", read_job_file(dir, "solver.prototxt")}}}};
           if (source.contains("dataset_id")) job["dataset_id"] = source["dataset_id"];
-          // The snapshot as it is now (a link where the file system allows: no copy), so the
-          // search does not depend on the source job staying.
+          // The snapshot as it is now, so the search does not depend on the source job staying.
           const fs::path weights = snaps.back().second;
           const int64_t nid = c.scheduler.submit(job, [weights](const std::string& job_dir) {
-            const fs::path to = fs::path(job_dir) / "weights.safetensors";
-            std::error_code ec;
-            fs::create_hard_link(weights, to, ec);
-            if (ec) fs::copy_file(weights, to, fs::copy_options::overwrite_existing);
+            link_or_copy(weights, fs::path(job_dir) / "weights.safetensors");
           });
           return *c.store.get("jobs", nid);
         },

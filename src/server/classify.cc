@@ -1,16 +1,16 @@
 #include "server/classify.h"
 
-#include <stb_image_write.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "passes/deploy_model.h"
 #include "server/api_error.h"
+#include "server/layer_view.h"
 
 namespace bks::server {
 
@@ -87,64 +87,6 @@ namespace {
 
 int argmax(const float* p, int64_t n) { return static_cast<int>(std::max_element(p, p + n) - p); }
 
-std::string base64(const std::string& in) {
-  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                 static_cast<unsigned char>(in[i + 2]);
-    out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], t[v & 63]};
-  }
-  if (i + 1 == in.size()) {
-    unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    out += {t[v >> 18], t[(v >> 12) & 63], '=', '='};
-  } else if (i + 2 == in.size()) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-    out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], '='};
-  }
-  return out;
-}
-
-// Tiles `count` maps of h x w floats (each scaled to its own range, or all to one range)
-// into a grid `cols` wide with a 1-pixel gap, as a grey PNG data URL.
-std::string tile_png(const float* maps, int64_t count, int64_t h, int64_t w, int64_t cols, bool shared_range) {
-  cols = std::min(cols, count);
-  const int64_t rows = (count + cols - 1) / cols, W = cols * (w + 1) - 1, H = rows * (h + 1) - 1;
-  std::vector<uint8_t> img(static_cast<size_t>(W * H), 255);
-  const float glo = *std::min_element(maps, maps + count * h * w), ghi = *std::max_element(maps, maps + count * h * w);
-  for (int64_t k = 0; k < count; ++k) {
-    const float* m = maps + k * h * w;
-    float lo = shared_range ? glo : *std::min_element(m, m + h * w),
-          hi = shared_range ? ghi : *std::max_element(m, m + h * w);
-    float scale = hi > lo ? 255.f / (hi - lo) : 0.f;
-    int64_t ox = (k % cols) * (w + 1), oy = (k / cols) * (h + 1);
-    for (int64_t y = 0; y < h; ++y)
-      for (int64_t x = 0; x < w; ++x)
-        img[static_cast<size_t>((oy + y) * W + ox + x)] = static_cast<uint8_t>((m[y * w + x] - lo) * scale);
-  }
-  std::string png;
-  auto append = [](void* ctx, void* data, int size) {
-    static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size);
-  };
-  stbi_write_png_to_func(append, &png, static_cast<int>(W), static_cast<int>(H), 1, img.data(), static_cast<int>(W));
-  return "data:image/png;base64," + base64(png);
-}
-
-json stats(const Tensor& t) {
-  const float* p = t.f32();
-  double sum = 0, sq = 0;
-  float lo = p[0], hi = p[0];
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    sum += p[i];
-    sq += static_cast<double>(p[i]) * p[i];
-    lo = std::min(lo, p[i]);
-    hi = std::max(hi, p[i]);
-  }
-  double n = static_cast<double>(t.numel()), mean = sum / n;
-  return {{"mean", mean}, {"std", std::sqrt(std::max(0.0, sq / n - mean * mean))}, {"min", lo}, {"max", hi}};
-}
-
 }  // namespace
 
 json Classifier::evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count) {
@@ -205,6 +147,18 @@ json Classifier::visualize(const ClassifyInput& in, const uint8_t* chw) {
   if (x.numel() != per)
     throw ApiError(409, "", fmt::format("the network reads {} values per image, the dataset gives {}", x.numel(), per));
   for (int64_t i = 0; i < per; ++i) x.f32()[i] = chw[i] * kScale;
+  // Each output is read as soon as its layer ran: a later layer may write into the same
+  // buffer (an in-place ReLU after a convolution, an Eltwise adding onto it), and the row
+  // of a layer is to show what that layer produced.
+  std::vector<std::optional<Tensor>> produced(static_cast<size_t>(net.num_nodes()));
+  net.set_forward_hook([&](int n) {
+    const Node& node = net.graph().nodes[n];
+    if (!node.outputs.empty()) produced[static_cast<size_t>(n)] = net.plain_copy(node.outputs[0]);
+  });
+  struct Unhook {  // the net stays cached; its hook must not outlive `produced`
+    Net& net;
+    ~Unhook() { net.set_forward_hook(nullptr); }
+  } unhook{net};
   net.forward();
   json layers = json::array();
   const Graph& g = net.graph();
@@ -212,24 +166,12 @@ json Classifier::visualize(const ClassifyInput& in, const uint8_t* chw) {
     const Node& node = g.nodes[n];
     if (node.outputs.empty()) continue;
     json l{{"name", node.name}, {"type", node.type}};
-    Tensor out = net.plain_copy(node.outputs[0]);
-    l["shape"] = out.shape();
-    l["activation"] = stats(out);
-    if (out.ndim() == 4 && out.dim(2) * out.dim(3) >= 4)
-      l["activation_image"] = tile_png(out.f32(), std::min<int64_t>(16, out.dim(1)), out.dim(2), out.dim(3), 8, false);
-    if (!node.params.empty()) {
-      const Tensor& w = e->plain->store.at(net.param_index(n, 0)).data;
-      l["weights_shape"] = w.shape();
-      l["weights"] = stats(w);
-      if (op_traits(node).convolution && w.ndim() == 4) {
-        // The first input channel of up to 32 filters, on one scale.
-        const int64_t oc = std::min<int64_t>(32, w.dim(0)), kh = w.dim(2), kw = w.dim(3);
-        std::vector<float> first(static_cast<size_t>(oc * kh * kw));
-        for (int64_t o = 0; o < oc; ++o)
-          std::copy_n(w.f32() + o * w.dim(1) * kh * kw, kh * kw, first.begin() + o * kh * kw);
-        l["weights_image"] = tile_png(first.data(), oc, kh, kw, 8, true);
-      }
-    }
+    auto& out = produced[static_cast<size_t>(n)];
+    if (!out) out = net.plain_copy(node.outputs[0]);  // a layer that did not run (an empty batch)
+    add_activation(l, *out);
+    out.reset();
+    if (!node.params.empty())
+      add_weights(l, e->plain->store.at(net.param_index(n, 0)).data, op_traits(node).convolution);
     layers.push_back(std::move(l));
   }
   return {{"layers", layers}};

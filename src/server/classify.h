@@ -27,9 +27,9 @@ class Classifier {
   // Every sample of a split (`count` images of C x H x W bytes, `labels`): accuracy,
   // per-class accuracy and the confusion matrix (rows: true class, columns: predicted).
   json evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count);
-  // One sample through the unoptimised graph: for every layer its output's shape and
-  // statistics with up to 16 channels as a PNG (data URL), and the first convolution
-  // filters / weights as images.
+  // One sample through the unoptimised graph: for every layer its output as the layer
+  // produced it (before any later in-place layer wrote over it) and its first parameter
+  // blob, each with statistics, a histogram and an image (layer_view.h).
   json visualize(const ClassifyInput& in, const uint8_t* chw);
 
  private:

@@ -117,9 +117,11 @@ int serve(ServeOptions o) {
     json err{{"error", fmt::format("{} {}: {}", req.method, req.path, why)}};
     // An upload too large names what was uploaded.
     if (res.status == 413)
-      err["field"] = req.path.find("/classify") != std::string::npos || req.path.find("/visualize") != std::string::npos
-                         ? "image"
-                         : "body";
+      err["field"] =
+          req.path.find("/classify_many") != std::string::npos ? "images"
+          : req.path.find("/classify") != std::string::npos || req.path.find("/visualize") != std::string::npos
+              ? "image"
+              : "body";
     reply(res, res.status, err);
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -140,6 +142,7 @@ int serve(ServeOptions o) {
   add_classify_routes(http, ctx);
   add_sample_routes(http, ctx);
   add_optimize_routes(http, ctx);
+  add_deploy_routes(http, ctx);
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
       return json{

@@ -6,13 +6,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "core/error.h"
-#include "core/file_io.h"
 #include "server/process.h"
 
 namespace bks::server {
@@ -24,10 +25,8 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
 double read_progress(const fs::path& file) {
-  std::ifstream in(file);
-  double p = -1;
-  if (!(in >> p)) return -1;
-  return p;
+  std::ifstream in(file, std::ios::binary);
+  return in ? last_progress(std::string(std::istreambuf_iterator<char>(in), {})) : -1;
 }
 
 // What the job reports when the child failed: its own error line (the message a reader
@@ -43,12 +42,25 @@ std::string failure(int status, const std::string& tail) {
 
 }  // namespace
 
-void write_progress(const std::string& file, double fraction) {
-  try {
-    write_file_atomic(file, fmt::format("{}\n", fraction));
-  } catch (const RuntimeError&) {
-    // Progress is a courtesy; packing goes on.
-  }
+ProgressLog::ProgressLog(const std::string& file) : out_(file, std::ios::app) {}
+
+void ProgressLog::operator()(double fraction) {
+  // A new percent, or the end: at most a hundred lines, whatever the dataset's size.
+  const auto percent = [](double f) { return static_cast<int>(std::floor(f * 100)); };
+  if (!out_ || fraction <= last_ || (percent(fraction) == percent(last_) && fraction < 1)) return;
+  last_ = fraction;
+  out_ << fmt::format("{:.4f}\n", fraction) << std::flush;  // a failed write costs the bar, not the dataset
+}
+
+double last_progress(const std::string& text) {
+  const size_t end = text.rfind('\n');  // the newest whole line ends here
+  if (end == std::string::npos) return -1;
+  const size_t before = end == 0 ? std::string::npos : text.rfind('\n', end - 1);
+  const size_t start = before == std::string::npos ? 0 : before + 1;
+  const std::string line = text.substr(start, end - start);
+  char* stop = nullptr;
+  const double p = std::strtod(line.c_str(), &stop);
+  return stop != line.c_str() && *stop == '\0' && p >= 0 && p <= 1 ? p : -1;
 }
 
 void pack_in_child(const PackRequest& r, const std::function<void(double)>& progress,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,8 +28,20 @@ struct PackRequest {
 void pack_in_child(const PackRequest& request, const std::function<void(double)>& progress,
                    const std::atomic<bool>& cancelled);
 
-// The child's side: writes `fraction` to `file` (atomically: a temporary file renamed), where
-// pack_in_child reads it.
-void write_progress(const std::string& file, double fraction);
+// The child's side of the progress file: one line per step of at least a percent ("0.42"),
+// appended (the newest line is the progress; a line not yet whole is not read), and the
+// last, 1. A hundred lines at most, so the server reads the whole file each time.
+class ProgressLog {
+ public:
+  explicit ProgressLog(const std::string& file);
+  void operator()(double fraction);
+
+ private:
+  std::ofstream out_;
+  double last_ = -1;
+};
+
+// The fraction on the newest whole line of such a file's `text`; -1 when it has none.
+double last_progress(const std::string& text);
 
 }  // namespace bks::server

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ constexpr size_t kMaxTextVocabulary = 4096;
 // this in a child process (bakusoku pack-dataset, see dataset_job.h), never in itself.
 void pack_dataset(const json& spec, const std::string& dir, const std::vector<std::string>& roots,
                   const std::function<void(double)>& progress, const std::atomic<bool>& cancelled);
+
+// The real path of `path`, a file the server reads for a user (weights to start from):
+// InputError naming it when it is missing or leads outside the import folders `roots`.
+std::filesystem::path import_file(const std::string& path, const std::vector<std::string>& roots, const char* what);
 
 // Names of Fashion-MNIST's ten classes, in label order.
 const std::vector<std::string>& fashion_mnist_classes();

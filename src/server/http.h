@@ -79,6 +79,7 @@ void add_sample_routes(httplib::Server& s, Context& c);
 std::filesystem::path snapshot_weights(Context& c, const json& job, const httplib::Request& req, json& out);
 // POST /api/jobs/<id>/optimize and the finished search's report, plot and bundle.
 void add_optimize_routes(httplib::Server& s, Context& c);
+void add_deploy_routes(httplib::Server& s, Context& c);
 void add_static_routes(httplib::Server& s);
 
 }  // namespace bks::server

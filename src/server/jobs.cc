@@ -28,11 +28,14 @@ namespace {
 constexpr double kAbortGraceSeconds = 20;  // SIGINT first (snapshot), SIGKILL after this
 constexpr double kSlurmPollSeconds = 2;    // squeue / sacct per Slurm job, at most this often
 constexpr int kSlurmUnknownPolls = 5;      // then a job no Slurm command knows has failed
+constexpr int kPackingSlots = 1;           // datasets packed at once, besides the job slots
 
 }  // namespace
 
 std::string resume_note(const std::string& kind) {
-  return kind == "optimize" ? "resume starts the search again" : "resume continues from its last snapshot";
+  return kind == "optimize" ? "resume starts the search again"
+         : kind == "deploy" ? "resume deploys again"
+                            : "resume continues from its last snapshot";
 }
 
 int slots_for(int processes, const ServerConfig& config) {
@@ -103,7 +106,7 @@ void Scheduler::stop_children() {
 int Scheduler::slots_in_use() const {
   int used = 0;
   for (const auto& [id, r] : running_)
-    if (r->slurm_id.empty()) used += r->slots;  // jobs in Slurm run on its nodes
+    if (r->slurm_id.empty() && r->kind != "dataset") used += r->slots;  // jobs in Slurm run on its nodes
   return used;
 }
 
@@ -194,7 +197,11 @@ std::vector<std::string> Scheduler::train_command(const json& job, int threads) 
   // The job's batch size is the batch of all its ranks together, so epochs mean what they say.
   if (job.value("processes", 1) > 1) argv.push_back("--global-batch");
   std::string from = job.value("resume_from", "");
-  if (!from.empty()) argv.insert(argv.end(), {"--snapshot", from});
+  if (!from.empty())
+    argv.insert(argv.end(), {"--snapshot", from});
+  else if (job.contains("weights_from"))  // fine-tuning; a resized classifier starts afresh
+    argv.insert(argv.end(), {"--weights", (dir / job.value("init_weights", std::string("init.safetensors"))).string(),
+                             "--reinit-mismatched"});
   return argv;
 }
 
@@ -221,6 +228,41 @@ std::vector<std::string> Scheduler::optimize_command(const json& job, int thread
     argv.insert(argv.end(), {"--allow-training", "--solver", (dir / "solver.prototxt").string(),
                              "--fine-tune-iterations", std::to_string(spec.at("fine_tune_iterations").get<int64_t>())});
   return argv;
+}
+
+std::vector<std::vector<std::string>> Scheduler::deploy_commands(const json& job, int threads) const {
+  const fs::path dir = job_dir(job["id"].get<int64_t>());
+  const std::string precision = job.at("spec").at("precision").get<std::string>();
+  const std::string bundle = (dir / "model.bks").string();
+  std::vector<std::string> deploy{config_.binary, "deploy",
+                                  "--model",      (dir / "net.prototxt").string(),
+                                  "--weights",    (dir / "weights.safetensors").string(),
+                                  "--precision",  precision,
+                                  "--threads",    std::to_string(threads),
+                                  "-o",           bundle};
+  if (precision == "int8") deploy.insert(deploy.end(), {"--calib", "test"});  // the job's validation set
+  return {deploy,
+          {config_.binary, "bench", bundle, "--batch", "1,64", "--iterations", "50", "--threads",
+           std::to_string(threads), "--report", (dir / "bench.json").string()}};
+}
+
+bool Scheduler::start_next_step(int64_t id, Running& r) {
+  const fs::path dir = job_dir(id);
+  const std::vector<std::string> argv = r.next_steps.front();
+  r.next_steps.erase(r.next_steps.begin());
+  std::ofstream((dir / "output.txt").string(), std::ios::app)
+      << fmt::format("--- bakusoku serve: next: {}\n", fmt::join(argv, " "));
+  try {
+    r.pid = spawn(argv, dir.string(), (dir / "output.txt").string());
+  } catch (const std::exception& e) {
+    finish(id, "failed", e.what(), 1);
+    return false;
+  }
+  if (auto job = store_.get("jobs", id)) {
+    (*job)["pid"] = r.pid;
+    store_.put("jobs", *job);
+  }
+  return true;
 }
 
 void Scheduler::submit_to_slurm(json& job, Running& r) {
@@ -290,9 +332,14 @@ void Scheduler::start_job(json& job) {
   const fs::path dir = job_dir(id);
   if (r->kind == "train" && config_.slurm) {
     submit_to_slurm(job, *r);
-  } else if (r->kind == "train" || r->kind == "optimize") {
+  } else if (r->kind == "train" || r->kind == "optimize" || r->kind == "deploy") {
     std::vector<std::string> argv;
-    if (r->kind == "optimize") {
+    if (r->kind == "deploy") {
+      // Two commands, one after the other: the bundle, then its figures.
+      auto steps = deploy_commands(job, std::max(1, config_.threads_per_job));
+      argv = steps.front();
+      r->next_steps.assign(steps.begin() + 1, steps.end());
+    } else if (r->kind == "optimize") {
       // Here even under Slurm: it reads the source job's files and measures this machine.
       argv = optimize_command(job, std::max(1, config_.threads_per_job));
     } else {
@@ -337,6 +384,7 @@ void Scheduler::start_job(json& job) {
   job["state"] = "running";
   job["started"] = now_seconds();
   job["attempts"] = job.value("attempts", 0) + 1;
+  r->attempt = job["attempts"];
   job.erase("reason");
   store_.put("jobs", job);
   running_[id] = std::move(r);
@@ -349,6 +397,10 @@ void Scheduler::finish(int64_t id, const std::string& state, const std::string& 
   (*job)["state"] = state;
   (*job)["finished"] = now_seconds();
   (*job)["exit_code"] = exit_code;
+  // Time run, every attempt together (each attempt's `started` replaces the last one's).
+  if (job->contains("started") && (*job)["started"].is_number())
+    (*job)["run_seconds"] = job->value("run_seconds", 0.0) +
+                            std::max(0.0, (*job)["finished"].get<double>() - (*job)["started"].get<double>());
   if (reason.empty())
     job->erase("reason");
   else
@@ -374,12 +426,15 @@ void Scheduler::reap() {
         ended = true;
         std::string tail = tail_file((fs::path(job_dir(id)) / "output.txt").string(), 8192);
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-        if (r.abort_requested && (was_interrupted(st) || WIFSIGNALED(st)))
+        if (r.abort_requested && (was_interrupted(st) || WIFSIGNALED(st))) {
           finish(id, "aborted", "aborted on request; " + resume_note(r.kind), code);
-        else if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        } else if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && !r.next_steps.empty() && !r.abort_requested) {
+          ended = !start_next_step(id, r);
+        } else if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
           finish(id, "done", "", 0);
-        else
+        } else {
           finish(id, "failed", exit_reason(st, tail), code);
+        }
       } else if (r.abort_requested && now_seconds() - r.abort_time > kAbortGraceSeconds) {
         kill_job(r);
       }
@@ -394,6 +449,7 @@ void Scheduler::reap() {
         finish(id, "done", "", 0);
     }
     if (ended) {
+      usage_.forget(id);
       it = running_.erase(it);
       touch();
     } else {
@@ -407,14 +463,27 @@ void Scheduler::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       reap();
+      const double now = now_seconds();
+      for (const auto& [id, r] : running_)
+        if (r->pid > 0 && r->slurm_id.empty()) usage_.sample(id, r->pid, r->attempt, job_dir(id), now);
+      // Training and optimize jobs share the slots, first come, first served: a job waits
+      // for the slots it needs, and those after it wait behind it (a big job is not starved
+      // by small ones). (Slurm queues training jobs itself: they go to it at once.) Packing
+      // a dataset has a slot of its own: a new dataset is ready while training fills the rest.
+      bool held_back = false;
       for (json& job : store_.list("jobs")) {
         if (job.value("state", "") != "queued") continue;
-        // First come, first served: a job waits for the slots it needs, and those after it
-        // wait behind it (a big job is not starved by small ones).
-        // (Slurm queues training jobs itself: they go to it at once.)
-        const bool train = job.value("kind", "") == "train";
-        const int needs = train ? slots_for(job.value("processes", 1), config_) : 1;
-        if (!(train && config_.slurm) && slots_in_use() + needs > config_.slots) break;
+        const std::string kind = job.value("kind", "");
+        if (kind == "dataset") {
+          const auto packing = std::count_if(running_.begin(), running_.end(),
+                                             [](const auto& r) { return r.second->kind == "dataset"; });
+          if (packing >= kPackingSlots) continue;
+        } else {
+          const bool train = kind == "train";
+          const int needs = train ? slots_for(job.value("processes", 1), config_) : 1;
+          held_back = held_back || (!(train && config_.slurm) && slots_in_use() + needs > config_.slots);
+          if (held_back) continue;
+        }
         try {
           start_job(job);
         } catch (const std::exception& e) {
@@ -461,12 +530,19 @@ json Scheduler::resume(int64_t id) {
   if (state != "aborted" && state != "failed")
     input_error("job {} is {}; only aborted or failed jobs can be resumed", id, state);
   std::string from;
+  int64_t from_iter = -1;
   if (job->value("kind", "") == "train") {
     auto states = snapshot_files((fs::path(job_dir(id)) / "run").string(), "solverstate");
-    if (!states.empty()) from = states.back().second;
+    if (!states.empty()) std::tie(from_iter, from) = states.back();
   }
   (*job)["resume_from"] = from;
   (*job)["state"] = "queued";
+  job->erase("finished");  // the aborted attempt's, not this one's
+  if (from_iter >= 0) {    // where the charts mark the new attempt
+    json& resumes = (*job)["resumes"];
+    if (!resumes.is_array()) resumes = json::array();
+    resumes.push_back({{"iter", from_iter}, {"time", now_seconds()}});
+  }
   (*job)["reason"] = job->value("kind", "") == "optimize" ? "starts the search again"
                      : from.empty()                       ? "no snapshot yet: starts from the beginning"
                                                           : "resumes from " + fs::path(from).filename().string();

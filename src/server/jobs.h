@@ -3,8 +3,9 @@
 // job runs `bakusoku optimize` on a trained job's net and snapshot the same way (best.bks and
 // its report in its directory, optimize_command below); a dataset
 // job is a server thread that runs its work (a `bakusoku pack-dataset` child, dataset_job.h)
-// in the same kind of directory. Jobs wait for a free slot (CPU slots now; one per GPU later)
-// and move queued -> running -> done | failed | aborted. Aborted and failed training jobs
+// in the same kind of directory. Jobs wait for a free slot (CPU slots now; one per GPU later;
+// dataset jobs have one of their own, so packing never waits for training to end) and move
+// queued -> running -> done | failed | aborted. Aborted and failed training jobs
 // resume from their last snapshot. Jobs left running by a server that stopped are failed
 // (and resumable) when the next one starts.
 #pragma once
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "server/store.h"
+#include "server/usage_log.h"
 #include "train/run_dir.h"  // snapshot_files
 
 namespace bks::server {
@@ -82,6 +84,8 @@ class Scheduler {
     bool abort_requested = false;
     double abort_time = 0;
     int slots = 1;            // slots_for its processes
+    int attempt = 0;          // the job's attempts, this one included
+    std::vector<std::vector<std::string>> next_steps;  // commands still to run after this one (deploy)
     std::string slurm_id;     // a job handed to Slurm
     std::string slurm_state;  // as squeue / sacct last said
     double slurm_polled = 0;
@@ -97,6 +101,9 @@ class Scheduler {
   void kill_job(const Running& r);   // ends it at once
   std::vector<std::string> train_command(const json& job, int threads) const;
   std::vector<std::string> optimize_command(const json& job, int threads) const;
+  std::vector<std::vector<std::string>> deploy_commands(const json& job, int threads) const;
+  // Runs the job's next command; false (and the job failed) when it cannot be started.
+  bool start_next_step(int64_t id, Running& r);
   void submit_to_slurm(json& job, Running& r);
   bool reap_slurm(int64_t id, Running& r);  // true when the job has ended
   int slots_in_use() const;
@@ -106,6 +113,7 @@ class Scheduler {
   DatasetWork dataset_work_;
   std::mutex mu_;
   std::map<int64_t, std::unique_ptr<Running>> running_;
+  UsageLog usage_;  // running local jobs' CPU and memory (under mu_)
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> version_{0};
   std::mutex change_mu_;

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -17,6 +16,7 @@
 #include "ops/shape_inference.h"
 #include "runtime/param_binding.h"
 #include "server/api_error.h"
+#include "server/source_error.h"
 
 namespace bks::server {
 
@@ -171,10 +171,13 @@ bool is_data_layer(const std::string& type) {
   return t.data_layer || t.external_input || caffe_data_layer_type(type);
 }
 
+// What the parser and builder call the custom text (source_error.h takes it out again).
+const char* const kCustomSource = "custom.prototxt";
+
 // The user's layers (data layers dropped) after `head`, keeping each layer's source line.
 NetLoad with_own_data(const std::string& text, const std::string& head) {
-  NetLoad user = parse_net_text(text, "custom.prototxt"), own = parse_net_text(head, "data layers"), out;
-  out.source = "custom.prototxt";
+  NetLoad user = parse_net_text(text, kCustomSource), own = parse_net_text(head, "data layers"), out;
+  out.source = kCustomSource;
   out.param = user.param;
   out.param.clear_layer();
   out.param.clear_input();
@@ -284,12 +287,10 @@ void build_both_phases(const NetLoad& nl, const std::string& field) {
   }
 }
 
-// The line an error names; 0 when none, or when the digits (which may come from the user's
-// own text, a layer name) do not fit an int.
-int line_of(const std::string& message) {
-  static const std::regex at(R"(custom\.prototxt:(\d{1,9})(?!\d))");
-  std::smatch m;
-  return std::regex_search(message, m, at) ? std::stoi(m[1]) : 0;
+// `e` with "line N: " for the custom text's "custom.prototxt:N:C: " (ApiError's message
+// is one line for the form, which shows no file name).
+ApiError in_lines(const ApiError& e) {
+  return ApiError(e.status, e.field, with_line(split_source_error(e.what(), kCustomSource)));
 }
 
 }  // namespace
@@ -305,15 +306,13 @@ void check_builds(const std::string& text, const std::string& field) {
   }
 }
 
-std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch) {
+std::string standard_layers(const std::string& name, const DatasetView& d) {
   const bool for_text = name == "char_rnn";
   if (for_text != d.text && (for_text || name == "lenet" || name == "cifar10_quick" || name == "resnet"))
     throw ApiError(400, "network",
                    for_text ? "'network' char_rnn reads text: pick a text dataset"
                             : fmt::format("'network' {} reads images; a text dataset takes char_rnn or custom", name));
-  if (for_text)
-    return fmt::format("name: \"char_rnn\"\n") + data_layers(d, batch) +
-           replace_all(kCharRnn, "@CLASSES@", std::to_string(d.classes));
+  if (for_text) return replace_all(kCharRnn, "@CLASSES@", std::to_string(d.classes));
   std::string body;
   if (name == "lenet")
     body = kLeNet;
@@ -324,8 +323,12 @@ std::string standard_network(const std::string& name, const DatasetView& d, int6
   else
     throw ApiError(400, "network", "'network' must be lenet, cifar10_quick, resnet, char_rnn or custom");
   std::string top = name == "resnet" ? "fc" : "ip2";
-  return fmt::format("name: \"{}\"\n", name) + data_layers(d, batch) +
-         replace_all(body + replace_all(kLossLayers, "@TOP@", top), "@CLASSES@", std::to_string(d.classes));
+  return replace_all(body + replace_all(kLossLayers, "@TOP@", top), "@CLASSES@", std::to_string(d.classes));
+}
+
+std::string standard_network(const std::string& name, const DatasetView& d, int64_t batch) {
+  std::string layers = standard_layers(name, d);  // checks the name first
+  return fmt::format("name: \"{}\"\n", name) + data_layers(d, batch) + layers;
 }
 
 std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch) {
@@ -335,10 +338,10 @@ std::string custom_network(const std::string& text, const DatasetView& d, int64_
     std::string out;
     google::protobuf::TextFormat::PrintToString(nl.param, &out);
     return out;
-  } catch (const ApiError&) {
-    throw;
+  } catch (const ApiError& e) {
+    throw in_lines(e);
   } catch (const std::exception& e) {
-    throw ApiError(400, "prototxt", e.what());
+    throw in_lines(ApiError(400, "prototxt", e.what()));
   }
 }
 
@@ -350,12 +353,14 @@ Validation validate_after(const std::string& text, const std::string& head) {
   try {
     NetLoad nl = with_own_data(text, head);
     build_both_phases(nl, "prototxt");
-  } catch (const ApiError&) {
-    throw;  // over the size budget: the request fails (413), it is not a verdict on the text
+  } catch (const ApiError& e) {
+    throw in_lines(e);  // over the size budget: the request fails (413), it is not a verdict on the text
   } catch (const std::exception& e) {
+    const SourceError where = split_source_error(e.what(), kCustomSource);
     v.ok = false;
-    v.error = e.what();
-    v.line = line_of(v.error);
+    v.error = where.message;
+    v.line = where.line;
+    v.column = where.column;
   }
   return v;
 }
@@ -415,6 +420,10 @@ json validate_solver(const json& body) {
     throw ApiError(400, "snapshot_epochs", "'snapshot_epochs' must be 0 (at the end only) or at least 0.01");
   // The dashboard keeps the newest few snapshots of a job (the CLI keeps all unless told).
   s["keep_snapshots"] = integer_field(body, "keep_snapshots", 0, 1000, 5);
+  s["test_epochs"] = number_field(body, "test_epochs", 0.01, 1000, 1);
+  if (body.contains("display") && !body["display"].is_null())
+    s["display"] = integer_field(body, "display", 1, 1000000, 1);  // absent: about ten per epoch
+  s["seed"] = integer_field(body, "seed", 0, INT32_MAX, 1);
   return s;
 }
 
@@ -450,13 +459,17 @@ std::string solver_text_for(const json& s, double base_lr, int64_t ipe, int64_t 
   }
   // AdaGrad and RMSProp take no momentum (Caffe refuses it; RMSProp's decay is rms_decay).
   if (s["type"] != "AdaGrad" && s["type"] != "RMSProp") t += fmt::format("momentum: {}\n", s["momentum"].get<double>());
-  t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: 1\n", s["weight_decay"].get<double>(),
-                   max_iter, std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100)));
+  const int64_t display =
+      s.contains("display") ? s["display"].get<int64_t>() : std::max<int64_t>(1, std::min<int64_t>(ipe / 10, 100));
+  t += fmt::format("weight_decay: {}\nmax_iter: {}\ndisplay: {}\nrandom_seed: {}\n", s["weight_decay"].get<double>(),
+                   max_iter, display, s.value("seed", int64_t{1}));
   const double snap = s["snapshot_epochs"].get<double>();
   const int64_t min_interval = std::min<int64_t>(max_iter, 50);
   t += fmt::format("snapshot: {}\n",
                    snap > 0 ? std::max(min_interval, static_cast<int64_t>(std::llround(snap * ipe))) : max_iter);
-  if (test_iter > 0) t += fmt::format("test_iter: {}\ntest_interval: {}\n", test_iter, std::min(ipe, max_iter));
+  const int64_t test_interval = std::max<int64_t>(1, std::llround(s.value("test_epochs", 1.0) * ipe));
+  if (test_iter > 0)
+    t += fmt::format("test_iter: {}\ntest_interval: {}\n", test_iter, std::min(test_interval, max_iter));
   return t;
 }
 

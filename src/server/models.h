@@ -28,8 +28,9 @@ struct DatasetView {
 
 struct Validation {
   bool ok = true;
-  std::string error;  // one line, naming the line and field where known
+  std::string error;  // one line naming the layer and field where known, not the place (below)
   int line = 0;       // 1-based line of the custom prototxt; 0 when unknown
+  int column = 0;     // 1-based column on that line; 0 when unknown
 };
 
 // The train/test prototxt of a standard network reading `d` with this batch size: lenet,
@@ -38,8 +39,12 @@ std::string standard_network(const std::string& name, const DatasetView& d, int6
 // Builds the net in both phases; ApiError(400, field) saying what is wrong otherwise (a
 // standard network on images too small for it, say).
 void check_builds(const std::string& text, const std::string& field);
+// A standard network's layers after its data layers (what the editor starts a custom
+// network from: they read 'data' and 'label', or on text 'chars', 'cont' and 'next').
+std::string standard_layers(const std::string& name, const DatasetView& d);
 // A custom network (its own data layers are replaced by ones reading `d`), as prototxt
-// text; throws ApiError(400, "prototxt") with the line when it does not parse or build.
+// text; throws ApiError(400, "prototxt") saying "line N: what" when it does not parse or
+// build.
 std::string custom_network(const std::string& text, const DatasetView& d, int64_t batch);
 // Parses and builds `text` (for the editor's validate button) without a dataset: data
 // layers become inputs of `shape`. A network over the server's size budget (models.cc: 2^28

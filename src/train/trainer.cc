@@ -384,7 +384,7 @@ void TrainerImpl::setup() {
                 ns.train.source, dataset_size_, comm_.size());
 
   for (const std::string& w : initial_weights(sp_, opt_, opt_.solver)) {
-    int n = load_weights(w, store_);
+    int n = load_weights(w, store_, opt_.reinit_mismatched);
     log::info("Initialised {} parameter blobs from {}", n, w);
   }
   if (!opt_.snapshot.empty()) {

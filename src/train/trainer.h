@@ -9,11 +9,12 @@
 namespace bks {
 
 struct TrainOptions {
-  std::string solver;    // solver prototxt
-  std::string weights;   // initial weights (fine-tuning), optional
-  std::string snapshot;  // .solverstate to resume from, optional
-  std::string out_dir;   // run directory; default runs/<net>-<UTC time> (or the snapshot's run)
-  int threads = 0;       // 0: all cores
+  std::string solver;              // solver prototxt
+  std::string weights;             // initial weights (fine-tuning), optional
+  bool reinit_mismatched = false;  // blobs of `weights` whose shape differs keep their fillers
+  std::string snapshot;            // .solverstate to resume from, optional
+  std::string out_dir;             // run directory; default runs/<net>-<UTC time> (or the snapshot's run)
+  int threads = 0;                 // 0: all cores
   // The GPU to train on: kAsSolverSays follows the solver's solver_mode and device_id (the
   // CPU, with a warning, when the solver asks for a GPU this machine lacks); -1: the CPU.
   static constexpr int kAsSolverSays = -2;
@@ -69,11 +70,11 @@ struct TrainOptions {
 
 struct TrainResult {
   std::string run_dir;
-  int64_t iterations = 0;          // last iteration reached
-  int64_t trained_iterations = 0;  // iterations run in this process
-  double wall_s = 0;               // whole run
-  double train_s = 0;              // forward/backward/update only
-  double images_per_s = 0;         // training images per second of train_s
+  int64_t iterations = 0;            // last iteration reached
+  int64_t trained_iterations = 0;    // iterations run in this process
+  double wall_s = 0;                 // whole run
+  double train_s = 0;                // forward/backward/update only
+  double images_per_s = 0;           // training images per second of train_s
   std::string item_unit = "images";  // what images_per_s counts (a TextData net's: characters)
   bool interrupted = false;
   std::string last_snapshot;
