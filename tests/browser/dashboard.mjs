@@ -335,6 +335,11 @@ try {
   await page.click('#resume');
   await waitState('running', 60000);
   if (/finished/.test(await page.textContent('#job-head'))) throw new Error('the resumed job shows the aborted attempt\'s finish time');
+  // The log refreshes while the job runs, and stays where its reader scrolled it.
+  await page.waitForFunction(() => document.getElementById('log').scrollHeight > document.getElementById('log').clientHeight + 40, null, { timeout: 30000 });
+  await page.$eval('#log', l => { l.scrollTop = 20; });
+  await page.waitForTimeout(2500);
+  if ((await page.$eval('#log', l => l.scrollTop)) !== 20) throw new Error('the log jumped while the reader was scrolled up');
   await page.waitForFunction(() => Chart.getChart('chart-usage').data.datasets.length > 0, null, { timeout: 30000 });
   await waitState('done');
   await page.waitForFunction(() => (Chart.getChart('chart-usage').$marks || []).length === 1, null, { timeout: 10000 });
