@@ -459,6 +459,42 @@ TEST(ServerApi, FineTuneDeployAndTheRecordsThePagesDraw) {
   EXPECT_TRUE(same("conv1.0")) << "lr_mult 0 froze conv1";
   EXPECT_FALSE(same("ip1.0")) << "the other layers trained";
 
+  // Starting from a weights file uploaded through the page (it lands in the import folder).
+  const std::string at188 = read_text(src_dir / "run" / "snapshots" / "iter_188.safetensors");
+  auto up = c.Post("/api/weights", httplib::MultipartFormDataItems{{"weights", at188, "my model.safetensors", ""}});
+  ASSERT_TRUE(up);
+  ASSERT_EQ(up->status, 201) << up->body;
+  const std::string uploaded = json::parse(up->body)["path"];
+  EXPECT_EQ(uploaded, (fs::path(dir) / "imports" / "uploads" / "my_model.safetensors").string());
+  EXPECT_EQ(read_text(uploaded), at188);
+  up = c.Post("/api/weights", httplib::MultipartFormDataItems{{"weights", "x", "notes.txt", ""}});
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->status, 400);
+  EXPECT_EQ(json::parse(up->body).value("field", ""), "weights");
+  EXPECT_EQ(call(c, "POST", "/api/models",
+                 {{"name", "outside"},
+                  {"network", "lenet"},
+                  {"dataset_id", ds},
+                  {"weights_from", {{"file", (src_dir / "run" / "snapshots" / "iter_188.safetensors").string()}}}},
+                 st)
+                .value("field", ""),
+            "weights_from")
+      << "a file outside the import folders";
+  json f = post(c, "/api/models",
+                {{"name", "from file"},
+                 {"network", "lenet"},
+                 {"dataset_id", ds},
+                 {"solver", {{"epochs", 0.02}, {"snapshot_epochs", 0}}},
+                 {"weights_from", {{"file", uploaded}}}},
+                201);
+  const int64_t from_file = f["jobs"][0]["id"];
+  ASSERT_TRUE(wait_for([&] { return job_state(c, from_file) == "done"; }, 180));
+  json first;
+  for (const json& r : get(c, "/api/jobs/" + std::to_string(from_file) + "/metrics"))
+    if (r["phase"] == "test" && first.is_null()) first = r;
+  EXPECT_EQ(first["iter"], 0);
+  EXPECT_NEAR(first["accuracy"].get<double>(), at_188, 1e-6) << "it starts from the uploaded weights";
+
   // Classifying many uploads at once: one that is not an image does not spoil the rest.
   httplib::MultipartFormDataItems items;
   for (const char* f : {"1_0.png", "7_0.png"})

@@ -1303,8 +1303,9 @@ async function newModelPage(query) {
       <div><label>Learning-rate multiplier per layer (e.g. <code>conv1: 0, ip2: 10</code>; 0 freezes a layer)</label><input type="text" name="lr_mult" placeholder="layer: multiplier, ..."><div class="error" data-error-for="lr_mult"></div></div></div>
       <p class="muted">Layers whose weights do not fit the new network (a renamed layer, a classifier resized for another class count) start from their fillers.</p></div>` :
                  `
-    <div class="row"><div class="wide"><label>Start from weights (optional: a .safetensors or .caffemodel file inside the server's import folders)</label><input type="text" name="weights_file" placeholder="/path/to/model.caffemodel">
-      <div class="error" data-error-for="weights_from"></div></div></div>`}
+    <div class="row"><div class="wide"><label>Start from weights (optional: a .safetensors or .caffemodel file inside the server's import folders, or upload one of up to 16 MB)</label>
+      <div class="toolbar"><input type="text" name="weights_file" placeholder="/path/to/model.caffemodel"><input type="file" id="weights-upload" accept=".safetensors,.caffemodel"></div>
+      <div class="error" data-error-for="weights_from"></div><div class="error" data-error-for="weights"></div></div></div>`}
     <h2>Solver</h2><div class="row">
       <div><label>Type</label><select name="type">${
           ['SGD', 'Nesterov', 'Adam', 'RMSProp', 'AdaGrad', 'AdaDelta']
@@ -1403,6 +1404,19 @@ async function newModelPage(query) {
     }
     e.target.value = '';
   };
+  // An uploaded weights file lands in the import folder; its path fills the field.
+  const upload = document.getElementById('weights-upload');
+  if (upload)
+    upload.onchange = async () => {
+      if (!upload.files[0]) return;
+      const body = new FormData();
+      body.append('weights', upload.files[0]);
+      try {
+        form.weights_file.value = (await api('POST', '/api/weights', body)).path;
+      } catch (err) {
+        showError(form, err);
+      }
+    };
   // An edit makes the last verdict stale.
   form.prototxt.addEventListener('input', () => {
     document.getElementById('valid').textContent = '';

@@ -118,7 +118,8 @@ int serve(ServeOptions o) {
     // An upload too large names what was uploaded.
     if (res.status == 413)
       err["field"] =
-          req.path.find("/classify_many") != std::string::npos ? "images"
+          req.path == "/api/weights"                             ? "weights"
+          : req.path.find("/classify_many") != std::string::npos ? "images"
           : req.path.find("/classify") != std::string::npos || req.path.find("/visualize") != std::string::npos
               ? "image"
               : "body";
@@ -143,6 +144,7 @@ int serve(ServeOptions o) {
   add_sample_routes(http, ctx);
   add_optimize_routes(http, ctx);
   add_deploy_routes(http, ctx);
+  add_upload_routes(http, ctx);
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
       return json{

@@ -80,6 +80,7 @@ std::filesystem::path snapshot_weights(Context& c, const json& job, const httpli
 // POST /api/jobs/<id>/optimize and the finished search's report, plot and bundle.
 void add_optimize_routes(httplib::Server& s, Context& c);
 void add_deploy_routes(httplib::Server& s, Context& c);
+void add_upload_routes(httplib::Server& s, Context& c);
 void add_static_routes(httplib::Server& s);
 
 }  // namespace bks::server

@@ -396,9 +396,16 @@ try {
   await page.fill('input[name=name]', 'doomed');
   await page.fill('input[name=epochs]', '3');
   await page.fill('input[name=snapshot_epochs]', '3');
+  // It starts from the first job's weights, uploaded through the page.
+  const upload = path.join(dataDir, 'first-job.safetensors');
+  const lastSnapshot = (await api(`/api/jobs/${firstJob}`)).snapshots.pop().iter;
+  fs.writeFileSync(upload, Buffer.from(await (await fetch(url + `api/jobs/${firstJob}/snapshots/${lastSnapshot}.safetensors`)).arrayBuffer()));
+  await page.setInputFiles('#weights-upload', upload);
+  await page.waitForFunction(() => document.querySelector('input[name=weights_file]').value.endsWith('imports/uploads/first-job.safetensors'));
   await page.click('#create-model');
   await page.waitForSelector('#chart-loss');
   const doomed = await hashId();
+  if (!(await page.textContent('#job-head')).includes('started from')) throw new Error('the job does not say it started from the uploaded weights');
   await waitState('running', 60000);
   let pid = 0;
   for (let k = 0; k < 100 && !pid; ++k) { pid = (await api(`/api/jobs/${doomed}`)).pid || 0; if (!pid) await new Promise(r => setTimeout(r, 100)); }
