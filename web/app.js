@@ -644,6 +644,7 @@ async function jobPage(id) {
   chartTools(charts.acc);
   chartTools(charts.lr);
   chartTools(charts.speed, {smooth: true});
+  chartTools(charts.usage, {smooth: true});
   // The job's dataset, fetched once: its kind names the speed unit and picks the test
   // section, its validation count bounds a random sample.
   const dataset = api('GET', `/api/datasets/${job.dataset_id}`);

@@ -168,6 +168,9 @@ try {
   await page.waitForFunction(() => document.querySelector('#job-head .state')?.textContent === 'done', null, { timeout: 300000 });
   await page.waitForSelector('#downloads a:has-text("iteration")');
   await shot('06-job-done');
+  // Every chart of the job has its toggles.
+  const tools = await page.$$eval('.chart .tools', ts => ts.map(t => [t.id, t.querySelectorAll('.log').length, t.querySelectorAll('.smooth').length].join(':')));
+  if (tools.join(' ') !== 'chart-loss-tools:1:1 chart-acc-tools:1:0 chart-lr-tools:1:0 chart-speed-tools:1:1 chart-usage-tools:1:1') throw new Error(`chart toggles: ${tools}`);
   const usage = await page.evaluate(() => {
     const c = Chart.getChart('chart-usage');
     const m = c.data.datasets.find(d => d.label === 'memory MB');
