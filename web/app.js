@@ -551,7 +551,9 @@ async function jobPage(id) {
     // A failed training job without a snapshot would fail the same way again from the start.
     const snapshotless = j.kind === 'train' && snapshots !== null && snapshots.length === 0;
     const can = {abort: live(), resume: j.state === 'aborted' || (j.state === 'failed' && !snapshotless)};
-    document.getElementById('job-actions').innerHTML = (can.abort ? '<button id="abort">Abort</button>' : '') +
+    // Replaced only when they change: the header is redrawn as records arrive, and a button
+    // replaced between press and release would lose the click.
+    const actions = (can.abort ? '<button id="abort">Abort</button>' : '') +
         (can.resume ? '<button id="resume">Resume</button>' : '') +
         (j.kind === 'train' ?
              `<a class="btn secondary" id="clone" href="#/models/new?from=${j.id}">Clone and edit</a>` :
@@ -561,6 +563,9 @@ async function jobPage(id) {
                  j.id}&fine_tune=1">Fine-tune from this job</a>` :
              '') +
         (j.kind !== 'dataset' ? '<button id="delete" class="secondary">Delete</button>' : '');
+    if (actions === shownActions) return;
+    shownActions = actions;
+    document.getElementById('job-actions').innerHTML = actions;
     const act = (name, method, path, after, ask) => {
       const b = document.getElementById(name);
       if (b)
@@ -582,6 +587,7 @@ async function jobPage(id) {
   };
   // The job's snapshots (null until known): they decide what the page offers.
   let snapshots = job.kind === 'train' ? job.snapshots || [] : null;
+  let shownActions = null;
   head();
   const ticker = setInterval(() => {
     const e = document.getElementById('elapsed');
