@@ -593,10 +593,4 @@ void Scheduler::remove(int64_t id) {
   touch();
 }
 
-pid_t Scheduler::pid(int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = running_.find(id);
-  return it == running_.end() ? -1 : it->second->pid;
-}
-
 }  // namespace bks::server

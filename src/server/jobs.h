@@ -66,8 +66,6 @@ class Scheduler {
   json clone(int64_t id);
   void remove(int64_t id);  // the job and its files; a running job is stopped first
   std::string job_dir(int64_t id) const;
-  // The child's pid while a training job runs, else -1.
-  pid_t pid(int64_t id);
   // Bumped whenever any job changes state (for watchers); wait_for_change sleeps until it
   // moves past `seen` or `timeout_ms` passes.
   uint64_t version() const { return version_.load(); }
