@@ -1117,6 +1117,31 @@ TEST(ServerApi, ValidationErrorsGiveLineAndColumnApartFromTheMessage) {
 // Dataset names tell datasets apart in the model form: a second dataset of a name is
 // refused naming the field. A failed dataset keeps its name (resuming its job packs it
 // again) until it is deleted.
+TEST(ServerApi, UploadsStopAtTheStorageLimitAndKeepWhatIsThere) {
+  const std::string dir = temp_dir("upload_limit");
+  Server s(dir, {"--max-uploads", "1"});  // 1 MiB for the uploaded files together
+  auto c = s.client();
+  const auto upload = [&](const std::string& name, size_t bytes) {
+    return c.Post("/api/weights", httplib::MultipartFormDataItems{{"weights", std::string(bytes, 'w'), name, ""}});
+  };
+  auto r = upload("a.safetensors", 600 << 10);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string first = json::parse(r->body)["path"];
+  r = upload("b.safetensors", 600 << 10);  // 1200 KiB together: past the limit
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 507) << r->body;
+  const json e = json::parse(r->body);
+  EXPECT_EQ(e.value("field", ""), "weights");
+  EXPECT_NE(e.value("error", "").find("--max-uploads"), std::string::npos) << e.dump();
+  const fs::path uploads = fs::path(dir) / "imports" / "uploads";
+  EXPECT_FALSE(fs::exists(uploads / "b.safetensors")) << "nothing of the refused upload is written";
+  EXPECT_EQ(fs::file_size(first), 600u << 10) << "what was there is kept";
+  r = upload("c.caffemodel", 300 << 10);  // 900 KiB together: fits
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201) << r->body;
+}
+
 TEST(ServerApi, TwoDatasetsCannotShareAName) {
   const std::string dir = temp_dir("dataset_names");
   Server s(dir);

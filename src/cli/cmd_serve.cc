@@ -20,6 +20,10 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::IsMember({"local", "slurm"}));
   cmd->add_option("--max-viewers", o->max_viewers,
                   "Live charts streamed at once (default 500); one more is told to retry (HTTP 503)");
+  cmd->add_option("--max-uploads", o->max_uploads_mb,
+                  "MiB the weights files uploaded through the page may take together (default 2048); "
+                  "an upload past it is refused (HTTP 507)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--import-dir", o->import_roots,
                   "Another folder datasets may be read from (repeatable; "
                   "/usr/share/datasets is always allowed)");

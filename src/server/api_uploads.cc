@@ -3,10 +3,12 @@
 // by hand):
 //   POST /api/weights   multipart field "weights" -> 201 {"path": <data>/imports/uploads/NAME}
 // The file lands inside the import folder, where POST /api/models' weights_from {"file"}
-// reads it like any file put there.
+// reads it like any file put there. The folder's files together stay within `serve
+// --max-uploads` (default 2 GiB) and kMaxUploadFiles: past either, 507 and nothing written.
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <mutex>
 
 #include "core/file_io.h"
 #include "server/http.h"
@@ -31,6 +33,29 @@ std::string safe_name(const std::string& given) {
   return out;
 }
 
+// Files the uploads folder may hold, whatever their size (each upload reads the folder).
+constexpr uintmax_t kMaxUploadFiles = 10000;
+
+double mib(uintmax_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// Refuses (507) an upload of `bytes` that would take the folder's files past `limit` bytes
+// or kMaxUploadFiles files.
+void check_room(const fs::path& dir, uintmax_t bytes, uintmax_t limit) {
+  uintmax_t used = 0, files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::error_code ec;
+    const uintmax_t size = e.is_regular_file(ec) ? e.file_size(ec) : 0;
+    if (!ec) used += size;
+    ++files;
+  }
+  if (files >= kMaxUploadFiles || used + bytes > limit)
+    throw ApiError(507, "weights",
+                   fmt::format("{} holds {} file(s) of {:.1f} MiB; this upload of {:.1f} MiB would pass the "
+                               "server's limit of {:.0f} MiB and {} files (serve --max-uploads): delete files there "
+                               "first",
+                               dir.string(), files, mib(used), mib(bytes), mib(limit), kMaxUploadFiles));
+}
+
 }  // namespace
 
 void add_upload_routes(httplib::Server& s, Context& c) {
@@ -45,6 +70,10 @@ void add_upload_routes(httplib::Server& s, Context& c) {
           const std::string name = safe_name(file.filename);
           const fs::path dir = fs::path(c.data_dir) / "imports" / "uploads";
           fs::create_directories(dir);
+          // One upload at a time checks the room and writes, so two cannot both fit the last of it.
+          static std::mutex one_at_a_time;
+          std::lock_guard<std::mutex> lock(one_at_a_time);
+          check_room(dir, file.content.size(), c.max_upload_bytes);
           // A name already there gets a number: an upload never replaces a file in use.
           fs::path to = dir / name;
           for (int k = 2; fs::exists(to); ++k)

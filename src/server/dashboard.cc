@@ -87,7 +87,7 @@ int serve(ServeOptions o) {
                         pack_in_child({cfg.binary, (*d)["spec"], out, roots, job_dir}, progress, cancelled);
                       });
   Classifier classifier;
-  Context ctx{store, scheduler, classifier, roots, o.data_dir};
+  Context ctx{store, scheduler, classifier, roots, o.data_dir, static_cast<uintmax_t>(o.max_uploads_mb) << 20};
 
   httplib::Server http;
   ServerConnections connections(http, o.max_viewers);  // workers, keep-alive, socket options

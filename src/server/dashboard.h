@@ -18,6 +18,7 @@ struct ServeOptions {
   std::string binary;                     // bakusoku, for training children
   int max_viewers = 500;                  // live-chart streams at once (each holds an HTTP worker)
   std::string scheduler = "local";        // "local" (children of the server) or "slurm" (sbatch)
+  int64_t max_uploads_mb = 2048;          // what uploaded weights files may take together
 };
 
 // Serves until SIGINT or SIGTERM, then stops the jobs it runs (they snapshot) and returns

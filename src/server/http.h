@@ -26,6 +26,7 @@ struct Context {
   Classifier& classifier;
   std::vector<std::string> import_roots;  // folders datasets may be read from
   std::string data_dir;
+  uintmax_t max_upload_bytes = uintmax_t{2048} << 20;  // the uploads folder's files together
 };
 
 void reply(httplib::Response& res, int status, const json& body);

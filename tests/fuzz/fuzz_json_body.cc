@@ -1,14 +1,16 @@
 // A JSON request body as the dashboard's API reads it (server/http.cc body_object), then
 // every validator that needs no database, in-process: the dataset spec (POST
 // /api/datasets), the solver settings with each sweep job's solver text (POST
-// /api/models), the learning-rate schedule preview (POST /api/lr_schedule) and the
-// prototxt editor's check (POST /api/models/validate).
+// /api/models), a fine-tune's per-layer learning-rate multipliers written into a standard
+// network (POST /api/models lr_mult), the learning-rate schedule preview (POST
+// /api/lr_schedule) and the prototxt editor's check (POST /api/models/validate).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "fuzz_util.h"
 #include "server/datasets.h"
+#include "server/fine_tune.h"
 #include "server/http.h"
 #include "server/models.h"
 #include "train/lr_policy.h"
@@ -78,6 +80,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!is_object) return 0;
   fuzz::expect_input_errors([&] { server::validate_dataset_spec(body, import_roots()); });
   fuzz::expect_input_errors([&] { models_and_schedule(body); });
+  fuzz::expect_input_errors([&] {
+    const json mults = server::lr_mult_field(body);
+    if (!mults.empty()) (void)server::with_lr_mults(server::standard_network("lenet", fake_dataset(), 64), mults);
+  });
   fuzz::expect_input_errors([&] {
     std::string text = server::string_field(body, "prototxt", false, 1 << 20);
     if (!text.empty()) (void)server::validate_prototxt(text, {1, 28, 28});
