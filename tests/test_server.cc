@@ -24,6 +24,7 @@
 
 #include "cli_util.h"
 #include "core/error.h"
+#include "engine/deploy.h"
 #include "formats/safetensors.h"
 #include "serve_process.h"
 #include "server/dataset_job.h"
@@ -522,6 +523,13 @@ TEST(ServerApi, FineTuneDeployAndTheRecordsThePagesDraw) {
   const std::string sj = "/api/jobs/" + std::to_string(src);
   EXPECT_EQ(call(c, "POST", sj + "/deploy", {{"precision", "fp64"}}, st).value("field", ""), "precision");
   EXPECT_EQ(call(c, "POST", sj + "/deploy", {{"iter", last + 1}}, st).value("field", ""), "iter");
+  // BF16 is offered (and accepted) only where the CPU has it.
+  const json precisions = get(c, "/api/status")["precisions"];
+  EXPECT_EQ(std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end(), bks::cpu_has_bf16())
+      << precisions.dump();
+  if (!bks::cpu_has_bf16()) {
+    EXPECT_EQ(call(c, "POST", sj + "/deploy", {{"precision", "bf16"}}, st).value("field", ""), "precision");
+  }
   json dj = post(c, sj + "/deploy", {{"precision", "fp32"}}, 201);
   EXPECT_EQ(dj["kind"], "deploy");
   const std::string d = "/api/jobs/" + std::to_string(dj["id"].get<int64_t>());

@@ -988,6 +988,16 @@ function deployForm(id) {
         '';
   };
   runs().catch(() => {});
+  // BF16 only where this server's CPU has it (the server refuses it elsewhere too).
+  api('GET', '/api/status')
+      .then(s => {
+        const bf16 = form.querySelector('option[value=bf16]');
+        if (bf16 && !(s.precisions || []).includes('bf16')) {
+          bf16.disabled = true;
+          bf16.textContent = 'BF16 (not on this server: its CPU has neither AVX-512 BF16 nor AMX)';
+        }
+      })
+      .catch(() => {});
   form.onsubmit = async e => {
     e.preventDefault();
     const body = {precision: form.precision.value};

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "engine/deploy.h"
 #include "server/deploy_files.h"
 #include "server/http.h"
 #include "server/job_files.h"
@@ -46,6 +47,10 @@ void add_deploy_routes(httplib::Server& s, Context& c) {
                                             : std::string();
           if (precision != "fp32" && precision != "bf16" && precision != "int8")
             throw ApiError(400, "precision", "'precision' must be \"fp32\", \"bf16\" or \"int8\"");
+          if (precision == "bf16" && !cpu_has_bf16())
+            throw ApiError(400, "precision",
+                           "this server's CPU has neither AVX-512 BF16 nor AMX-BF16 instructions: deploy in fp32 or "
+                           "int8");
           const int64_t id = source["id"];
           const fs::path dir = c.scheduler.job_dir(id);
           const auto snaps = snapshot_files((dir / "run").string(), "safetensors");

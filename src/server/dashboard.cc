@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "engine/deploy.h"
 #include "server/connections.h"
 #include "server/dataset_job.h"
 #include "server/http.h"
@@ -145,12 +146,14 @@ int serve(ServeOptions o) {
   add_optimize_routes(http, ctx);
   add_deploy_routes(http, ctx);
   add_upload_routes(http, ctx);
+  // What deploy can build here: BF16 needs AVX-512 BF16 or AMX (the page offers what is listed).
+  const json precisions = cpu_has_bf16() ? json{"fp32", "bf16", "int8"} : json{"fp32", "int8"};
   http.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
       return json{
-          {"version", BKS_VERSION},  {"slots", cfg.slots},    {"threads_per_job", cfg.threads_per_job},
-          {"data_dir", o.data_dir},  {"import_roots", roots}, {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}},
-          {"scheduler", o.scheduler}};
+          {"version", BKS_VERSION},   {"slots", cfg.slots},      {"threads_per_job", cfg.threads_per_job},
+          {"data_dir", o.data_dir},   {"import_roots", roots},   {"resources", {{"cpu_slots", cfg.slots}, {"gpus", 0}}},
+          {"scheduler", o.scheduler}, {"precisions", precisions}};
     });
   });
 
