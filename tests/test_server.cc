@@ -439,9 +439,13 @@ TEST(ServerApi, FineTuneDeployAndTheRecordsThePagesDraw) {
                 201);
   const int64_t tuned = b["jobs"][0]["id"];
   ASSERT_TRUE(wait_for([&] { return job_state(c, tuned) == "done"; }, 180));
-  json first_test;
-  for (const json& r : get(c, "/api/jobs/" + std::to_string(tuned) + "/metrics"))
-    if (r["phase"] == "test" && first_test.is_null()) first_test = r;
+  // A job's first test record (the weights it started from, for a fine-tune).
+  const auto first_test_of = [&](int64_t job) {
+    for (const json& r : get(c, "/api/jobs/" + std::to_string(job) + "/metrics"))
+      if (r["phase"] == "test") return r;
+    return json();
+  };
+  const json first_test = first_test_of(tuned);
   EXPECT_EQ(first_test["iter"], 0);
   EXPECT_NEAR(first_test["accuracy"].get<double>(), at_188, 1e-6)
       << "it starts from the source's weights at iteration 188, which scored that";
@@ -490,9 +494,7 @@ TEST(ServerApi, FineTuneDeployAndTheRecordsThePagesDraw) {
                 201);
   const int64_t from_file = f["jobs"][0]["id"];
   ASSERT_TRUE(wait_for([&] { return job_state(c, from_file) == "done"; }, 180));
-  json first;
-  for (const json& r : get(c, "/api/jobs/" + std::to_string(from_file) + "/metrics"))
-    if (r["phase"] == "test" && first.is_null()) first = r;
+  const json first = first_test_of(from_file);
   EXPECT_EQ(first["iter"], 0);
   EXPECT_NEAR(first["accuracy"].get<double>(), at_188, 1e-6) << "it starts from the uploaded weights";
 

@@ -23,10 +23,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The deploy job the route names (404 for any other kind).
+json deploy_job(Context& c, const httplib::Request& req) {
+  json job = row(c, "jobs", req);
+  if (job.value("kind", "") != "deploy") throw ApiError(404, "", "this is not a deploy job");
+  return job;
+}
+
 // A finished deploy job's directory, or 404 saying why there is nothing yet.
 fs::path deploy_dir(Context& c, const httplib::Request& req, bool needs_done) {
-  const json job = row(c, "jobs", req);
-  if (job.value("kind", "") != "deploy") throw ApiError(404, "", "this is not a deploy job");
+  const json job = deploy_job(c, req);
   if (needs_done && job.value("state", "") != "done")
     throw ApiError(404, "", "the bundle is not ready: the job has not finished");
   return c.scheduler.job_dir(job["id"]);
@@ -94,8 +100,7 @@ void add_deploy_routes(httplib::Server& s, Context& c) {
   });
   s.Get(R"(/api/jobs/(\d+)/deploy/labels\.txt)", [&c](const httplib::Request& req, httplib::Response& res) {
     handle_raw(res, [&] {
-      const json job = row(c, "jobs", req);
-      if (job.value("kind", "") != "deploy") throw ApiError(404, "", "this is not a deploy job");
+      const json job = deploy_job(c, req);
       DatasetView d;
       try {
         d = dataset_view(c, job.value("dataset_id", int64_t{0}), "");

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "server/fine_tune.h"
 #include "server/process.h"
 #include "server/slurm.h"
 
@@ -200,7 +201,7 @@ std::vector<std::string> Scheduler::train_command(const json& job, int threads) 
   if (!from.empty())
     argv.insert(argv.end(), {"--snapshot", from});
   else if (job.contains("weights_from"))  // fine-tuning; a resized classifier starts afresh
-    argv.insert(argv.end(), {"--weights", (dir / job.value("init_weights", std::string("init.safetensors"))).string(),
+    argv.insert(argv.end(), {"--weights", (dir / job.value("init_weights", fine_tune_file_name(""))).string(),
                              "--reinit-mismatched"});
   return argv;
 }
