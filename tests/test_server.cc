@@ -515,6 +515,26 @@ TEST(ServerApi, FineTuneDeployAndTheRecordsThePagesDraw) {
   for (const json& k : m["per_class"]) counted += k["count"].get<int64_t>();
   EXPECT_EQ(counted, 2);
   EXPECT_EQ(m["per_class"][1]["best"], json::array({0}));
+  // Enough images for batches (two groups: 100, then 31), a broken one among them: each
+  // image's top-5 is what it got alone.
+  httplib::MultipartFormDataItems lots;
+  for (size_t k = 0; k < 131; ++k) lots.push_back(k == 50 ? items[2] : items[k % 2]);
+  auto batched = c.Post("/api/jobs/" + std::to_string(src) + "/classify_many", lots);
+  ASSERT_TRUE(batched);
+  ASSERT_EQ(batched->status, 200) << batched->body;
+  const json b131 = json::parse(batched->body)["results"];
+  ASSERT_EQ(b131.size(), 131u);
+  EXPECT_TRUE(b131[50].contains("error"));
+  for (size_t k = 0; k < 131; ++k) {
+    if (k == 50) continue;
+    const json& alone = m["results"][k % 2]["top"];
+    const json& got = b131[k]["top"];
+    ASSERT_EQ(got.size(), alone.size()) << k;
+    for (size_t r = 0; r < got.size(); ++r) {
+      EXPECT_EQ(got[r]["class"], alone[r]["class"]) << "image " << k << ", rank " << r;
+      EXPECT_NEAR(got[r]["probability"].get<double>(), alone[r]["probability"].get<double>(), 1e-5) << k;
+    }
+  }
   httplib::MultipartFormDataItems too_many(1001, {"images", "x", "x.png", "image/png"});
   many = c.Post("/api/jobs/" + std::to_string(src) + "/classify_many", too_many);
   ASSERT_TRUE(many);

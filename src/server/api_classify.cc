@@ -93,6 +93,8 @@ std::vector<uint8_t> request_image(const httplib::Request& req, const ClassifyIn
 
 // Images one request may classify (the request's size is bounded too: 16 MiB in all).
 constexpr size_t kMaxManyImages = 1000;
+// Images decoded and classified at a time (a batch of the classifier's batched session).
+constexpr size_t kDecodedAtOnce = 100;
 // Images listed under each predicted class, the surest first.
 constexpr size_t kBestPerClass = 8;
 
@@ -105,20 +107,31 @@ json classify_many(Context& c, const httplib::Request& req, const ClassifyInput&
     throw ApiError(413, "images", fmt::format("{} images; at most {} at once", files.size(), kMaxManyImages));
   json results = json::array();
   std::vector<std::vector<std::pair<double, size_t>>> by_class(in.classes.size());
-  for (size_t k = 0; k < files.size(); ++k) {
-    const httplib::MultipartFormData& f = *files[k];
-    std::vector<uint8_t> chw;
-    std::string why;
-    const Decoded d = decode_chw(f.content, static_cast<int>(in.shape.at(0)), static_cast<int>(in.shape.at(1)),
-                                 static_cast<int>(in.shape.at(2)), chw, why);
-    if (d != Decoded::ok) {  // one bad file does not spoil the rest
-      results.push_back({{"name", f.filename}, {"error", d == Decoded::too_large ? "too large: " + why : why}});
-      continue;
+  // A group of files decoded (one bad file does not spoil the rest), then its good ones
+  // classified together; groups bound the decoded pixels held at once.
+  for (size_t from = 0; from < files.size(); from += kDecodedAtOnce) {
+    const size_t to = std::min(files.size(), from + kDecodedAtOnce);
+    std::vector<std::vector<uint8_t>> pixels(to - from);
+    std::vector<const uint8_t*> good;
+    for (size_t k = from; k < to; ++k) {
+      const httplib::MultipartFormData& f = *files[k];
+      std::string why;
+      const Decoded d = decode_chw(f.content, static_cast<int>(in.shape.at(0)), static_cast<int>(in.shape.at(1)),
+                                   static_cast<int>(in.shape.at(2)), pixels[k - from], why);
+      results.push_back({{"name", f.filename}});
+      if (d != Decoded::ok)
+        results.back()["error"] = d == Decoded::too_large ? "too large: " + why : why;
+      else
+        good.push_back(pixels[k - from].data());
     }
-    json top = c.classifier.classify_pixels(in, chw.data())["top"];
-    const size_t cls = top[0]["class"].get<size_t>();
-    if (cls < by_class.size()) by_class[cls].emplace_back(top[0]["probability"].get<double>(), k);
-    results.push_back(json{{"name", f.filename}, {"top", std::move(top)}});
+    const std::vector<json> tops = good.empty() ? std::vector<json>{} : c.classifier.classify_many(in, good);
+    for (size_t k = from, g = 0; k < to; ++k) {
+      if (results[k].contains("error")) continue;
+      const json& top = tops.at(g++);
+      const size_t cls = top[0]["class"].get<size_t>();
+      if (cls < by_class.size()) by_class[cls].emplace_back(top[0]["probability"].get<double>(), k);
+      results[k]["top"] = top;
+    }
   }
   json per_class = json::array();
   for (size_t cls = 0; cls < by_class.size(); ++cls) {

@@ -59,20 +59,14 @@ std::shared_ptr<Classifier::Entry> Classifier::session(const ClassifyInput& in, 
   return e;
 }
 
-json Classifier::classify_pixels(const ClassifyInput& in, const uint8_t* chw) {
-  auto e = session(in);
-  std::lock_guard<std::mutex> lock(e->mu);
-  InferenceSession& s = *e->session;
-  Tensor& x = s.value(s.inputs()[0]);
-  const int64_t n = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
-  if (x.numel() != n)
-    throw ApiError(409, "", fmt::format("the network reads {} values per image, the dataset gives {}", x.numel(), n));
-  for (int64_t i = 0; i < n; ++i) x.f32()[i] = chw[i] * kScale;
-  s.run();
-  const Tensor& prob = s.value(s.outputs()[0]);
-  std::vector<int> order(static_cast<size_t>(prob.numel()));
+namespace {
+
+int argmax(const float* p, int64_t n) { return static_cast<int>(std::max_element(p, p + n) - p); }
+
+// The five likeliest of `classes` probabilities, named.
+json top5(const float* p, int64_t classes, const ClassifyInput& in) {
+  std::vector<int> order(static_cast<size_t>(classes));
   std::iota(order.begin(), order.end(), 0);
-  const float* p = prob.f32();
   std::sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
   json top = json::array();
   for (size_t k = 0; k < std::min<size_t>(5, order.size()); ++k) {
@@ -80,18 +74,47 @@ json Classifier::classify_pixels(const ClassifyInput& in, const uint8_t* chw) {
     std::string name = c < static_cast<int>(in.classes.size()) ? in.classes[static_cast<size_t>(c)] : std::to_string(c);
     top.push_back({{"class", c}, {"name", name}, {"probability", p[c]}});
   }
-  return json{{"top", top}};
+  return top;
 }
 
-namespace {
-
-int argmax(const float* p, int64_t n) { return static_cast<int>(std::max_element(p, p + n) - p); }
+// Images a batched session runs at once (evaluate's, which classify_many shares), and the
+// fewest images classify_many batches: below it, the batch-1 session runs each.
+constexpr int64_t kEvalBatch = 100;
+constexpr size_t kBatchFrom = 16;
 
 }  // namespace
 
+json Classifier::classify_pixels(const ClassifyInput& in, const uint8_t* chw) {
+  return json{{"top", classify_many(in, {chw}).at(0)}};
+}
+
+std::vector<json> Classifier::classify_many(const ClassifyInput& in, const std::vector<const uint8_t*>& images) {
+  const int64_t count = static_cast<int64_t>(images.size());
+  const int64_t batch = images.size() < kBatchFrom ? 1 : kEvalBatch;
+  auto e = session(in, batch);
+  std::lock_guard<std::mutex> lock(e->mu);
+  InferenceSession& s = *e->session;
+  Tensor& x = s.value(s.inputs()[0]);
+  const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
+  if (x.numel() != batch * per)
+    throw ApiError(409, "",
+                   fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
+  std::vector<json> tops;
+  for (int64_t start = 0; start < count; start += batch) {
+    const int64_t n = std::min(batch, count - start);  // the last batch repeats its last image
+    for (int64_t i = 0; i < batch * per; ++i)
+      x.f32()[i] = images[static_cast<size_t>(start + std::min(i / per, n - 1))][i % per] * kScale;
+    s.run();
+    const Tensor& prob = s.value(s.outputs()[0]);
+    const int64_t classes = prob.numel() / batch;
+    for (int64_t i = 0; i < n; ++i) tops.push_back(top5(prob.f32() + i * classes, classes, in));
+  }
+  return tops;
+}
+
 json Classifier::evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count) {
   const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
-  const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(100, count));
+  const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(kEvalBatch, count));
   auto e = session(in, batch);
   std::lock_guard<std::mutex> lock(e->mu);
   InferenceSession& s = *e->session;

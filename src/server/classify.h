@@ -24,6 +24,9 @@ class Classifier {
   // One image (bytes, C x H x W) in the network's shape, scaled like the training data
   // (1/256): the top-5 classes.
   json classify_pixels(const ClassifyInput& in, const uint8_t* chw);
+  // Many such images: each one's top-5 (as classify_pixels' "top"), in batches when there
+  // are enough of them to pay for a batched session.
+  std::vector<json> classify_many(const ClassifyInput& in, const std::vector<const uint8_t*>& images);
   // Every sample of a split (`count` images of C x H x W bytes, `labels`): accuracy,
   // per-class accuracy and the confusion matrix (rows: true class, columns: predicted).
   json evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count);
