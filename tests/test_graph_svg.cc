@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -23,8 +24,10 @@ namespace bks::server {
 namespace {
 namespace fs = std::filesystem;
 
+// A file of this process's own: CTest runs each test as a process of its own, two at once,
+// and two tests writing one name raced (one read the file while the other rewrote it).
 std::string write_temp(const std::string& name, const std::string& text) {
-  fs::path p = fs::temp_directory_path() / ("bks_graph_svg_" + name);
+  fs::path p = fs::temp_directory_path() / fmt::format("bks_graph_svg_{}_{}", getpid(), name);
   std::ofstream(p) << text;
   return p.string();
 }

@@ -3,6 +3,7 @@
 // the favicon and the 爆速 logo drawn as an SVG.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -29,7 +30,9 @@ class ServerStatic : public ::testing::Test {
     server_.reset();
     fs::remove_all(dir());
   }
-  static fs::path dir() { return fs::temp_directory_path() / "bks_server_static"; }
+  // The process's own: CTest runs each test as a process of its own, two at once, and a
+  // shared folder was removed under the other (TearDownTestSuite failed on it).
+  static fs::path dir() { return fs::temp_directory_path() / ("bks_server_static_" + std::to_string(getpid())); }
   // Bodies as sent: no decompression, and so no Accept-Encoding of the client's own (each
   // request names the one it tests).
   static httplib::Result get(const std::string& path, httplib::Headers h = {}) {
