@@ -82,6 +82,30 @@ json top5(const float* p, int64_t classes, const ClassifyInput& in) {
 constexpr int64_t kEvalBatch = 100;
 constexpr size_t kBatchFrom = 16;
 
+// Images [0, count) through `s`, a session of `batch` images, `batch` at a time (the last
+// batch repeats its last image): image k's C x H x W bytes (`per` of them) at pixels(k),
+// scaled like the training data; use(k, probabilities, classes) for each. 409 when the
+// network reads images of another size.
+template <class Pixels, class Use>
+void run_in_batches(InferenceSession& s, int64_t batch, int64_t per, int64_t count, Pixels pixels, Use use) {
+  Tensor& x = s.value(s.inputs()[0]);
+  if (x.numel() != batch * per)
+    throw ApiError(409, "",
+                   fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
+  for (int64_t start = 0; start < count; start += batch) {
+    const int64_t n = std::min(batch, count - start);
+    for (int64_t i = 0; i < batch * per; ++i) x.f32()[i] = pixels(start + std::min(i / per, n - 1))[i % per] * kScale;
+    s.run();
+    const Tensor& prob = s.value(s.outputs()[0]);
+    const int64_t classes = prob.numel() / batch;
+    for (int64_t i = 0; i < n; ++i) use(start + i, prob.f32() + i * classes, classes);
+  }
+}
+
+int64_t values_per_image(const ClassifyInput& in) {
+  return std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
+}
+
 }  // namespace
 
 json Classifier::classify_pixels(const ClassifyInput& in, const uint8_t* chw) {
@@ -93,56 +117,34 @@ std::vector<json> Classifier::classify_many(const ClassifyInput& in, const std::
   const int64_t batch = images.size() < kBatchFrom ? 1 : kEvalBatch;
   auto e = session(in, batch);
   std::lock_guard<std::mutex> lock(e->mu);
-  InferenceSession& s = *e->session;
-  Tensor& x = s.value(s.inputs()[0]);
-  const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
-  if (x.numel() != batch * per)
-    throw ApiError(409, "",
-                   fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
   std::vector<json> tops;
-  for (int64_t start = 0; start < count; start += batch) {
-    const int64_t n = std::min(batch, count - start);  // the last batch repeats its last image
-    for (int64_t i = 0; i < batch * per; ++i)
-      x.f32()[i] = images[static_cast<size_t>(start + std::min(i / per, n - 1))][i % per] * kScale;
-    s.run();
-    const Tensor& prob = s.value(s.outputs()[0]);
-    const int64_t classes = prob.numel() / batch;
-    for (int64_t i = 0; i < n; ++i) tops.push_back(top5(prob.f32() + i * classes, classes, in));
-  }
+  run_in_batches(
+      *e->session, batch, values_per_image(in), count, [&](int64_t k) { return images[static_cast<size_t>(k)]; },
+      [&](int64_t, const float* p, int64_t classes) { tops.push_back(top5(p, classes, in)); });
   return tops;
 }
 
 json Classifier::evaluate(const ClassifyInput& in, const uint8_t* images, const float* labels, int64_t count) {
-  const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t per = values_per_image(in);
   const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(kEvalBatch, count));
   auto e = session(in, batch);
   std::lock_guard<std::mutex> lock(e->mu);
-  InferenceSession& s = *e->session;
-  Tensor& x = s.value(s.inputs()[0]);
-  if (x.numel() != batch * per)
-    throw ApiError(409, "",
-                   fmt::format("the network reads {} values per image, the dataset gives {}", x.numel() / batch, per));
   int64_t classes = 0, correct = 0, counted = 0;
   std::vector<std::vector<int64_t>> confusion;
-  for (int64_t start = 0; start < count; start += batch) {
-    const int64_t n = std::min(batch, count - start);  // the last batch repeats its last image
-    for (int64_t i = 0; i < batch * per; ++i)
-      x.f32()[i] = images[(start + std::min(i / per, n - 1)) * per + i % per] * kScale;
-    s.run();
-    const Tensor& prob = s.value(s.outputs()[0]);
-    if (classes == 0) {
-      classes = prob.numel() / batch;
-      confusion.assign(static_cast<size_t>(classes), std::vector<int64_t>(static_cast<size_t>(classes), 0));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      auto truth = static_cast<int64_t>(labels[start + i]);
-      int64_t guess = argmax(prob.f32() + i * classes, classes);
-      if (truth < 0 || truth >= classes) continue;
-      ++confusion[static_cast<size_t>(truth)][static_cast<size_t>(guess)];
-      correct += truth == guess;
-      ++counted;
-    }
-  }
+  run_in_batches(
+      *e->session, batch, per, count, [&](int64_t k) { return images + k * per; },
+      [&](int64_t k, const float* p, int64_t n) {
+        if (classes == 0) {
+          classes = n;
+          confusion.assign(static_cast<size_t>(classes), std::vector<int64_t>(static_cast<size_t>(classes), 0));
+        }
+        auto truth = static_cast<int64_t>(labels[k]);
+        int64_t guess = argmax(p, classes);
+        if (truth < 0 || truth >= classes) return;
+        ++confusion[static_cast<size_t>(truth)][static_cast<size_t>(guess)];
+        correct += truth == guess;
+        ++counted;
+      });
   json per_class = json::array();
   for (int64_t c = 0; c < classes; ++c) {
     const auto& row = confusion[static_cast<size_t>(c)];
@@ -165,7 +167,7 @@ json Classifier::visualize(const ClassifyInput& in, const uint8_t* chw) {
   auto e = session(in, 1, true);
   std::lock_guard<std::mutex> lock(e->mu);
   Net& net = e->net();
-  const int64_t per = std::accumulate(in.shape.begin(), in.shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t per = values_per_image(in);
   Tensor& x = net.value(net.inputs()[0]);
   if (x.numel() != per)
     throw ApiError(409, "", fmt::format("the network reads {} values per image, the dataset gives {}", x.numel(), per));
