@@ -12,12 +12,15 @@ run's median moves by up to 40% with the neighbours' load.
 INT8 kernels on a QDQ model made from the same calibration table (bench/qdq.py), and against
 ONNX Runtime's FP32.
 
+--precision bf16 (CPUs with AVX-512 BF16 or AMX): bakusoku's BF16 bundle against ONNX Runtime's
+FP32 (its CPU provider has no BF16 kernels for these networks on x86).
+
 --torch: also PyTorch eager (bench/torch_infer.py, eval and no_grad; INT8: its eager static
 quantization with conv + BN + ReLU fused) on the networks it defines (TORCH below), in
 the same rounds.
 
 Usage: /usr/bin/python3 bench/ort.py BAKUSOKU_BINARY [--threads N] [--iterations N] [--rounds N]
-                                     [--precision fp32|int8] [--only REGEX] [--torch]
+                                     [--precision fp32|int8|bf16] [--only REGEX] [--torch]
 Needs `npm ci --prefix bench/ort --ignore-scripts` first (bench/ort.sh does both)."""
 import argparse
 import json
@@ -99,6 +102,8 @@ def deploy(binary, onnx, shape, batch, threads, precision, tmp):
            "--threads", str(threads)]
     if precision == "int8":
         cmd += ["--precision", "int8", "--calib", "random", "--calib-batches", "4"]
+    elif precision == "bf16":
+        cmd += ["--precision", "bf16"]
     sh(cmd)
     return bundle
 
@@ -127,7 +132,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    ap.add_argument("--precision", choices=("fp32", "int8", "bf16"), default="fp32")
     ap.add_argument("--only", default="")
     ap.add_argument("--torch", action="store_true")
     a = ap.parse_args()
@@ -143,6 +148,9 @@ def main():
         print("| network | batch | bakusoku INT8 ms | ORT INT8 (QDQ) ms | ORT FP32 ms | vs ORT INT8 | vs ORT FP32 |"
               + torch_cols.replace("eager ms", "eager INT8 ms"))
         print("|---|---|---|---|---|---|---|" + torch_rule)
+    elif a.precision == "bf16":
+        print("| network | batch | bakusoku BF16 ms | ORT FP32 ms | vs ORT FP32 |" + torch_cols)
+        print("|---|---|---|---|---|" + torch_rule)
     else:
         print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |" + torch_cols)
         print("|---|---|---|---|---|" + torch_rule)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "backend/dnnl_util.h"
 #include "cli_util.h"
@@ -802,6 +803,76 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   OutputGap g = output_gap(b, a, -1.f, 1.f, 2);
   EXPECT_GT(g.worst, 0.0);             // it did compute in bf16
   EXPECT_LE(g.worst / g.scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
+}
+
+// examples/resnet's ResNet-18 (its logits as the output) in BF16: every convolution whose
+// readers are bf16 convolutions, shortcut sums included, writes bf16, so values stay bf16
+// from the first convolution to the last; the logits stay within bfloat16's precision of
+// FP32's over the 20 layers.
+TEST(DeployBf16, ResNetKeepsValuesBf16BetweenConvolutions) {
+  SysInfo si = query_sysinfo();
+  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
+  std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/resnet/resnet18_cifar.prototxt", "prototxt");
+  text.replace(text.find("dim: 64 dim: 3"), 14, "dim: 2 dim: 3");
+  text.erase(text.find("layer {\n  name: \"accuracy\""));  // the logits are the output
+  // Filler weights keep the values in range (MSRA), where BatchNorms without statistics
+  // would scale by 1 / sqrt(eps) each.
+  text = std::regex_replace(text, std::regex("layer \\{\n  name: \"\\w+\"\n  type: \"BatchNorm\"[^}]*\\}\n"), "");
+  ASSERT_EQ(text.find("BatchNorm"), std::string::npos);
+  DeployOptions o = write_model("resnet18_bf16", text);
+  o.random_weights = true;  // the fillers' (MSRA) weights, not write_model's
+  o.autotune = false;
+  o.precision = Precision::bf16;
+  DeployResult r = deploy(o);
+  std::vector<std::string> writers;
+  for (const Node& n : r.bundle.graph.nodes)
+    if (n.deploy.bf16_output) writers.push_back(n.name);
+  // All 20 convolutions but the last, which the global pooling reads for the inner product.
+  EXPECT_EQ(writers.size(), 19u) << fmt::format("{}", fmt::join(writers, " "));
+  const Node* last = r.bundle.graph.find_node("res5b_b");
+  ASSERT_NE(last, nullptr);
+  EXPECT_FALSE(last->deploy.bf16_output);
+  // The choice travels in the bundle.
+  const std::string path = temp_path("resnet18_bf16.bks");
+  save_bundle(path, r.bundle);
+  const Bundle loaded = load_bundle(path);
+  o.precision = Precision::fp32;
+  DeployResult f = deploy(o);
+  InferenceSession a(loaded, "bf16", 2), b(f.bundle, "fp32", 2);
+  const std::string d = a.net().describe();
+  size_t bf16_values = 0;
+  for (size_t at = d.find(" bf16 output"); at != std::string::npos; at = d.find(" bf16 output", at + 1)) ++bf16_values;
+  EXPECT_EQ(bf16_values, 19u) << d;
+  OutputGap g = output_gap(b, a, -1.f, 1.f, 3);
+  EXPECT_GT(g.worst, 0.0);
+  EXPECT_LE(g.worst / g.scale, 2e-2) << g.worst << " of " << g.scale;
+}
+
+// A bundle (hand-edited, or written by another version) whose bf16 value reaches a layer
+// that reads f32 only: one clear error, not f32 arithmetic on bf16 bytes.
+TEST(DeployBf16, Bf16ValueReadAsF32IsAClearError) {
+  SysInfo si = query_sysinfo();
+  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
+  DeployOptions o = write_model("bf16_to_f32", input_layer("data", {2, 3, 9, 9}) + R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: 'sig' type: 'Sigmoid' bottom: 'conv1' top: 'sig' }
+)");
+  o.autotune = false;
+  o.precision = Precision::bf16;
+  DeployResult r = deploy(o);
+  Node* conv1 = const_cast<Node*>(r.bundle.graph.find_node("conv1"));
+  ASSERT_NE(conv1, nullptr);
+  Node& conv = *conv1;
+  EXPECT_FALSE(conv.deploy.bf16_output);  // its reader takes f32
+  conv.deploy.bf16_output = true;
+  try {
+    InferenceSession s(r.bundle, "edited", 1);
+    ADD_FAILURE() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'conv1' holds bf16 values"), std::string::npos) << e.what();
+  }
+  conv.deploy.precision = Precision::fp32;
+  EXPECT_THROW(InferenceSession(r.bundle, "edited", 1), InputError);  // bf16_output without bf16
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ json deploy_to_json(const NodeDeploy& d) {
   if (d.int8_input_threshold > 0.f) j["int8_input_threshold"] = d.int8_input_threshold;
   if (d.int8_output_threshold > 0.f) j["int8_output_threshold"] = d.int8_output_threshold;
   if (d.int8_residual_threshold > 0.f) j["int8_residual_threshold"] = d.int8_residual_threshold;
+  if (d.bf16_output) j["bf16_output"] = true;
   return j;
 }
 
@@ -188,6 +189,10 @@ NodeDeploy deploy_from_json(const Reader& r, const json& j, const std::string& w
   d.int8_input_threshold = r.number(j, "int8_input_threshold", what);
   d.int8_output_threshold = r.number(j, "int8_output_threshold", what);
   d.int8_residual_threshold = r.number(j, "int8_residual_threshold", what);
+  if (j.contains("bf16_output")) {
+    if (!j["bf16_output"].is_boolean()) r.fail("{}: 'bf16_output' is not true or false", what);
+    d.bf16_output = j["bf16_output"].get<bool>();
+  }
   return d;
 }
 

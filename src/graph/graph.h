@@ -62,8 +62,8 @@ struct FusedPostOps {
 // What deploy decided for a node: fields of the IR (Caffe has no words for them), saved in
 // bundles, never read from a prototxt.
 struct NodeDeploy {
-  // The arithmetic the node computes in (values between nodes stay f32, or int8 where an
-  // int8 node writes for int8 readers): kernels are chosen for it.
+  // The arithmetic the node computes in (values between nodes stay f32, or int8 / bf16 where
+  // such a node writes for readers of that type): kernels are chosen for it.
   Precision precision = Precision::fp32;
   FusedPostOps fusion;
   std::string kernel;  // the algorithm autotuning chose ("direct", "winograd"); "" to choose at load
@@ -76,9 +76,11 @@ struct NodeDeploy {
   // ... and of a fused residual (input 1) that arrives int8 (its writer's output threshold;
   // 0: it arrives f32).
   float int8_residual_threshold = 0.f;
+  // BF16 inference: the node writes bf16 for bf16 readers (values between them stay bf16).
+  bool bf16_output = false;
   bool empty() const {
     return precision == Precision::fp32 && !fusion.any() && kernel.empty() && int8_input_threshold == 0.f &&
-           int8_output_threshold == 0.f && int8_residual_threshold == 0.f;
+           int8_output_threshold == 0.f && int8_residual_threshold == 0.f && !bf16_output;
   }
 };
 

@@ -267,6 +267,18 @@ memory::desc ConvKernels::preferred_int8_dst(dnnl::engine& eng, const ConvGeomet
   return Int8Conv::preferred_dst(eng, int8_spec(g, bias, {1.f, 1.f, 1.f}, fusion), src_md, dst_type);
 }
 
+memory::desc ConvKernels::preferred_bf16_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
+                                             const memory::desc& src_md) {
+  ConvDescs d = conv_descs(g);
+  const memory::desc src_any(d.src, dt::bf16, tag::any), dst_any(d.dst, dt::bf16, tag::any);
+  const bool bf16_src = src_md.data.ndims > 0 && src_md.data_type() == dt::bf16;
+  auto pd = forward_pd(eng, g, bias, false, bf16_src ? src_md : src_any, dst_any, {},
+                       dnnl::algorithm::convolution_direct, true);
+  if (bf16_src && is_reference_impl(pd.impl_info_str()))
+    pd = forward_pd(eng, g, bias, false, src_any, dst_any, {}, dnnl::algorithm::convolution_direct, true);
+  return pd.dst_desc();
+}
+
 void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, bool training,
                           const memory::desc& src_md, const memory::desc& dst_md, bool need_bwd_data,
                           const FusedPostOps* fusion, const memory::desc& residual_md, bool residual_in_dst) {
@@ -291,14 +303,22 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
                                        residual_md, residual_in_dst);
     return;
   }
-  if (bf16_ && !training) {
-    // bf16 kernels in oneDNN's own layouts; the operands below convert f32 <-> bf16.
-    src_k = memory::desc(src, dt::bf16, tag::any);
-    dst_k = memory::desc(dst, dt::bf16, tag::any);
+  const bool bf16 = bf16_ && !training;
+  if (bf16) {
+    // bf16 kernels on the caller's layouts where those hold bf16 (values kept bf16 between
+    // bf16 layers), else on oneDNN's own: the operands below convert f32 <-> bf16.
+    auto is_bf16 = [](const memory::desc& m) { return m.data.ndims > 0 && m.data_type() == dt::bf16; };
+    src_k = is_bf16(src_user) ? src_user : memory::desc(src, dt::bf16, tag::any);
+    dst_k = is_bf16(dst_user) ? dst_user : memory::desc(dst, dt::bf16, tag::any);
   }
   dnnl::convolution_forward::primitive_desc fpd =
-      forward_pd(eng, g, bias, training, src_k, dst_k, {}, dnnl::algorithm::convolution_direct, bf16_ && !training);
-  if (bf16_ && !training && is_reference_impl(fpd.impl_info_str()))
+      forward_pd(eng, g, bias, training, src_k, dst_k, {}, dnnl::algorithm::convolution_direct, bf16);
+  if (bf16 && is_reference_impl(fpd.impl_info_str())) {
+    src_k = memory::desc(src, dt::bf16, tag::any);
+    dst_k = memory::desc(dst, dt::bf16, tag::any);
+    fpd = forward_pd(eng, g, bias, training, src_k, dst_k, {}, dnnl::algorithm::convolution_direct, true);
+  }
+  if (bf16 && is_reference_impl(fpd.impl_info_str()))
     throw InputError("bfloat16 convolution: oneDNN has no fast kernel for it on this CPU");
   if (is_reference_impl(fpd.impl_info_str())) {
     src_k = src_any;

@@ -53,7 +53,12 @@ class ConvKernels {
   static memory::desc preferred_int8_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
                                          const memory::desc& src_md, const FusedPostOps* fusion,
                                          memory::data_type dst_type);
-  // src and dst are f32, except around int8 kernels (see set_int8_thresholds).
+  // The same for the bf16 kernel reading src_md (a bf16 layout, or empty: f32), writing
+  // bf16 (values kept bf16 between bf16 layers).
+  static memory::desc preferred_bf16_dst(dnnl::engine& eng, const ConvGeometry& g, bool bias,
+                                         const memory::desc& src_md);
+  // src and dst are f32, except around int8 kernels (see set_int8_thresholds) and bf16
+  // ones given bf16 layouts.
   void forward(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
                const float* residual = nullptr);
   void backward_data(dnnl::stream& s, const float* diff_dst, const float* wei, float* diff_src);

@@ -119,9 +119,11 @@ class ConvolutionKernel final : public Kernel {
         bias_term_(init.node.attrs.as<ConvAttrs>().bias_term),
         fusion_(init.node.deploy.fusion),
         choice_(init.node.deploy.kernel),
-        blocked_(init.blocked_activations) {
+        blocked_(init.blocked_activations),
+        bf16_output_(init.node.deploy.bf16_output) {
     int8_ = int8_thresholds(context());
     fused_ = fusion_.any();
+    if (bf16_output_ && !bf16_) fail("deploy.bf16_output needs deploy.precision bf16");
   }
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
@@ -134,6 +136,8 @@ class ConvolutionKernel final : public Kernel {
     if (int8_.in > 0.f)
       return ConvKernels::preferred_int8_dst(eng, g_, bias_term_, in.empty() ? memory::desc() : in[0], &fusion_,
                                              int8_output_type(fusion_.relu && fusion_.relu_slope == 0.f, int8_.out));
+    if (bf16_output_ && phase_ != proto::TRAIN)
+      return ConvKernels::preferred_bf16_dst(eng, g_, bias_term_, in.empty() ? memory::desc() : in[0]);
     return ConvKernels::preferred_dst(eng, g_, bias_term_, phase_ == proto::TRAIN, blocked_);
   }
 
@@ -186,6 +190,7 @@ class ConvolutionKernel final : public Kernel {
   bool fused_ = false;
   std::string choice_;
   bool blocked_ = false;  // NetOptions::blocked_activations
+  bool bf16_output_ = false;  // writes bf16 for bf16 readers (deploy --precision bf16)
   Int8Thresholds int8_;
 };
 

@@ -163,6 +163,7 @@ class PoolingDef final : public OpDef {
   OpTraits traits(const Node& n) const override {
     OpTraits t;
     t.max_pooling = n.attrs.as<PoolingAttrs>().method == PoolingAttrs::max;
+    t.passes_bf16 = true;
     return t;
   }
   ChannelFlow channel_flow(const Node&, const std::vector<Shape>&) const override { return ChannelFlow::per_channel; }

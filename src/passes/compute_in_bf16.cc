@@ -1,12 +1,41 @@
 // Pass: bf16 inference. The weighted layers (convolutions, inner products) carry nearly all
-// the arithmetic, and oneDNN's bf16 kernels for them convert at their edges, so only they
-// switch; everything else stays f32.
+// the arithmetic and switch to oneDNN's bf16 kernels. A convolution whose readers all take
+// bf16 (bf16 convolutions, through poolings) writes bf16, so nothing converts to f32 and
+// back between them; every other value stays f32.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "ops/op_def.h"
 #include "passes/deploy_model.h"
 
 namespace bks {
+namespace {
+
+bool is_bf16_convolution(const Node& n) { return op_traits(n).convolution && n.deploy.precision == Precision::bf16; }
+
+// Whether every reader of value v takes it bf16: a bf16 convolution reading it once as its
+// input or as its fused residual, or a pooling whose output qualifies in turn.
+bool bf16_readers(const Graph& g, int v) {
+  const Value& val = g.values[v];
+  // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
+  if (val.consumers.empty() || val.producer < 0) return false;
+  for (size_t u = 0; u < g.values.size(); ++u)
+    if (static_cast<int>(u) != v && g.values[u].name == val.name) return false;
+  for (int c : val.consumers) {
+    const Node& n = g.nodes[c];
+    if (std::count(n.inputs.begin(), n.inputs.end(), v) != 1) return false;
+    const bool as_input = n.inputs[0] == v;
+    const bool as_residual = n.deploy.fusion.residual_sum && n.inputs.size() == 2 && n.inputs[1] == v;
+    if (is_bf16_convolution(n) && (as_input || as_residual)) continue;
+    if (op_traits(n).passes_bf16 && n.inputs.size() == 1 && n.outputs.size() == 1 && bf16_readers(g, n.outputs[0]))
+      continue;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 PassReport compute_in_bf16(Graph& g) {
   PassReport r{"compute-in-bf16", {}};
@@ -15,6 +44,12 @@ PassReport compute_in_bf16(Graph& g) {
     n.deploy.precision = Precision::bf16;
     r.changes.push_back(fmt::format("{} '{}'", n.type, n.name));
   }
+  int kept = 0;
+  for (Node& n : g.nodes) {
+    n.deploy.bf16_output = is_bf16_convolution(n) && n.outputs.size() == 1 && bf16_readers(g, n.outputs[0]);
+    kept += n.deploy.bf16_output;
+  }
+  r.changes.push_back(fmt::format("{} convolution(s) writing bf16 for bf16 readers", kept));
   return r;
 }
 

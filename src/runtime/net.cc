@@ -431,6 +431,7 @@ DType Net::value_dtype(int v) const {
   switch (plan_.layout[v].data_type()) {
     case dnnl::memory::data_type::s8: return DType::s8;
     case dnnl::memory::data_type::u8: return DType::u8;
+    case dnnl::memory::data_type::bf16: return DType::bf16;
     default: return DType::f32;
   }
 }
@@ -486,10 +487,11 @@ std::string Net::describe() const {
     bool first_out = !node.outputs.empty();
     s += fmt::format("  {:<16} {:<22} -> {:<40} [{}]{}{}{}\n", node.name, node.type, fmt::join(outs, ", "),
                      kernels_[n]->reported_name(), buffer_note(n),
-                     !first_out || !is_blocked(node.outputs[0])   ? ""
-                     : value_dtype(node.outputs[0]) == DType::f32 ? " blocked-layout"
-                     : value_dtype(node.outputs[0]) == DType::u8  ? " u8 output"
-                                                                  : " s8 output",
+                     !first_out || !is_blocked(node.outputs[0])    ? ""
+                     : value_dtype(node.outputs[0]) == DType::f32  ? " blocked-layout"
+                     : value_dtype(node.outputs[0]) == DType::u8   ? " u8 output"
+                     : value_dtype(node.outputs[0]) == DType::bf16 ? " bf16 output"
+                                                                   : " s8 output",
                      plan_.grad.runs_backward[n] ? "" : " (no backward)");
   }
   return s;

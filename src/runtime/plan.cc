@@ -274,10 +274,11 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
   bool changed = true;
   auto demote = [&](int v) {
     if (!blocked(v)) return;
-    // An int8 value (deploy --precision int8) has int8 readers only; deploy guarantees it.
-    if (layout[v].data_type() != dnnl::memory::data_type::f32)
-      input_error("{}: '{}' holds int8 values, but a layer reading it takes f32 only (or it is an output)", g.source,
-                  g.values[v].name);
+    // An int8 or bf16 value (deploy --precision int8 / bf16) has readers of its type only;
+    // deploy guarantees it.
+    if (const auto t = layout[v].data_type(); t != dnnl::memory::data_type::f32)
+      input_error("{}: '{}' holds {} values, but a layer reading it takes f32 only (or it is an output)", g.source,
+                  g.values[v].name, t == dnnl::memory::data_type::bf16 ? "bf16" : "int8");
     layout[v] = dnnl::memory::desc();
     changed = true;
   };
@@ -291,6 +292,10 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
       if (rule == LayoutRule::plain_only ||
           (facts[n].plain_output_takes_plain_inputs && !node.outputs.empty() && !blocked(node.outputs[0])))
         for (int v : node.inputs) demote(v);
+      // Ops passing their input's layout on work on f32 elements.
+      if (rule == LayoutRule::any_in_same_out && !node.inputs.empty() && blocked(node.inputs[0]) &&
+          layout[node.inputs[0]].data_type() != dnnl::memory::data_type::f32)
+        demote(node.inputs[0]);
       if (rule == LayoutRule::any_in_same_out && !node.inputs.empty())
         for (int v : node.outputs)
           if (!(layout[v] == layout[node.inputs[0]])) {
