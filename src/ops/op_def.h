@@ -90,8 +90,8 @@ struct OpTraits {
   bool fusable_activation = false;  // a ReLU that can become a producer's post-op
   bool residual_sum = false;        // an Eltwise SUM of two branches with unit coefficients
   bool max_pooling = false;         // keeps its input's scale (int8 stays int8 through it)
-  // At inference a bf16 input gives a bf16 output (a Pooling on oneDNN's kernel) or an f32
-  // one: bf16 values may flow through it to bf16 readers.
+  // At inference bf16 inputs give a bf16 output (a Pooling on oneDNN's kernel, a Concat of
+  // channels-last inputs) or an f32 one: bf16 values may flow through it to bf16 readers.
   bool passes_bf16 = false;
   // An item along axis 0 depends on the others, or on where it sits (attention over time,
   // positions): a batch cannot run in parts, and `sample` feeds such a net whole windows.

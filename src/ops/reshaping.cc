@@ -352,6 +352,7 @@ class ConcatDef final : public OpDef {
     const auto nd = static_cast<int64_t>(in.empty() ? 0 : in[0].size());
     return nd >= 2 && (axis == 1 || axis == 1 - nd) ? ChannelFlow::concat : ChannelFlow::blocks;
   }
+  OpTraits traits(const Node&) const override { return traits_with({&OpTraits::passes_bf16}); }
   // With one outer block, each input is a contiguous run of the output, which the runtime
   // may place it in.
   OpFacts facts(const OpContext& c, const std::vector<Shape>& in) const override {
@@ -463,11 +464,20 @@ class ConcatKernel final : public Kernel {
   }
   memory::desc preferred_output_layout(int, const std::vector<memory::desc>& in) override {
     if (g_.axis != 1 || in.empty() || out_shape_.size() != 4) return {};
-    for (Layout l : {Layout::nhwc, Layout::block8, Layout::block16}) {
-      bool all = fits(l);
-      for (size_t i = 0; i < in.size() && all; ++i) all = in[i] == layout_md(l, in_shapes_[i]);
-      if (all) return layout_md(l, out_shape_);
-    }
+    auto all_in = [&](auto&& is) {
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!is(in[i], in_shapes_[i])) return false;
+      return true;
+    };
+    auto bf16_nhwc = [](const memory::desc& m, const Shape& s) { return m == layout_md(Layout::nhwc, s, true); };
+    if (all_in(bf16_nhwc) && even_channels()) return layout_md(Layout::nhwc, out_shape_, true);
+    for (Layout l : {Layout::nhwc, Layout::block8, Layout::block16})
+      if (fits(l) && all_in([&](const memory::desc& m, const Shape& s) { return m == layout_md(l, s); }))
+        return layout_md(l, out_shape_);
+    // Channels-last inputs of both types: f32 channels-last, the bf16 ones converted.
+    if (all_in(
+            [&](const memory::desc& m, const Shape& s) { return m == layout_md(Layout::nhwc, s) || bf16_nhwc(m, s); }))
+      return layout_md(Layout::nhwc, out_shape_);
     return {};
   }
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
@@ -475,19 +485,25 @@ class ConcatKernel final : public Kernel {
     layout_ = Layout::plain;
     for (Layout l : {Layout::nhwc, Layout::block8, Layout::block16})
       if (out[0].size() == 4 && y == layout_md(l, out[0])) layout_ = l;
+    halves_ = out[0].size() == 4 && y == layout_md(Layout::nhwc, out[0], true);
+    if (halves_) layout_ = Layout::nhwc;
     convert_.assign(in.size(), DnnlOperand());
     for (size_t i = 0; i < in.size(); ++i)
       convert_[i].init(static_cast<CpuBackend&>(backend_).engine(), in_md(static_cast<int>(i), in[i]),
-                       layout_md(layout_, in[i]));
+                       layout_md(layout_, in[i], halves_));
     parts_ = g_;
     if (layout_ == Layout::nhwc) {
-      // Channels innermost: runs of C_i per pixel.
+      // Channels innermost: runs of C_i per pixel. bf16 runs (even C_i) move as C_i / 2
+      // floats.
       parts_.outer = out[0][0] * out[0][2] * out[0][3];
       parts_.inner = 1;
+      if (halves_)
+        for (int64_t& c : parts_.sizes) c /= 2;
     }
     static const char* const names[] = {"reference", "bakusoku channels-last copies", "bakusoku nChw8c copies",
                                         "bakusoku nChw16c copies"};
     impl_ = names[static_cast<int>(layout_)];
+    if (halves_) impl_ += " (bf16)";
   }
   void forward(OpCall& c) override {
     auto& s = static_cast<CpuBackend&>(backend_).stream();
@@ -509,9 +525,11 @@ class ConcatKernel final : public Kernel {
 
  private:
   enum class Layout { plain, nhwc, block8, block16 };
-  static memory::desc layout_md(Layout l, const Shape& s) {
+  static memory::desc layout_md(Layout l, const Shape& s, bool bf16 = false) {
     switch (l) {
-      case Layout::nhwc: return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::nhwc);
+      case Layout::nhwc:
+        return memory::desc(to_dims(s), bf16 ? memory::data_type::bf16 : memory::data_type::f32,
+                            memory::format_tag::nhwc);
       case Layout::block8: return channel_blocked_md(s, 8);
       case Layout::block16: return channel_blocked_md(s, 16);
       default: return plain_md(s);
@@ -524,11 +542,17 @@ class ConcatKernel final : public Kernel {
       if (s[1] % block != 0) return false;
     return true;
   }
+  bool even_channels() const {
+    for (const Shape& s : in_shapes_)
+      if (s[1] % 2 != 0) return false;
+    return true;
+  }
 
   AxisParts g_, parts_;
   std::vector<Shape> in_shapes_;
   Shape out_shape_;
   Layout layout_ = Layout::plain;
+  bool halves_ = false;  // bf16 channels-last: two-byte values moved in pairs
   std::vector<DnnlOperand> convert_;
   std::string impl_ = "reference";
 };

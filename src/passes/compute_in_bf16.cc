@@ -1,7 +1,8 @@
 // Pass: bf16 inference. The weighted layers (convolutions, inner products) carry nearly all
 // the arithmetic and switch to oneDNN's bf16 kernels. A convolution whose readers all take
-// bf16 (bf16 convolutions, through poolings) writes bf16, so nothing converts to f32 and
-// back between them; every other value stays f32.
+// bf16 (bf16 convolutions, through poolings and concats) writes bf16, so nothing converts
+// to f32 and back between them; every other value stays f32. (Where the runtime's layout
+// plan cannot keep one bf16 after all, its writer converts it to f32.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,7 +16,7 @@ namespace {
 bool is_bf16_convolution(const Node& n) { return op_traits(n).convolution && n.deploy.precision == Precision::bf16; }
 
 // Whether every reader of value v takes it bf16: a bf16 convolution reading it once as its
-// input or as its fused residual, or a pooling whose output qualifies in turn.
+// input or as its fused residual, or a pooling or concat whose output qualifies in turn.
 bool bf16_readers(const Graph& g, int v) {
   const Value& val = g.values[v];
   // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
@@ -28,8 +29,7 @@ bool bf16_readers(const Graph& g, int v) {
     const bool as_input = n.inputs[0] == v;
     const bool as_residual = n.deploy.fusion.residual_sum && n.inputs.size() == 2 && n.inputs[1] == v;
     if (is_bf16_convolution(n) && (as_input || as_residual)) continue;
-    if (op_traits(n).passes_bf16 && n.inputs.size() == 1 && n.outputs.size() == 1 && bf16_readers(g, n.outputs[0]))
-      continue;
+    if (op_traits(n).passes_bf16 && n.outputs.size() == 1 && bf16_readers(g, n.outputs[0])) continue;
     return false;
   }
   return true;

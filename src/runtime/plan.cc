@@ -274,11 +274,12 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
   bool changed = true;
   auto demote = [&](int v) {
     if (!blocked(v)) return;
-    // An int8 or bf16 value (deploy --precision int8 / bf16) has readers of its type only;
-    // deploy guarantees it.
-    if (const auto t = layout[v].data_type(); t != dnnl::memory::data_type::f32)
-      input_error("{}: '{}' holds {} values, but a layer reading it takes f32 only (or it is an output)", g.source,
-                  g.values[v].name, t == dnnl::memory::data_type::bf16 ? "bf16" : "int8");
+    // An int8 value (deploy --precision int8) has int8 readers only; deploy guarantees it.
+    // A bf16 one may become f32: the ops writing bf16 (convolution, pooling, concat)
+    // convert to any layout asked of them.
+    if (is_int8(layout[v]))
+      input_error("{}: '{}' holds int8 values, but a layer reading it takes f32 only (or it is an output)", g.source,
+                  g.values[v].name);
     layout[v] = dnnl::memory::desc();
     changed = true;
   };
