@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "cli_util.h"
@@ -1168,6 +1169,32 @@ TEST(ServerApi, UploadsStopAtTheStorageLimitAndKeepWhatIsThere) {
   EXPECT_FALSE(fs::exists(uploads / "b.safetensors")) << "nothing of the refused upload is written";
   EXPECT_EQ(fs::file_size(first), 600u << 10) << "what was there is kept";
   r = upload("c.caffemodel", 300 << 10);  // 900 KiB together: fits
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201) << r->body;
+
+  // The page lists the folder with its room, and a deletion makes room for the refused upload.
+  json list = get(c, "/api/weights");
+  EXPECT_EQ(list.value("folder", ""), uploads.string());
+  EXPECT_EQ(list.value("bytes", uint64_t{0}), 900u << 10);
+  EXPECT_EQ(list.value("limit_bytes", uint64_t{0}), 1u << 20);
+  std::set<std::string> names;
+  for (const json& f : list["files"]) {
+    names.insert(f.value("name", ""));
+    EXPECT_EQ(f.value("path", ""), (uploads / f.value("name", "")).string());
+    EXPECT_GT(f.value("modified", int64_t{0}), 1700000000) << f.dump();  // seconds since 1970, not the file clock's
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"a.safetensors", "c.caffemodel"})) << list.dump();
+  int st = 0;
+  for (const std::string bad : {"b.safetensors", "..", "uploads", "%2e%2e%2fjobs"}) {
+    call(c, "DELETE", "/api/weights/" + bad, {}, st);
+    EXPECT_EQ(st, 404) << bad;
+  }
+  EXPECT_TRUE(fs::exists(uploads));
+  json d = call(c, "DELETE", "/api/weights/a.safetensors", {}, st);
+  EXPECT_EQ(st, 200) << d.dump();
+  EXPECT_FALSE(fs::exists(first));
+  EXPECT_EQ(get(c, "/api/weights")["files"].size(), 1u);
+  r = upload("b.safetensors", 600 << 10);  // 900 KiB together again: fits now
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 201) << r->body;
 }

@@ -1322,7 +1322,8 @@ async function newModelPage(query) {
                  `
     <div class="row"><div class="wide"><label>Start from weights (optional: a .safetensors or .caffemodel file inside the server's import folders, or upload one of up to 16 MB)</label>
       <div class="toolbar"><input type="text" name="weights_file" placeholder="/path/to/model.caffemodel"><input type="file" id="weights-upload" accept=".safetensors,.caffemodel"></div>
-      <div class="error" data-error-for="weights_from"></div><div class="error" data-error-for="weights"></div></div></div>`}
+      <div class="error" data-error-for="weights_from"></div><div class="error" data-error-for="weights"></div>
+      <details id="uploads-box" hidden><summary id="uploads-summary"></summary><table><tbody id="uploads-list"></tbody></table></details></div></div>`}
     <h2>Solver</h2><div class="row">
       <div><label>Type</label><select name="type">${
           ['SGD', 'Nesterov', 'Adam', 'RMSProp', 'AdaGrad', 'AdaDelta']
@@ -1421,6 +1422,37 @@ async function newModelPage(query) {
     }
     e.target.value = '';
   };
+  // Uploaded weights (the server's limit counts them all): each can fill the field or go.
+  const uploadsBox = document.getElementById('uploads-box');
+  const mib = b => (b / 1048576).toFixed(1);
+  const showUploads = async () => {
+    if (!uploadsBox) return;
+    const u = await api('GET', '/api/weights');
+    uploadsBox.hidden = !u.files.length;
+    document.getElementById('uploads-summary').textContent =
+        `Uploaded weights: ${u.files.length} file(s), ${mib(u.bytes)} of ${mib(u.limit_bytes)} MiB`;
+    document.getElementById('uploads-list').innerHTML =
+        u.files
+            .map(f => `<tr><td>${esc(f.name)}</td><td>${mib(f.bytes)} MiB</td><td>${when(f.modified)}</td><td>
+          <button type="button" class="secondary" data-use="${esc(f.path)}">Use</button>
+          <button type="button" class="secondary" data-delete="${esc(f.name)}">Delete</button></td></tr>`)
+            .join('');
+  };
+  if (uploadsBox) {
+    uploadsBox.onclick = async e => {
+      const b = e.target.closest('button');
+      if (!b) return;
+      if (b.dataset.use) form.weights_file.value = b.dataset.use;
+      if (!b.dataset.delete || !confirmDelete(b.dataset.delete)) return;
+      try {
+        await api('DELETE', `/api/weights/${encodeURIComponent(b.dataset.delete)}`);
+        await showUploads();
+      } catch (err) {
+        showError(form, err);
+      }
+    };
+    showUploads().catch(err => showError(form, err));
+  }
   // An uploaded weights file lands in the import folder; its path fills the field.
   const upload = document.getElementById('weights-upload');
   if (upload)
@@ -1430,6 +1462,7 @@ async function newModelPage(query) {
       body.append('weights', upload.files[0]);
       try {
         form.weights_file.value = (await api('POST', '/api/weights', body)).path;
+        await showUploads();
       } catch (err) {
         showError(form, err);
       }

@@ -405,6 +405,21 @@ try {
   fs.writeFileSync(upload, Buffer.from(await (await fetch(url + `api/jobs/${firstJob}/snapshots/${lastSnapshot}.safetensors`)).arrayBuffer()));
   await page.setInputFiles('#weights-upload', upload);
   await page.waitForFunction(() => document.querySelector('input[name=weights_file]').value.endsWith('imports/uploads/first-job.safetensors'));
+  // The uploads are listed with the folder's room: a spare one goes (asked first), and Use
+  // fills the field with the one kept.
+  const spare = path.join(dataDir, 'spare.safetensors');
+  fs.copyFileSync(upload, spare);
+  await page.setInputFiles('#weights-upload', spare);
+  await page.waitForFunction(() => document.querySelectorAll('#uploads-list tr').length === 2);
+  if (!(await page.textContent('#uploads-summary')).includes('2 file(s)')) throw new Error(`uploads: ${await page.textContent('#uploads-summary')}`);
+  await page.click('#uploads-box summary');
+  page.once('dialog', d => d.accept());
+  await page.click('#uploads-list button[data-delete="spare.safetensors"]');
+  await page.waitForFunction(() => document.querySelectorAll('#uploads-list tr').length === 1);
+  if ((await api('/api/weights')).files.some(f => f.name === 'spare.safetensors')) throw new Error('the deleted upload is still there');
+  await page.click('#uploads-list button[data-use]');
+  await page.waitForFunction(() => document.querySelector('input[name=weights_file]').value.endsWith('imports/uploads/first-job.safetensors'));
+  await shot('18b-uploaded-weights');
   await page.click('#create-model');
   await page.waitForSelector('#chart-loss');
   const doomed = await hashId();
