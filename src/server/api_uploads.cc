@@ -94,7 +94,8 @@ void add_upload_routes(httplib::Server& s, Context& c) {
         },
         201);
   });
-  // What the folder holds (at most kMaxUploadFiles entries), so the page can show it.
+  // What the folder holds, so the page can show it (uploads keep it to kMaxUploadFiles files;
+  // files put there by hand are listed too).
   s.Get("/api/weights", [&c](const httplib::Request&, httplib::Response& res) {
     handle(res, [&] {
       const fs::path dir = uploads_dir(c);
