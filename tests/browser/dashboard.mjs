@@ -322,6 +322,7 @@ try {
 
   step('clone and edit: the form is filled from the job; the edited copy is aborted and resumed');
   await page.goto(url + `#/jobs/${firstJob}`);
+  await page.waitForSelector(`h1:has-text("Job ${firstJob}:")`);
   await page.click('#clone');
   await page.waitForSelector('#create-model');
   const filled = await page.evaluate(() => ['name', 'base_lr', 'epochs', 'network'].map(n => document.querySelector(`[name=${n}]`).value).join('|'));
@@ -352,6 +353,8 @@ try {
 
   step('fine-tune from the first job: its weights, conv1 frozen');
   await page.goto(url + `#/jobs/${firstJob}`);
+  // The clone's page, shown before, has a Fine-tune button too: wait for the first job's.
+  await page.waitForSelector(`h1:has-text("Job ${firstJob}:")`);
   await page.click('#fine-tune');
   await page.waitForSelector('select[name=weights_iter]');
   if ((await page.$$eval('select[name=weights_iter] option', o => o.length)) !== 3) throw new Error('the fine-tune form does not offer the job\'s 3 snapshots');
