@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "ops/op_def.h"
 #include "passes/deploy_model.h"
@@ -15,24 +18,33 @@ namespace {
 
 bool is_bf16_convolution(const Node& n) { return op_traits(n).convolution && n.deploy.precision == Precision::bf16; }
 
-// Whether every reader of value v takes it bf16: a bf16 convolution reading it once as its
-// input or as its fused residual, or a pooling or concat whose output qualifies in turn.
-bool bf16_readers(const Graph& g, int v) {
-  const Value& val = g.values[v];
-  // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
-  if (val.consumers.empty() || val.producer < 0) return false;
-  for (size_t u = 0; u < g.values.size(); ++u)
-    if (static_cast<int>(u) != v && g.values[u].name == val.name) return false;
-  for (int c : val.consumers) {
-    const Node& n = g.nodes[c];
-    if (std::count(n.inputs.begin(), n.inputs.end(), v) != 1) return false;
-    const bool as_input = n.inputs[0] == v;
-    const bool as_residual = n.deploy.fusion.residual_sum && n.inputs.size() == 2 && n.inputs[1] == v;
-    if (is_bf16_convolution(n) && (as_input || as_residual)) continue;
-    if (op_traits(n).passes_bf16 && n.outputs.size() == 1 && bf16_readers(g, n.outputs[0])) continue;
-    return false;
-  }
-  return true;
+// For every value: whether each of its readers takes it bf16, that is a bf16 convolution
+// reading it once as its input or its fused residual, or a pooling or concat whose output
+// qualifies in turn. Decided from the last node to the first (readers come after their
+// writers), so in one pass over the graph, without recursion, however long a chain of
+// poolings a crafted net holds.
+std::vector<bool> bf16_values(const Graph& g) {
+  std::unordered_map<std::string, int> names;
+  for (const Value& v : g.values) ++names[v.name];
+  std::vector<bool> ok(g.values.size(), false);
+  auto readers_take_bf16 = [&](int producer, int v) {
+    const Value& val = g.values[v];
+    // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
+    if (val.consumers.empty() || names[val.name] > 1) return false;
+    for (int c : val.consumers) {
+      const Node& n = g.nodes[c];
+      if (c <= producer || std::count(n.inputs.begin(), n.inputs.end(), v) != 1) return false;
+      const bool as_input = n.inputs[0] == v;
+      const bool as_residual = n.deploy.fusion.residual_sum && n.inputs.size() == 2 && n.inputs[1] == v;
+      if (is_bf16_convolution(n) && (as_input || as_residual)) continue;
+      if (op_traits(n).passes_bf16 && n.outputs.size() == 1 && ok[n.outputs[0]]) continue;
+      return false;
+    }
+    return true;
+  };
+  for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k)
+    for (int v : g.nodes[k].outputs) ok[v] = readers_take_bf16(k, v);
+  return ok;
 }
 
 }  // namespace
@@ -44,9 +56,10 @@ PassReport compute_in_bf16(Graph& g) {
     n.deploy.precision = Precision::bf16;
     r.changes.push_back(fmt::format("{} '{}'", n.type, n.name));
   }
+  const std::vector<bool> bf16 = bf16_values(g);
   int kept = 0;
   for (Node& n : g.nodes) {
-    n.deploy.bf16_output = is_bf16_convolution(n) && n.outputs.size() == 1 && bf16_readers(g, n.outputs[0]);
+    n.deploy.bf16_output = is_bf16_convolution(n) && n.outputs.size() == 1 && bf16[n.outputs[0]];
     kept += n.deploy.bf16_output;
   }
   r.changes.push_back(fmt::format("{} convolution(s) writing bf16 for bf16 readers", kept));
