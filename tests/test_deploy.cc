@@ -782,13 +782,25 @@ TEST(DeployCifar, QuickNetMatchesTrainingGraph) {
 namespace bks::test {
 namespace {
 
+// The BF16 bundle `bf16` against the FP32 deployment of `o`, on the same random input: the
+// BF16 net's description (kernels, layouts, value types) and how far its outputs are.
+struct Bf16Comparison {
+  std::string described;
+  OutputGap gap;
+};
+Bf16Comparison against_fp32(const Bundle& bf16, DeployOptions o, uint64_t seed) {
+  o.precision = Precision::fp32;
+  DeployResult f = deploy(o);
+  InferenceSession a(bf16, "bf16", 2), b(f.bundle, "fp32", 2);
+  return {a.net().describe(), output_gap(b, a, -1.f, 1.f, seed)};
+}
+
 // BF16 where the CPU has it: the bundle records the precision, its kernels are bf16, and
 // its outputs stay within bfloat16's precision of FP32's. Elsewhere: a clear error.
 TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   DeployOptions o = write_model("bf16", input_layer("data", {2, 3, 9, 9}) + kConvBnScaleRelu);
   o.precision = Precision::bf16;
-  SysInfo si = query_sysinfo();
-  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) {
+  if (!cpu_has_bf16()) {
     EXPECT_THROW(deploy(o), InputError);
     GTEST_SKIP() << "no bfloat16 instructions on this CPU";
   }
@@ -796,11 +808,8 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
   EXPECT_EQ(r.bundle.info.at("precision"), "bf16");
   for (const Node& n : r.bundle.graph.nodes)
     EXPECT_EQ(n.deploy.precision, op_traits(n).weighted_linear ? Precision::bf16 : Precision::fp32) << n.name;
-  o.precision = Precision::fp32;
-  DeployResult f = deploy(o);
-  InferenceSession a(r.bundle, "bf16", 2), b(f.bundle, "fp32", 2);
-  EXPECT_NE(a.net().describe().find("bf16"), std::string::npos) << a.net().describe();
-  OutputGap g = output_gap(b, a, -1.f, 1.f, 2);
+  const auto [d, g] = against_fp32(r.bundle, o, 2);
+  EXPECT_NE(d.find("bf16"), std::string::npos) << d;
   EXPECT_GT(g.worst, 0.0);             // it did compute in bf16
   EXPECT_LE(g.worst / g.scale, 3e-2);  // bf16 keeps 8 bits of mantissa; two layers of rounding
 }
@@ -810,8 +819,7 @@ TEST(DeployBf16, OutputsWithinBfloat16PrecisionOrAClearError) {
 // from the first convolution to the last; the logits stay within bfloat16's precision of
 // FP32's over the 20 layers.
 TEST(DeployBf16, ResNetKeepsValuesBf16BetweenConvolutions) {
-  SysInfo si = query_sysinfo();
-  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
   std::string text = read_file(std::string(BKS_SOURCE_DIR) + "/examples/resnet/resnet18_cifar.prototxt", "prototxt");
   text.replace(text.find("dim: 64 dim: 3"), 14, "dim: 2 dim: 3");
   text.erase(text.find("layer {\n  name: \"accuracy\""));  // the logits are the output
@@ -835,15 +843,10 @@ TEST(DeployBf16, ResNetKeepsValuesBf16BetweenConvolutions) {
   // The choice travels in the bundle.
   const std::string path = temp_path("resnet18_bf16.bks");
   save_bundle(path, r.bundle);
-  const Bundle loaded = load_bundle(path);
-  o.precision = Precision::fp32;
-  DeployResult f = deploy(o);
-  InferenceSession a(loaded, "bf16", 2), b(f.bundle, "fp32", 2);
-  const std::string d = a.net().describe();
+  const auto [d, g] = against_fp32(load_bundle(path), o, 3);
   size_t bf16_values = 0;
   for (size_t at = d.find(" bf16 output"); at != std::string::npos; at = d.find(" bf16 output", at + 1)) ++bf16_values;
   EXPECT_EQ(bf16_values, 19u) << d;
-  OutputGap g = output_gap(b, a, -1.f, 1.f, 3);
   EXPECT_GT(g.worst, 0.0);
   EXPECT_LE(g.worst / g.scale, 2e-2) << g.worst << " of " << g.scale;
 }
@@ -853,8 +856,7 @@ TEST(DeployBf16, ResNetKeepsValuesBf16BetweenConvolutions) {
 // that, within bfloat16's precision of FP32. With an odd channel count the Concat writes
 // f32 channels-last instead, converting its inputs.
 TEST(DeployBf16, ConcatJoinsBf16Branches) {
-  SysInfo si = query_sysinfo();
-  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
   for (int second : {48, 47}) {
     SCOPED_TRACE(second);
     DeployOptions o =
@@ -868,15 +870,10 @@ layer {{ name: 'c' type: 'Convolution' bottom: 'pool' top: 'c' convolution_param
                                                                                                               second));
     o.autotune = false;
     o.precision = Precision::bf16;
-    DeployResult r = deploy(o);
-    o.precision = Precision::fp32;
-    DeployResult f = deploy(o);
-    InferenceSession a(r.bundle, "bf16", 2), b(f.bundle, "fp32", 2);
-    const std::string d = a.net().describe();
+    const auto [d, g] = against_fp32(deploy(o).bundle, o, 5);
     const bool joined = d.find("copies (bf16)] bf16 output") != std::string::npos;
     EXPECT_EQ(joined, second % 2 == 0) << d;
     EXPECT_NE(d.find(second % 2 == 0 ? "bf16 output" : "channels-last copies]"), std::string::npos) << d;
-    OutputGap g = output_gap(b, a, -1.f, 1.f, 5);
     EXPECT_GT(g.worst, 0.0);
     EXPECT_LE(g.worst / g.scale, 2e-2) << g.worst << " of " << g.scale;
   }
@@ -887,8 +884,7 @@ layer {{ name: 'c' type: 'Convolution' bottom: 'pool' top: 'c' convolution_param
 // on bf16 bytes; the outputs are those of the bundle as deploy wrote it. bf16_output on a
 // node that does not compute in bf16 is an error.
 TEST(DeployBf16, Bf16ValueReadByAnF32LayerBecomesF32) {
-  SysInfo si = query_sysinfo();
-  if (!si.has("avx512_bf16") && !si.has("amx_bf16")) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no bfloat16 instructions on this CPU";
   DeployOptions o = write_model("bf16_to_f32", input_layer("data", {2, 3, 9, 9}) + R"(
 layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 4 kernel_size: 3 } }
 layer { name: 'sig' type: 'Sigmoid' bottom: 'conv1' top: 'sig' }

@@ -47,6 +47,8 @@ bool is_int8(const memory::desc& md) {
   return md.data.ndims > 0 && (md.data_type() == memory::data_type::s8 || md.data_type() == memory::data_type::u8);
 }
 
+bool is_bf16(const memory::desc& md) { return md.data.ndims > 0 && md.data_type() == memory::data_type::bf16; }
+
 float int8_levels(memory::data_type t) { return t == memory::data_type::u8 ? 255.f : 127.f; }
 
 float int8_weight_levels() {

@@ -22,6 +22,8 @@ memory::desc channel_blocked_md(const Shape& s, int64_t block);
 // 8 or 16 when `d` is the f32 nChw8c / nChw16c layout of 4-d shape `s`, else 0.
 int64_t channel_block(const memory::desc& d, const Shape& s);
 bool is_int8(const memory::desc& md);
+// A layout holding bf16 values (an empty desc holds none).
+bool is_bf16(const memory::desc& md);
 // Symmetric quantization: the level |x| = threshold maps to. s8 (and f32 quantized to s8):
 // 127; u8 (non-negative values, after a ReLU): 255.
 float int8_levels(memory::data_type t);

@@ -271,7 +271,7 @@ memory::desc ConvKernels::preferred_bf16_dst(dnnl::engine& eng, const ConvGeomet
                                              const memory::desc& src_md) {
   ConvDescs d = conv_descs(g);
   const memory::desc src_any(d.src, dt::bf16, tag::any), dst_any(d.dst, dt::bf16, tag::any);
-  const bool bf16_src = src_md.data.ndims > 0 && src_md.data_type() == dt::bf16;
+  const bool bf16_src = is_bf16(src_md);
   auto pd = forward_pd(eng, g, bias, false, bf16_src ? src_md : src_any, dst_any, {},
                        dnnl::algorithm::convolution_direct, true);
   if (bf16_src && is_reference_impl(pd.impl_info_str()))
@@ -307,7 +307,6 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   if (bf16) {
     // bf16 kernels on the caller's layouts where those hold bf16 (values kept bf16 between
     // bf16 layers), else on oneDNN's own: the operands below convert f32 <-> bf16.
-    auto is_bf16 = [](const memory::desc& m) { return m.data.ndims > 0 && m.data_type() == dt::bf16; };
     src_k = is_bf16(src_user) ? src_user : memory::desc(src, dt::bf16, tag::any);
     dst_k = is_bf16(dst_user) ? dst_user : memory::desc(dst, dt::bf16, tag::any);
   }
