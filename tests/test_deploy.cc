@@ -1400,5 +1400,50 @@ TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
   EXPECT_EQ(g.nodes[3].deploy.int8_residual_threshold, 0.f);
 }
 
+// A crafted net with a long chain of MAX poolings between int8 convolutions: the threshold
+// is carried back through all of them to the first convolution, and forward to a fused
+// residual reader, in one pass each (recursion through the chain exhausted the stack).
+TEST(DeployInt8, Int8ThresholdsCrossALongChainOfPoolings) {
+  std::string path = temp_path("int8_pool_chain.prototxt");
+  std::ofstream(path) << input_layer("data", {1, 4, 2, 2}) +
+                             "layer { name: 'a' type: 'Convolution' bottom: 'data' top: 'a' "
+                             "convolution_param { num_output: 4 kernel_size: 1 } }\n"
+                             "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' "
+                             "pooling_param { pool: MAX kernel_size: 1 } }\n"
+                             "layer { name: 'b' type: 'Convolution' bottom: 'p' top: 'b' "
+                             "convolution_param { num_output: 4 kernel_size: 1 } }\n"
+                             "layer { name: 'c' type: 'Convolution' bottom: 'data' top: 'c' "
+                             "convolution_param { num_output: 4 kernel_size: 1 } }\n";
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  Graph g = build_caffe_graph(load_net_file(path), st);
+  ASSERT_EQ(g.nodes.size(), 5u);  // data, a, p, b, c
+  const Node pool = g.nodes[2];
+  Node b = g.nodes[3], c = g.nodes[4];
+  g.nodes.resize(2);
+  int last = g.find_value("a");
+  for (int k = 0; k < 200000; ++k) {
+    Node p = pool;
+    p.name = fmt::format("p{}", k);
+    p.inputs = {last};
+    last = g.add_value(p.name);
+    p.outputs = {last};
+    g.nodes.push_back(std::move(p));
+  }
+  b.inputs = {last};
+  c.inputs.push_back(last);  // c adds the chain's end as a fused residual
+  c.deploy.fusion.residual_sum = true;
+  g.nodes.push_back(b);
+  g.nodes.push_back(c);
+  relink(g);
+  Node& a = g.nodes[1];
+  a.deploy.int8_input_threshold = 1.f;
+  g.nodes[g.nodes.size() - 2].deploy.int8_input_threshold = 2.f;
+  g.nodes.back().deploy.int8_input_threshold = 3.f;
+  EXPECT_EQ(keep_int8_between_layers(g), 1);
+  EXPECT_FLOAT_EQ(a.deploy.int8_output_threshold, 2.f);  // b's, through 200,000 poolings
+  EXPECT_FLOAT_EQ(g.nodes.back().deploy.int8_residual_threshold, 2.f);
+}
+
 }  // namespace
 }  // namespace bks::test

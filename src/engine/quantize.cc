@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "graph/precision.h"
@@ -24,63 +25,75 @@ bool reads_int8_residual(const Node& n, int v) {
          n.inputs[0] != v;
 }
 
-// The threshold every reader of value v quantizes it with, when all of them are int8 nodes
-// (or MAX poolings whose outputs qualify in turn) and agree; none otherwise. Readers of v
-// as a fused residual agree with any threshold; when they are the only readers, v's
-// calibrated range is used (none when it was not measured).
-std::optional<float> int8_readers_threshold(const Graph& g, int v, const std::map<std::string, float>& calibrated) {
-  const Value& val = g.values[v];
-  // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
-  if (val.consumers.empty() || val.producer < 0) return std::nullopt;
-  for (size_t u = 0; u < g.values.size(); ++u)
-    if (static_cast<int>(u) != v && g.values[u].name == val.name) return std::nullopt;
-  std::optional<float> t;
-  for (int c : val.consumers) {
-    const Node& n = g.nodes[c];
-    if (reads_int8_residual(n, v)) continue;
-    std::optional<float> mine;
-    if (is_int8_node(n) && n.inputs[0] == v && std::count(n.inputs.begin(), n.inputs.end(), v) == 1) {
-      mine = n.deploy.int8_input_threshold;
-    } else if (op_traits(n).max_pooling && n.outputs.size() == 1) {
-      mine = int8_readers_threshold(g, n.outputs[0], calibrated);
+// For every value: the threshold all its readers quantize it with, when all of them are
+// int8 nodes (or MAX poolings whose outputs qualify in turn) and agree; none otherwise.
+// Readers of a value as a fused residual agree with any threshold; when they are the only
+// readers, the value's calibrated range is used (none when it was not measured). Decided
+// from the last node to the first (readers come after their writers), so in one pass
+// without recursion, however long a chain of poolings a crafted net holds.
+std::vector<std::optional<float>> int8_reader_thresholds(const Graph& g,
+                                                         const std::map<std::string, float>& calibrated) {
+  std::unordered_map<std::string, int> names;
+  for (const Value& v : g.values) ++names[v.name];
+  std::vector<std::optional<float>> out(g.values.size());
+  auto readers_threshold = [&](int producer, int v) -> std::optional<float> {
+    const Value& val = g.values[v];
+    // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
+    if (val.consumers.empty() || names[val.name] > 1) return std::nullopt;
+    std::optional<float> t;
+    for (int c : val.consumers) {
+      const Node& n = g.nodes[c];
+      if (c <= producer) return std::nullopt;
+      if (reads_int8_residual(n, v)) continue;
+      std::optional<float> mine;
+      if (is_int8_node(n) && n.inputs[0] == v && std::count(n.inputs.begin(), n.inputs.end(), v) == 1) {
+        mine = n.deploy.int8_input_threshold;
+      } else if (op_traits(n).max_pooling && n.outputs.size() == 1) {
+        mine = out[n.outputs[0]];
+      }
+      if (!mine || (t && *t != *mine)) return std::nullopt;
+      t = mine;
     }
-    if (!mine || (t && *t != *mine)) return std::nullopt;
-    t = mine;
-  }
-  if (!t) {
-    auto it = calibrated.find(val.name);
-    if (it != calibrated.end() && it->second > 0.f) t = it->second;
-  }
-  return t;
+    if (!t) {
+      auto it = calibrated.find(val.name);
+      if (it != calibrated.end() && it->second > 0.f) t = it->second;
+    }
+    return t;
+  };
+  for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k)
+    for (int v : g.nodes[k].outputs) out[v] = readers_threshold(k, v);
+  return out;
 }
 
-// The threshold value v is written int8 with (through MAX poolings, which keep it), or 0 when
-// it is f32.
-float int8_written_threshold(const Graph& g, int v) {
-  const int p = g.values[v].producer;
-  if (p < 0) return 0.f;
-  const Node& n = g.nodes[p];
-  if (op_traits(n).max_pooling && !n.inputs.empty()) return int8_written_threshold(g, n.inputs[0]);
-  return is_int8_node(n) ? n.deploy.int8_output_threshold : 0.f;
+// For every value: the threshold it is written int8 with (through MAX poolings, which keep
+// it), or 0 when it is f32. In one pass from the first node to the last.
+std::vector<float> int8_written_thresholds(const Graph& g) {
+  std::vector<float> out(g.values.size(), 0.f);
+  for (const Node& n : g.nodes) {
+    float t = is_int8_node(n) ? n.deploy.int8_output_threshold : 0.f;
+    if (op_traits(n).max_pooling && !n.inputs.empty()) t = out[n.inputs[0]];
+    for (int v : n.outputs) out[v] = t;
+  }
+  return out;
 }
 
 }  // namespace
 
 int keep_int8_between_layers(Graph& g, const std::map<std::string, float>& calibrated) {
+  for (Node& n : g.nodes) n.deploy.int8_output_threshold = 0.f;
+  const std::vector<std::optional<float>> readers = int8_reader_thresholds(g, calibrated);
   int count = 0;
   for (Node& n : g.nodes) {
-    n.deploy.int8_output_threshold = 0.f;
-    if (!is_int8_node(n) || n.outputs.size() != 1) continue;
-    if (auto t = int8_readers_threshold(g, n.outputs[0], calibrated)) {
-      n.deploy.int8_output_threshold = *t;
-      ++count;
-    }
+    if (!is_int8_node(n) || n.outputs.size() != 1 || !readers[n.outputs[0]]) continue;
+    n.deploy.int8_output_threshold = *readers[n.outputs[0]];
+    ++count;
   }
   // A fused residual written int8 arrives int8: its reader needs the writer's threshold.
+  const std::vector<float> written = int8_written_thresholds(g);
   for (Node& n : g.nodes) {
     n.deploy.int8_residual_threshold = 0.f;
     if (is_int8_node(n) && n.deploy.fusion.residual_sum && n.inputs.size() == 2)
-      n.deploy.int8_residual_threshold = int8_written_threshold(g, n.inputs[1]);
+      n.deploy.int8_residual_threshold = written[n.inputs[1]];
   }
   return count;
 }
