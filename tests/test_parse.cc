@@ -89,6 +89,27 @@ TEST(Parse, UnknownFieldIsAnError) {
   }
 }
 
+// Protobuf quotes the name or value typed; one of 500 KB (a crafted file, or a request to
+// the server, which parses in its own process) is still one short error line, not a crash.
+TEST(Parse, AHugeUnknownNameOrValueIsOneShortError) {
+  const std::string huge(500000, 'z');
+  for (const std::string& text :
+       {"layer {\n  name: \"a\"\n  " + huge + ": 3\n}\n",
+        "layer {\n  name: \"a\"\n  type: \"Pooling\"\n  pooling_param { pool: " + huge + " }\n}\n",
+        "layer {\n  name: \"a\"\n  type: \"ReLU\"\n  propagate_down: " + huge + "\n}\n"}) {
+    std::string path = write_temp("huge.prototxt", text);
+    proto::NetParameter p;
+    try {
+      read_prototxt(path, p);
+      FAIL();
+    } catch (const InputError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find(path + ":"), std::string::npos) << m.substr(0, 200);
+      EXPECT_LT(m.size(), 2000u) << m.substr(0, 200);
+    }
+  }
+}
+
 // Caffe accepts a layer name used twice (BVLC's mnist_autoencoder has two 'loss' layers);
 // names key the weights here, so the later one gets a name of its own.
 TEST(Parse, ALayerNameUsedTwiceIsRenamed) {
@@ -104,6 +125,23 @@ TEST(Parse, ALayerNameUsedTwiceIsRenamed) {
   EXPECT_EQ(g.nodes[1].name, "r");
   EXPECT_EQ(g.nodes[2].name, "r_2");
   EXPECT_EQ(g.nodes[3].name, "r_2_2") << "a name taken by a later layer is not reused";
+}
+
+// Thousands of layers of one name (a crafted file) are renamed in linear time: each name's
+// next free suffix is remembered, not searched for from _2 again (which took hours).
+TEST(Parse, ManyLayersOfOneNameAreRenamedQuickly) {
+  std::string text = "layer { name: 'in' type: 'Input' top: 'x' input_param { shape { dim: 2 } } }\n";
+  for (int k = 0; k < 200000; ++k) text += "layer { name: 'r' type: 'ReLU' bottom: 'x' top: 'x' }\n";
+  text += "layer { name: 'r_7' type: 'ReLU' bottom: 'x' top: 'x' }\n";
+  std::string path = write_temp("many_names.prototxt", text);
+  proto::NetState st;
+  st.set_phase(proto::TRAIN);
+  Graph g = build_caffe_graph(load_net_file(path), st);
+  ASSERT_EQ(g.nodes.size(), 200002u);
+  EXPECT_EQ(g.nodes[1].name, "r");
+  EXPECT_EQ(g.nodes[2].name, "r_2");
+  EXPECT_EQ(g.nodes[200000].name, "r_200000");
+  EXPECT_EQ(g.nodes[200001].name, "r_7_2");  // r_7 was taken by the 7th 'r'
 }
 
 // Caffe's AutoTopBlobs: a loss layer without a top gets one (named after the layer, or after

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -190,6 +191,8 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
   g.source = net.source;
   std::map<std::string, int> latest;  // blob name -> current value
   std::set<std::string> layer_names, blob_names;
+  std::unordered_map<std::string, int> next_suffix;
+  int renamed = 0;
   add_net_level_inputs(net, g, latest);
   for (const auto& lp : net.param.layer()) blob_names.insert(lp.top().begin(), lp.top().end());
 
@@ -207,11 +210,17 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
     if (!layer_names.insert(n.name).second) {
       // Caffe accepts a name used twice (BVLC's mnist_autoencoder has two 'loss' layers); here
       // names key the weights, so the later layer gets a name of its own, and says so.
+      // Each name's next suffix is remembered, so that many layers of one name cost no
+      // rescan of the suffixes already taken.
       std::string unique;
-      for (int k = 2; !layer_names.insert(unique = fmt::format("{}_{}", n.name, k)).second; ++k) {
-      }
-      log::warn("{}: layer name '{}' is used twice; the later layer is called '{}' here (its weights too)", where,
-                n.name, unique);
+      int& k = next_suffix.try_emplace(n.name, 2).first->second;
+      while (!layer_names.insert(unique = fmt::format("{}_{}", n.name, k)).second) ++k;
+      ++k;
+      if (++renamed <= 5)
+        log::warn("{}: layer name '{}' is used twice; the later layer is called '{}' here (its weights too)", where,
+                  n.name, unique);
+      else if (renamed == 6)
+        log::warn("{}: more layer names are used twice; those layers are renamed the same way", where);
       n.name = unique;
     }
     int id = static_cast<int>(g.nodes.size());

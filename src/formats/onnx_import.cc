@@ -134,8 +134,13 @@ void NodeCtx::alias(int i, const Val& v) { s_.values[out_name(i)] = v; }
 proto::LayerParameter& NodeCtx::add_layer(const std::string& type, const std::vector<std::string>& bottoms,
                                           const std::string& top, const std::string& suffix) {
   proto::LayerParameter* l = s_.net->param.add_layer();
-  std::string name = name_ + suffix;
-  for (int k = 2; !s_.layer_names.insert(name).second; ++k) name = fmt::format("{}{}_{}", name_, suffix, k);
+  const std::string wanted = name_ + suffix;
+  std::string name = wanted;
+  if (!s_.layer_names.insert(name).second) {
+    int& k = s_.next_suffix.try_emplace(wanted, 2).first->second;
+    while (!s_.layer_names.insert(name = fmt::format("{}_{}", wanted, k)).second) ++k;
+    ++k;
+  }
   l->set_name(name);
   l->set_type(type);
   for (const auto& b : bottoms) l->add_bottom(b);

@@ -62,6 +62,7 @@ struct ImportState {
   std::map<std::string, Val> values;
   NetLoad* net = nullptr;
   std::set<std::string> layer_names;
+  std::map<std::string, int> next_suffix;  // per wanted name, the first "_k" not yet tried
   std::map<std::string, int> blob_count;  // blobs added per layer
 };
 

@@ -181,27 +181,36 @@ std::string describe_parse_error(const std::string& text, const std::string& nam
     if (before && before->text == field) return before;
     return s.field == field && s.field_token >= 0 ? &tokens[s.field_token] : nullptr;
   };
+  // Protobuf's message quotes what was typed (a field name, an enum value). libstdc++'s
+  // regex matcher recurses once per character it matches, so a crafted name of 500 KB
+  // would exhaust the stack. No Caffe name or value is that long: such a message is not
+  // matched, and replaced by one saying so.
+  constexpr size_t kMaxMessage = 1024;
+  const std::string message =
+      e.message.size() > kMaxMessage
+          ? fmt::format("a name or value of about {} bytes, longer than any Caffe name", e.message.size())
+          : e.message;
   std::smatch m;
   std::string field;
-  if (std::regex_search(e.message, m, kUnknown))
+  if (std::regex_search(message, m, kUnknown))
     field = m[1];
-  else if (std::regex_search(e.message, m, kExtension))
+  else if (std::regex_search(message, m, kExtension))
     field = "[" + m[1].str() + "]";
   if (!field.empty())
     return fmt::format("{}{}field '{}' is not part of BVLC Caffe or the forks bakusoku supports{}",
                        at(name_token(field), false), s.in_layer ? layer_words(s.layer_name, s.layer_type) : "",
                        path_of(s, field), ssd_training_hint(field));
   std::string what, place;
-  if (std::regex_search(e.message, m, kEnum)) {
+  if (std::regex_search(message, m, kEnum)) {
     field = m[2];
     const std::string values = enum_values(root, s.blocks, field);
     what = fmt::format(": unknown value {}{}", m[1].str(), values.empty() ? "" : "; it takes " + values);
     place = at(before, true);
-  } else if (std::regex_search(e.message, m, kBool)) {
+  } else if (std::regex_search(message, m, kBool)) {
     field = m[1];
     what = fmt::format(": expected true or false, got: {}", m[2].str());
     place = at(before, true);
-  } else if (std::regex_search(e.message, m, kTwice)) {
+  } else if (std::regex_search(message, m, kTwice)) {
     field = m[1];
     what = " is given more than once; it takes one value";
     place = at(name_token(field), true);
@@ -213,7 +222,7 @@ std::string describe_parse_error(const std::string& text, const std::string& nam
         ((is(*before, ":") && s.field_token + 2 == static_cast<int>(k)) ||
          (is(*before, "-") && k >= 2 && is(tokens[k - 2], ":") && s.field_token + 3 == static_cast<int>(k)));
     if (in_value) field = s.field;
-    what = e.message;
+    what = message;
     // At the end of the file protobuf names an empty token.
     if (k == tokens.size() && what.size() >= 5 && what.compare(what.size() - 5, 5, "got: ") == 0)
       what += "the end of the file";
