@@ -22,6 +22,7 @@
 #include "engine/compress_weights.h"
 #include "engine/low_rank.h"
 #include "formats/caffe_net.h"
+#include "formats/graph_json.h"
 #include "formats/safetensors.h"
 #include "op_harness.h"
 #include "passes/insert_binarize.h"
@@ -765,6 +766,34 @@ TEST(CompressedBundle, PrunedLeNetIsSmallAndScoresAsTheDenseBundle) {
   EXPECT_EQ(b.code, 2) << b.output;
   EXPECT_EQ(std::count(b.output.begin(), b.output.end(), '\n'), 1) << b.output;
   EXPECT_NE(b.output.find(broken + ": tensor 'conv1.0': corrupt coded tensor"), std::string::npos) << b.output;
+}
+
+// Coded tensors of a few bytes each that claim shapes summing to far more than any
+// machine's memory: refused before anything decodes, naming the file.
+TEST(Compression, CodedWeightsLargerThanMemoryAreRefusedBeforeDecoding) {
+  proto::NetState st;
+  st.set_phase(proto::TEST);
+  const Graph g = build_caffe_graph(load_net_file(kLenet), st);
+  Tensor small({16}, DType::u8);
+  std::vector<std::pair<std::string, const Tensor*>> tensors;
+  nlohmann::json shapes = nlohmann::json::object();
+  for (int k = 0; k < 64; ++k) {
+    tensors.emplace_back(fmt::format("w{}", k), &small);
+    shapes[fmt::format("w{}", k)] = {int64_t{1} << 34};  // 64 GiB each, 4 TiB in all
+  }
+  const std::string path = temp_path("claims_terabytes.bks");
+  save_safetensors(path, tensors,
+                   {{"bakusoku_bundle_version", std::to_string(kBundleVersion)},
+                    {"graph", graph_to_json(g)},
+                    {"coded_weights", shapes.dump()}});
+  try {
+    load_bundle(path);
+    ADD_FAILURE() << "loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": corrupt bundle: its coded weights would decode to 4398"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // KL(softmax(t / T) || softmax(s / T)) * T^2 over the rows of an N x C array.

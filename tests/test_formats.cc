@@ -245,6 +245,41 @@ TEST(Safetensors, CorruptFilesAreInputErrors) {
   EXPECT_THROW(load_safetensors(tmp("missing.safetensors")), InputError);
 }
 
+// Byte ranges that overlap: many tensors claiming the same bytes would otherwise allocate
+// many times the file (here 10,000 copies of its 4 KB), and two sharing part of them are
+// no safetensors file either.
+TEST(Safetensors, TensorsSharingBytesAreInputErrors) {
+  auto file = [&](const std::string& name, const std::string& header, size_t data_bytes) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(tmp(name), std::ios::binary) << bytes << header << std::string(data_bytes, '\0');
+    return tmp(name);
+  };
+  auto expect_error = [](const std::string& path, const std::string& says) {
+    try {
+      load_safetensors(path);
+      ADD_FAILURE() << "loaded " << path;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  std::string many = "{";
+  for (int k = 0; k < 10000; ++k)
+    many += fmt::format("{}\"t{}\":{{\"dtype\":\"F32\",\"shape\":[1024],\"data_offsets\":[0,4096]}}", k ? "," : "", k);
+  expect_error(file("many.safetensors", many + "}", 4096), "claim more than its 4096 data bytes");
+  expect_error(file("shared.safetensors",
+                    R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]},)"
+                    R"("b":{"dtype":"F32","shape":[8],"data_offsets":[16,48]}})",
+                    64),
+               "share the bytes from 16");
+  // Apart, the same two load.
+  TensorFile ok = load_safetensors(file("apart.safetensors",
+                                        R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]},)"
+                                        R"("b":{"dtype":"F32","shape":[8],"data_offsets":[32,64]}})",
+                                        64));
+  EXPECT_EQ(ok.tensors.size(), 2u);
+}
+
 // A small graph with every IR field set: an in-place value, deploy decisions, loss weights.
 Graph sample_graph() {
   Graph g;
@@ -330,6 +365,9 @@ TEST(GraphJson, MalformedGraphsAreInputErrorsNamingTheSource) {
   expect_error(with("\"inputs\":[0]", "\"inputs\":[7]"), "value index 7");
   expect_error(with("\"inputs\":[0]", "\"inputs\":[-1]"), "value index -1");
   expect_error(with("\"inputs\":[0]", "\"inputs\":[\"x\"]"), "value index");
+  // An index nested a million arrays deep: an error, not a stack exhausted printing it.
+  expect_error(with("\"inputs\":[0]", "\"inputs\":[" + std::string(1000000, '[') + std::string(1000000, ']') + "]"),
+               "value index array");
   expect_error(with("\"inputs\":[0]", "\"inputs\":[2]"), "before any node writes it");
   expect_error(with("\"outputs\":[2]", "\"outputs\":[1]"), "written twice");
   expect_error(with("\"type\":\"ReLU\"", "\"type\":7"), "'type'");

@@ -1,5 +1,7 @@
 #include "engine/bundle.h"
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +40,21 @@ std::map<std::string, Shape> coded_shapes(const TensorFile& tf, const std::strin
     out[name] = s;
   }
   return out;
+}
+// A coded tensor can decode to thousands of times its bytes (an all-zero mask deflates
+// that well), so a small crafted bundle could ask for more memory than the machine has,
+// one tensor at a time: the shapes' sum is checked before anything decodes.
+void check_coded_fit_memory(const std::map<std::string, Shape>& coded, const std::string& path) {
+  double bytes = 0;
+  for (const auto& [name, shape] : coded) {
+    const std::string problem = shape_problem(shape, sizeof(float));
+    if (!problem.empty()) input_error("{}: corrupt bundle: coded tensor '{}': {}", path, name, problem);
+    bytes += static_cast<double>(shape_numel(shape)) * sizeof(float);
+  }
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory)
+    input_error("{}: corrupt bundle: its coded weights would decode to {:.1f} GB, more than this machine's {:.1f} GB",
+                path, bytes / 1e9, memory / 1e9);
 }
 }  // namespace
 
@@ -99,6 +116,7 @@ Bundle load_bundle(const std::string& path) {
   for (auto& [k, v] : tf.metadata)
     if (k != "graph" && k != kFormatKey && k != kCodedKey) b.info[k] = v;
   std::map<std::string, Shape> coded = coded_shapes(tf, path);
+  check_coded_fit_memory(coded, path);
   for (auto& [name, t] : tf.tensors) {
     auto shape = coded.find(name);
     if (shape == coded.end()) {

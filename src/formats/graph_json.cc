@@ -151,7 +151,10 @@ struct Reader {
     std::vector<int> out;
     for (const json& i : a) {
       if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= static_cast<int64_t>(limit))
-        fail("{}: value index {} is not one of the {} values", what, i.dump(), limit);
+        // Only a number is printed: nlohmann's dump recurses, and a crafted entry may be
+        // an array nested a million deep.
+        fail("{}: value index {} is not one of the {} values", what,
+             i.is_number() ? i.dump() : std::string(i.type_name()), limit);
       out.push_back(i.get<int>());
     }
     return out;

@@ -1,5 +1,6 @@
 #include "formats/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -68,7 +69,10 @@ TensorFile load_safetensors(const std::string& path) {
   if (!header.is_object()) input_error("{}: corrupt safetensors header: not a JSON object", path);
   size_t data_start = 8 + hlen, data_size = bytes.size() - data_start;
   TensorFile tf;
-  std::vector<std::pair<size_t, std::string>> order;
+  // Tensors may not share bytes: without this check a crafted header could make each of
+  // many tensors claim the whole data section and allocate many times the file.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  uint64_t claimed = 0;
   for (auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (!v.is_object()) input_error("{}: __metadata__ must be an object of strings", path);
@@ -102,11 +106,19 @@ TensorFile load_safetensors(const std::string& path) {
           "{}: corrupt safetensors file: tensor '{}' byte range [{}, {}) does not fit shape {} or the file "
           "({} data bytes)",
           path, name, b, e, shape_str(shape), data_size);
+    claimed += want;
+    if (claimed > data_size)
+      input_error("{}: corrupt safetensors file: its tensors claim more than its {} data bytes (at tensor '{}')", path,
+                  data_size, name);
     Tensor t(shape, dt);
     std::memcpy(t.raw(), bytes.data() + data_start + b, t.bytes());
-    order.emplace_back(b, name);
+    if (e > b) ranges.emplace_back(b, e);
     tf.tensors.emplace_back(name, std::move(t));
   }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t k = 1; k < ranges.size(); ++k)
+    if (ranges[k].first < ranges[k - 1].second)
+      input_error("{}: corrupt safetensors file: two tensors share the bytes from {}", path, ranges[k].first);
   return tf;
 }
 
