@@ -218,18 +218,25 @@ void Net::bind_to_arena() {
     t.reshape(s, phys, dtype);
   };
   // A value shares the buffer of the value it aliases, bound first: an earlier one (in
-  // place) or a later one (a Concat's output, which its inputs are runs of).
+  // place) or a later one (a Concat's output, which its inputs are runs of). The chain of
+  // aliases is walked with a loop, then bound from its end back: a crafted net can make it
+  // as long as the net (nested Concats), too deep to recurse.
   const int nv = static_cast<int>(graph_.values.size());
   std::vector<bool> bound(nv, false);
-  std::function<void(int)> bind_data = [&](int v) {
-    if (bound[v]) return;
-    bound[v] = true;
-    const Shape& s = graph_.values[v].shape;
-    if (int a = plan_.alias.data_alias[v]; a >= 0) {
-      bind_data(a);
-      data_[v].alias_of(data_[a], s, plan_.alias.data_alias_offset[v]);
-    } else {
-      bind(data_[v], plan_.memory.data_offset[v], s, plan_.blocked_bytes(v), value_dtype(v));
+  std::vector<int> chain;
+  auto bind_data = [&](int v) {
+    chain.clear();
+    for (int u = v; u >= 0 && !bound[u]; u = plan_.alias.data_alias[u]) {
+      bound[u] = true;
+      chain.push_back(u);
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const int u = *it;
+      const Shape& s = graph_.values[u].shape;
+      if (int a = plan_.alias.data_alias[u]; a >= 0)
+        data_[u].alias_of(data_[a], s, plan_.alias.data_alias_offset[u]);
+      else
+        bind(data_[u], plan_.memory.data_offset[u], s, plan_.blocked_bytes(u), value_dtype(u));
     }
   };
   for (int v = 0; v < nv; ++v) {
