@@ -22,9 +22,23 @@ bool can_propagate(const OpFacts& f, int i) {
   return i >= static_cast<int>(f.can_propagate_to.size()) || f.can_propagate_to[i];
 }
 
-int alias_root(const std::vector<int>& alias, int v) {
-  while (v >= 0 && alias[v] >= 0) v = alias[v];
-  return v;
+// Every value's alias root (the value whose buffer it shares, at the end of its chain of
+// aliases), walking each link once: following each value's chain alone costs the chain's
+// length per value, which a long in-place chain made quadratic per call.
+std::vector<int> alias_roots(const std::vector<int>& alias) {
+  constexpr int kUnknown = -2;
+  std::vector<int> root(alias.size(), kUnknown), path;
+  for (int v = 0; v < static_cast<int>(alias.size()); ++v) {
+    int u = v;
+    path.clear();
+    while (root[u] == kUnknown && alias[u] >= 0) {
+      path.push_back(u);
+      u = alias[u];
+    }
+    if (root[u] == kUnknown) root[u] = u;
+    for (int w : path) root[w] = root[u];
+  }
+  return root;
 }
 
 // First fit, largest first: each buffer goes at the lowest offset free for its whole life.
@@ -59,9 +73,10 @@ bool can_write_in_place(const Graph& g, const std::vector<OpFacts>& facts, const
   const OpFacts& f = facts[n];
   if (!f.allows_inplace) return false;
   if (gp.runs_backward[n] && f.backward_reads_input) return false;
-  int root = alias_root(data_alias, x);
+  const std::vector<int> roots = alias_roots(data_alias);
+  const int root = roots[x];
   for (int u = 0; u < num_values(g); ++u) {
-    if (alias_root(data_alias, u) != root) continue;
+    if (roots[u] != root) continue;
     const Value& val = g.values[u];
     if (val.producer >= 0) {
       const OpFacts& prod = facts[val.producer];
@@ -72,7 +87,7 @@ bool can_write_in_place(const Graph& g, const std::vector<OpFacts>& facts, const
       if (c == n) continue;
       // Another reader is fine only if it is itself a member of this buffer chain.
       bool in_chain = false;
-      for (int o : g.nodes[c].outputs) in_chain = in_chain || (data_alias[o] >= 0 && alias_root(data_alias, o) == root);
+      for (int o : g.nodes[c].outputs) in_chain = in_chain || (data_alias[o] >= 0 && roots[o] == root);
       if (!in_chain) return false;
     }
   }
@@ -105,9 +120,10 @@ bool can_add_onto_input(const Graph& g, const std::vector<OpFacts>& facts, const
       g.values[x].shape != g.values[y].shape || batch_from_data[x] || batch_from_data[y] ||
       std::count(node.inputs.begin(), node.inputs.end(), x) != 1)
     return false;
-  const int root = alias_root(a.data_alias, x);
+  const std::vector<int> roots = alias_roots(a.data_alias);
+  const int root = roots[x];
   for (int u = 0; u < num_values(g); ++u) {
-    if (alias_root(a.data_alias, u) != root) continue;
+    if (roots[u] != root) continue;
     const Value& val = g.values[u];
     if (val.producer < 0 || facts[val.producer].external_input || val.consumers.empty() || gp.loss_weight[u] != 0.f ||
         a.data_alias_offset[u] != 0)
@@ -283,27 +299,32 @@ std::vector<dnnl::memory::desc> plan_layouts(const Graph& g, const std::vector<O
     layout[v] = dnnl::memory::desc();
     changed = true;
   };
+  auto visit = [&](int n) {
+    const Node& node = g.nodes[n];
+    LayoutRule rule = facts[n].layout_rule;
+    if (rule == LayoutRule::plain_only ||
+        (facts[n].plain_output_takes_plain_inputs && !node.outputs.empty() && !blocked(node.outputs[0])))
+      for (int v : node.inputs) demote(v);
+    // Ops passing their input's layout on work on f32 elements.
+    if (rule == LayoutRule::any_in_same_out && !node.inputs.empty() && blocked(node.inputs[0]) &&
+        layout[node.inputs[0]].data_type() != dnnl::memory::data_type::f32)
+      demote(node.inputs[0]);
+    if (rule == LayoutRule::any_in_same_out && !node.inputs.empty())
+      for (int v : node.outputs)
+        if (!(layout[v] == layout[node.inputs[0]])) {
+          demote(v);
+          demote(node.inputs[0]);
+        }
+  };
+  // Demotions travel both ways (a reader's need back to the writer, a same-layout op's
+  // input on to its output): each round sweeps forwards then backwards, so that a long
+  // chain settles in a round or two instead of one round per link.
   while (changed) {
     changed = false;
     for (int v = 0; v < nv; ++v)
       if (g.values[v].consumers.empty() || gp.loss_weight[v] != 0.f || batch_from_data[v]) demote(v);
-    for (int n = 0; n < N; ++n) {
-      const Node& node = g.nodes[n];
-      LayoutRule rule = facts[n].layout_rule;
-      if (rule == LayoutRule::plain_only ||
-          (facts[n].plain_output_takes_plain_inputs && !node.outputs.empty() && !blocked(node.outputs[0])))
-        for (int v : node.inputs) demote(v);
-      // Ops passing their input's layout on work on f32 elements.
-      if (rule == LayoutRule::any_in_same_out && !node.inputs.empty() && blocked(node.inputs[0]) &&
-          layout[node.inputs[0]].data_type() != dnnl::memory::data_type::f32)
-        demote(node.inputs[0]);
-      if (rule == LayoutRule::any_in_same_out && !node.inputs.empty())
-        for (int v : node.outputs)
-          if (!(layout[v] == layout[node.inputs[0]])) {
-            demote(v);
-            demote(node.inputs[0]);
-          }
-    }
+    for (int n = 0; n < N; ++n) visit(n);
+    for (int n = N - 1; n >= 0; --n) visit(n);
   }
   return layout;
 }
@@ -354,9 +375,10 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<OpFacts>& facts, const 
   m.grad_offset.assign(nv, MemoryPlan::kDedicated);
   std::vector<int> dstart(nv, INT32_MAX), dend(nv, -1), gstart(nv, INT32_MAX), gend(nv, -1);
   std::vector<bool> keep_data(nv, !reuse_buffers), keep_grad(nv, !reuse_buffers);
+  const std::vector<int> data_roots = alias_roots(p.alias.data_alias), grad_roots = alias_roots(p.alias.grad_alias);
   for (int v = 0; v < nv; ++v) {
     const Value& val = g.values[v];
-    int r = alias_root(p.alias.data_alias, v), prod = val.producer;
+    int r = data_roots[v], prod = val.producer;
     if (prod < 0 || facts[prod].external_input) keep_data[r] = true;  // filled by the caller
     int first = std::max(prod, 0), last = first;
     for (int c : val.consumers) {
@@ -371,7 +393,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<OpFacts>& facts, const 
     dstart[r] = std::min(dstart[r], first);
     dend[r] = std::max(dend[r], last);
     if (!gp.has_grad[v]) continue;
-    int gr = alias_root(p.alias.grad_alias, v), gfirst = INT32_MAX, glast = -1;
+    int gr = grad_roots[v], gfirst = INT32_MAX, glast = -1;
     if (gp.loss_weight[v] != 0.f) gfirst = N;  // seeded before the first backward
     for (int c : val.consumers) {
       const Node& cn = g.nodes[c];
