@@ -313,6 +313,30 @@ TEST(OnnxErrors, GatherFoldingBeyondTheConstantLimit) {
                                               "(33554432 values); constants computed at import are limited to 2^24");
 }
 
+// Each Gather folds (4096, 1) along axis 1 by 4,096 indices into 2^24 values, from 48 KB:
+// many such nodes in a tiny file are stopped by the import's total, not by the machine's
+// memory.
+TEST(OnnxErrors, FoldingBeyondTheTotalConstantLimit) {
+  Crafted c;
+  c.init("d", {4096, 1})->set_raw_data(std::string(4 * 4096, '\0'));
+  auto* t = c.g->add_initializer();
+  t->set_name("i");
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(4096);
+  t->set_raw_data(std::string(8 * 4096, '\0'));
+  for (int k = 0; k < 12; ++k) {
+    auto* n = c.node("Gather", {"d", "i"}, fmt::format("t{}", k));
+    n->set_name(fmt::format("gather{}", k));
+    auto* a = n->add_attribute();
+    a->set_name("axis");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1);
+  }
+  c.node("Relu", {"x"}, "y");
+  expect_import_error(c.save("fold_total"),
+                      "node 'gather8' (Gather): constants computed at import would exceed 2^27 values in all");
+}
+
 TEST(OnnxErrors, RawDataOfTheWrongSize) {
   Crafted c;
   c.init("w", {3})->set_raw_data(std::string(7, '\0'));

@@ -63,6 +63,7 @@ struct ImportState {
   NetLoad* net = nullptr;
   std::set<std::string> layer_names;
   std::map<std::string, int> next_suffix;  // per wanted name, the first "_k" not yet tried
+  int64_t const_values = 0;                // held by Constant nodes and folded nodes so far
   std::map<std::string, int> blob_count;  // blobs added per layer
 };
 
