@@ -118,6 +118,24 @@ TEST(ChannelGroups, FollowsChannelsThroughEltwiseConcatAndFlatten) {
   EXPECT_EQ(groups2.group(groups2.written_by(node_index(g2, "conv3"))).fixed, "read by 'norm' (LRN)");
 }
 
+// A Concat of a value with itself, nested: each level doubles the runs a layout would list
+// (2^24 after 24 levels). Past the limit a concat fixes its inputs and starts a group.
+TEST(ChannelGroups, NestedSelfConcatsStopListingRuns) {
+  std::string text = R"(layer { name: "data" type: "Input" top: "c0" input_param { shape { dim: 1 dim: 1 } } }
+)";
+  for (int k = 1; k <= 24; ++k)
+    text += fmt::format("layer {{ name: \"c{0}\" type: \"Concat\" bottom: \"c{1}\" bottom: \"c{1}\" top: \"c{0}\" }}\n",
+                        k, k - 1);
+  const Graph g = test_graph(text);
+  const ChannelGroups groups(g);
+  EXPECT_EQ(groups.layout(g.find_value("c12")).size(), 4096u);  // listed up to the limit
+  EXPECT_EQ(groups.flow(node_index(g, "c13")), ChannelFlow::blocks);
+  const ChannelLayout& c13 = groups.layout(g.find_value("c13"));
+  ASSERT_EQ(c13.size(), 1u);  // a group of its own, which doubles again from there
+  EXPECT_EQ(groups.group(groups.root(c13[0].group)).fixed, "written by 'c13' (Concat)");
+  EXPECT_EQ(groups.layout(g.find_value("c24")).size(), 2048u);
+}
+
 // A net built from a NetParameter in the TEST phase, its input filled from `seed`.
 struct TestNet {
   CpuBackend backend{2};

@@ -31,6 +31,9 @@ int ChannelGroups::add_group(int64_t channels, const std::string& fixed) {
 void ChannelGroups::join(int a, int b) {
   a = root(a), b = root(b);
   if (a == b) return;
+  // The group with more writers stays the root, so that a long chain of joins copies each
+  // writer a logarithmic number of times, not once per join.
+  if (groups_[static_cast<size_t>(a)].writers.size() < groups_[static_cast<size_t>(b)].writers.size()) std::swap(a, b);
   parent_[static_cast<size_t>(b)] = a;
   Group &ga = groups_[static_cast<size_t>(a)], &gb = groups_[static_cast<size_t>(b)];
   ga.writers.insert(ga.writers.end(), gb.writers.begin(), gb.writers.end());
@@ -82,6 +85,14 @@ ChannelGroups::ChannelGroups(const Graph& g)
         flow = ChannelFlow::blocks;
       }
     } else if (flow == ChannelFlow::concat) {
+      // A Concat of a value with itself doubles its runs: nested, a crafted net could ask
+      // for billions. Past kMaxRuns the concat's inputs are fixed instead.
+      constexpr size_t kMaxRuns = 4096;
+      size_t runs = 0;
+      for (int v : node.inputs) runs += layouts_[static_cast<size_t>(v)].size();
+      if (runs > kMaxRuns) flow = ChannelFlow::blocks;
+    }
+    if (flow == ChannelFlow::concat) {
       for (int v : node.inputs) {
         const ChannelLayout& l = layouts_[static_cast<size_t>(v)];
         out[0].insert(out[0].end(), l.begin(), l.end());
