@@ -41,6 +41,7 @@ void add_sample_routes(httplib::Server& s, Context& c) {
       o.length = integer_field(body, "length", 0, kMaxSampleLength, 300);
       o.temperature = number_field(body, "temperature", 0, 10, 1);
       o.seed = static_cast<uint64_t>(integer_field(body, "seed", 0, INT64_MAX, 1));
+      o.threads = 1;  // training jobs have the other cores
       // The primer checked here, so errors name the API's field (CharSampler's name --primer).
       std::vector<char32_t> primer;
       try {
