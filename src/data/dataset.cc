@@ -159,9 +159,14 @@ std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, cons
     }
     if (files.empty()) input_error("{}: lists no HDF5 files", list_file);
     std::shared_ptr<Dataset> all;
+    double held = 0;  // bytes read so far: a list naming one big file many times must stop
     for (auto& f : files) {
       if (detect_file_kind(f) != FileKind::hdf5) input_error("{}: listed file {} is not an HDF5 file", list_file, f);
       auto part = read_hdf5(f, fields);
+      for (const auto& field : part->fields) held += static_cast<double>(field.bytes.size());
+      if (held > physical_memory_bytes())
+        input_error("{}: the files it lists hold more than this machine's {:.1f} GB of memory (at {})", list_file,
+                    physical_memory_bytes() / 1e9, f);
       if (!all) {
         all = part;
         all->source = list_file;
