@@ -124,7 +124,7 @@ std::string NodeCtx::out_name(int i) const {
 
 void NodeCtx::set_const(int i, Const c) {
   // Each fold is limited to 2^24 values, but many nodes each folding that much from a few
-  // small inputs (a broadcast Add) could still exhaust memory from a tiny file.
+  // small inputs (a Gather repeating its indices) could still exhaust memory from a tiny file.
   constexpr int64_t kMaxConstValues = int64_t{1} << 27;
   s_.const_values += shape_numel(c.shape);
   if (s_.const_values > kMaxConstValues)
