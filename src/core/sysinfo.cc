@@ -38,9 +38,13 @@ SysInfo query_sysinfo() {
     if (flags.count(f)) s.isa.push_back(f);
   s.logical_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   s.physical_cores = cores.empty() ? s.logical_cpus : static_cast<int>(cores.size());
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  s.memory_gb = static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024 * 1024);
+  s.memory_gb = physical_memory_bytes() / (1024.0 * 1024 * 1024);
   return s;
+}
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
 }  // namespace bks

@@ -17,5 +17,7 @@ struct SysInfo {
 };
 
 SysInfo query_sysinfo();
+// This machine's physical memory in bytes (0 when the system does not say).
+double physical_memory_bytes();
 
 }  // namespace bks

@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include "core/device_memory.h"
+#include "core/sysinfo.h"
 
 namespace bks {
 
@@ -110,8 +110,7 @@ Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
     return;
   }
   // Zero-filling more than the machine holds would end in the kernel's OOM killer, silently.
-  static const double physical =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  static const double physical = physical_memory_bytes();
   if (physical > 0 && static_cast<double>(bytes) > physical)
     runtime_error("cannot allocate {:.1f} GB: this machine has {:.1f} GB of memory (a smaller batch_size needs less)",
                   bytes / 1e9, physical / 1e9);

@@ -1,7 +1,5 @@
 #include "data/dataset.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/sysinfo.h"
 #include "data/shared_dataset.h"
 #include "profile/profiler.h"
 
@@ -23,10 +22,6 @@ const DatasetField* Dataset::field(const std::string& name) const {
   for (auto& f : fields)
     if (f.name == name) return &f;
   return nullptr;
-}
-
-double physical_memory_bytes() {
-  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
 int64_t data_cache_bytes() {
@@ -164,9 +159,9 @@ std::shared_ptr<const Dataset> open_hdf5_list(const std::string& list_file, cons
       if (detect_file_kind(f) != FileKind::hdf5) input_error("{}: listed file {} is not an HDF5 file", list_file, f);
       auto part = read_hdf5(f, fields);
       for (const auto& field : part->fields) held += static_cast<double>(field.bytes.size());
-      if (held > physical_memory_bytes())
+      if (const double memory = physical_memory_bytes(); memory > 0 && held > memory)
         input_error("{}: the files it lists hold more than this machine's {:.1f} GB of memory (at {})", list_file,
-                    physical_memory_bytes() / 1e9, f);
+                    memory / 1e9, f);
       if (!all) {
         all = part;
         all->source = list_file;

@@ -75,8 +75,6 @@ struct Dataset {
 // otherwise half of this machine's memory. A database of encoded images whose pixels would
 // need more is kept encoded and decoded batch by batch.
 int64_t data_cache_bytes();
-// This machine's physical memory in bytes.
-double physical_memory_bytes();
 // Decodes one encoded image under `o` into `out` (shape_numel(shape) bytes); false, saying
 // why in `why`, when it is not a decodable image or decodes to another shape.
 bool decode_sample(std::string_view bytes, const ImageDecodeOptions& o, const Shape& shape, uint8_t* out,

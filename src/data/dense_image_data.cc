@@ -1,7 +1,6 @@
 #include "data/dense_image_data.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "core/sysinfo.h"
 #include "data/image_decode.h"
 #include "data/weak_cache.h"
 #include "profile/profiler.h"
@@ -70,7 +70,7 @@ std::shared_ptr<DenseImageList> read_dense_image_list(const std::string& list_fi
   list->channels = o.is_color ? 3 : 1;
   std::string line;
   int64_t total = 0;
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double memory = physical_memory_bytes();
   for (int64_t n = 1; std::getline(in, line); ++n) {
     std::istringstream words(line);
     std::vector<std::string> w{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};

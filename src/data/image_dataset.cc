@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "core/sysinfo.h"
 #include "data/caffe_db.h"
 #include "data/dataset.h"
 #include "data/image_decode.h"

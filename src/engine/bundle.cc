@@ -1,12 +1,11 @@
 #include "engine/bundle.h"
 
-#include <unistd.h>
-
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/sysinfo.h"
 #include "formats/graph_json.h"
 #include "formats/safetensors.h"
 #include "formats/weight_coding.h"
@@ -51,7 +50,7 @@ void check_coded_fit_memory(const std::map<std::string, Shape>& coded, const std
     if (!problem.empty()) input_error("{}: corrupt bundle: coded tensor '{}': {}", path, name, problem);
     bytes += static_cast<double>(shape_numel(shape)) * sizeof(float);
   }
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double memory = physical_memory_bytes();
   if (memory > 0 && bytes > memory)
     input_error("{}: corrupt bundle: its coded weights would decode to {:.1f} GB, more than this machine's {:.1f} GB",
                 path, bytes / 1e9, memory / 1e9);
