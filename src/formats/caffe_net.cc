@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "formats/caffe_upgrade.h"
 #include "formats/onnx_import.h"
 #include "formats/prototxt.h"
+#include "formats/unique_names.h"
 
 namespace bks {
 namespace {
@@ -190,8 +190,8 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
   g.name = net.param.name();
   g.source = net.source;
   std::map<std::string, int> latest;  // blob name -> current value
-  std::set<std::string> layer_names, blob_names;
-  std::unordered_map<std::string, int> next_suffix;
+  std::set<std::string> blob_names;
+  UniqueNames layer_names;
   int renamed = 0;
   add_net_level_inputs(net, g, latest);
   for (const auto& lp : net.param.layer()) blob_names.insert(lp.top().begin(), lp.top().end());
@@ -207,15 +207,9 @@ Graph build_caffe_graph(const NetLoad& net, const proto::NetState& state) {
     if (lp.type().empty()) input_error("{}: layer '{}' has no 'type'", where, lp.name());
     Node n = caffe_layer_node(lp, where);
     if (lp.name().empty()) n.name = fmt::format("{}_{}", lp.type(), li);
-    if (!layer_names.insert(n.name).second) {
-      // Caffe accepts a name used twice (BVLC's mnist_autoencoder has two 'loss' layers); here
-      // names key the weights, so the later layer gets a name of its own, and says so.
-      // Each name's next suffix is remembered, so that many layers of one name cost no
-      // rescan of the suffixes already taken.
-      std::string unique;
-      int& k = next_suffix.try_emplace(n.name, 2).first->second;
-      while (!layer_names.insert(unique = fmt::format("{}_{}", n.name, k)).second) ++k;
-      ++k;
+    // Caffe accepts a name used twice (BVLC's mnist_autoencoder has two 'loss' layers); here
+    // names key the weights, so the later layer gets a name of its own, and says so.
+    if (const std::string unique = layer_names.take(n.name); unique != n.name) {
       if (++renamed <= 5)
         log::warn("{}: layer name '{}' is used twice; the later layer is called '{}' here (its weights too)", where,
                   n.name, unique);

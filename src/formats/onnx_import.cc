@@ -140,14 +140,7 @@ void NodeCtx::alias(int i, const Val& v) { s_.values[out_name(i)] = v; }
 proto::LayerParameter& NodeCtx::add_layer(const std::string& type, const std::vector<std::string>& bottoms,
                                           const std::string& top, const std::string& suffix) {
   proto::LayerParameter* l = s_.net->param.add_layer();
-  const std::string wanted = name_ + suffix;
-  std::string name = wanted;
-  if (!s_.layer_names.insert(name).second) {
-    int& k = s_.next_suffix.try_emplace(wanted, 2).first->second;
-    while (!s_.layer_names.insert(name = fmt::format("{}_{}", wanted, k)).second) ++k;
-    ++k;
-  }
-  l->set_name(name);
+  l->set_name(s_.layer_names.take(name_ + suffix));
   l->set_type(type);
   for (const auto& b : bottoms) l->add_bottom(b);
   l->add_top(top);
@@ -258,7 +251,7 @@ NetLoad import_onnx(const std::string& path, const Shape& given_shape) {
     l->add_top(vi.name());
     auto* bs = l->mutable_input_param()->add_shape();
     for (int64_t d : shape) bs->add_dim(d);
-    s.layer_names.insert(vi.name());
+    s.layer_names.reserve(vi.name());
     s.values[vi.name()] = Val{shape, vi.name(), nullptr};
   }
 

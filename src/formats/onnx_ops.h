@@ -4,13 +4,13 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "formats/caffe_net.h"
+#include "formats/unique_names.h"
 
 namespace onnx {
 class NodeProto;
@@ -61,8 +61,7 @@ struct ImportState {
   int opset = 0;
   std::map<std::string, Val> values;
   NetLoad* net = nullptr;
-  std::set<std::string> layer_names;
-  std::map<std::string, int> next_suffix;  // per wanted name, the first "_k" not yet tried
+  UniqueNames layer_names;
   int64_t const_values = 0;                // held by Constant nodes and folded nodes so far
   std::map<std::string, int> blob_count;  // blobs added per layer
 };
