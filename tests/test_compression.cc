@@ -616,10 +616,17 @@ TEST(MagnitudePruning, LeNetTrainsToNinetyPercentZeros) {
   const std::string solver = temp_path("prune_solver.prototxt"), run = temp_path("prune_run");
   fs::remove_all(run);
   write_lenet_solver(solver, 500, 100);
-  for (std::string bad : {"--prune 1.5", "--prune -0.5", "--prune 0.5 --prune-until 600", "--prune-every 5"}) {
+  // Each bad option is the trainer's own error naming it, not the option parser's.
+  const std::pair<std::string, std::string> bad_options[] = {
+      {"--prune 1.5", "--prune 1.5: the sparsity must be in [0, 1)"},
+      {"--prune -0.5", "--prune -0.5: the sparsity must be in [0, 1)"},
+      {"--prune 0.5 --prune-until 600", "--prune-until 600: after the solver's max_iter 500"},
+      {"--prune-every 5", "--prune-from, --prune-until and --prune-every go with --prune SPARSITY"}};
+  for (const auto& [bad, message] : bad_options) {
     CmdResult r = run_cmd("train --solver " + solver + " " + bad + " --out " + run);
     EXPECT_EQ(r.code, 2) << bad << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << bad << "\n" << r.output;
   }
   fs::remove_all(run);
   CmdResult t = run_cmd("train --solver " + solver + " --prune 0.9 --prune-until 300 --prune-every 50 --out " + run);
@@ -968,7 +975,11 @@ TEST(KnowledgeDistillation, AStudentLearnsFashionMnistFromTheTeacherAlone) {
   const std::string distill = " --teacher " + kLenet + " --teacher-weights " + teacher_weights;
   CmdResult s = run_cmd("train --solver " + solver + distill + " --alpha 1 --temperature 2 --out " + student_run);
   ASSERT_EQ(s.code, 0) << s.output;
-  EXPECT_NE(s.output.find("Distillation: 'ip2' (64,10) learns from 'teacher_scores'"), std::string::npos) << s.output;
+  // The weights the graph got, not the options echoed: the teacher's loss 1, the labels' 0.
+  EXPECT_NE(s.output.find("Distillation: 'ip2' (64,10) learns from 'teacher_scores' at temperature 2 (weight 1; "
+                          "SoftmaxWithLoss 'loss' weight 0)"),
+            std::string::npos)
+      << s.output;
   EXPECT_GE(final_accuracy(s.output), 0.70) << s.output;
   std::ifstream run_json(student_run + "/run.json");
   const nlohmann::json run = nlohmann::json::parse(run_json);

@@ -86,6 +86,8 @@ TEST(Optimize, KeepsTheBestCandidateWithinTheAccuracyBudget) {
   EXPECT_GE(over, 1) << j.dump(1);
   // The best is the fastest of those that fit; the best single technique joins at most one.
   const int best = j.at("best").get<int>(), single = j.at("best_single").get<int>();
+  EXPECT_TRUE(cs[best].at("fits").get<bool>()) << cs[best].dump();
+  EXPECT_TRUE(cs[single].at("fits").get<bool>()) << cs[single].dump();
   for (const auto& c : cs) {
     if (c.contains("error") || !c.at("fits").get<bool>()) continue;
     EXPECT_LE(cs[best].at("latency_ms").get<double>(), c.at("latency_ms").get<double>()) << c.dump();
