@@ -16,6 +16,7 @@
 #include "cuda/cuda_backend.h"
 #include "op_harness.h"
 #include "train/trainer.h"
+#include "worse.h"
 
 namespace bks::test {
 namespace {
@@ -32,7 +33,7 @@ double max_rel_error(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < a.numel(); ++i) {
     double x = a.f32()[i], y = b.f32()[i];
     if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    worst = std::max(worst, std::fabs(x - y) / std::max({1.0, std::fabs(x), std::fabs(y)}));
+    worst = bks::test::worse(worst, std::fabs(x - y) / std::max({1.0, std::fabs(x), std::fabs(y)}));
   }
   return worst;
 }

@@ -164,8 +164,10 @@ Runner add_bench(CLI::App& app) {
           const Tensor &a = s.value(s.outputs()[k]), &c = u.value(u.outputs()[k]);
           double scale = 1e-30;
           for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(c.f32()[i])));
-          for (int64_t i = 0; i < std::min(a.numel(), c.numel()); ++i)
-            err = std::max(err, std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale);
+          for (int64_t i = 0; i < std::min(a.numel(), c.numel()); ++i) {
+            const double d = std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale;
+            if (!(d <= err)) err = d;  // a NaN output is a difference (std::max would drop it)
+          }
         }
         Latency lu = time_session(u, o->iterations);
         nlohmann::json cmp = to_json(lu, u.batch());

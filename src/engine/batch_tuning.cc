@@ -93,7 +93,8 @@ double relative_gap(InferenceSession& a, InferenceSession& b) {
     if (x.shape() != y.shape() || x.dtype() != DType::f32 || y.dtype() != DType::f32) return INFINITY;
     for (int64_t i = 0; i < x.numel(); ++i) {
       scale = std::max(scale, std::fabs(static_cast<double>(x.f32()[i])));
-      worst = std::max(worst, std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]));
+      const double d = std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]);
+      if (!(d <= worst)) worst = d;  // a NaN output is a gap (std::max would drop it)
     }
   }
   return worst / scale;
