@@ -5,9 +5,13 @@ pruning (alone, and distilled from the control) with its compressed bundles, eve
 scored on the whole Fashion-MNIST test set.
 
 Usage: python3 bench/compression_targets.py [--net resnet|lenet] [--bakusoku build/src/bakusoku]
-       [--fp32-iters 3000] [--ft-iters 3000] [--threads N] [--work /tmp/bks_targets_resnet]
+       [--fp32-iters 3000] [--ft-iters 3000] [--prune-iters 12000] [--threads N]
+       [--work /tmp/bks_targets_resnet]
 The FP32 net is trained once; every variant fine-tunes it for --ft-iters at the net's
 fine-tuning rate (the control without any technique), each once into WORK and reused.
+90% pruning is also fine-tuned --prune-iters at the net's training rate, beside a control
+trained the same way (the "long" rows; 0 skips them). Each row's change is against its own
+control's FP32 bundle, its size against the first control's.
 """
 import argparse
 import os
@@ -21,6 +25,7 @@ def main():
     p.add_argument("--bakusoku", default=os.path.join(ROOT, "build", "src", "bakusoku"))
     p.add_argument("--fp32-iters", type=int, default=3000)
     p.add_argument("--ft-iters", type=int, default=3000)
+    p.add_argument("--prune-iters", type=int, default=12000)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--work")
     a = p.parse_args()
@@ -45,6 +50,11 @@ def main():
     distilled = runs["90% pruned"] + ["--teacher", net, "--teacher-weights", weights["control"], "--temperature", "4",
                                       "--alpha", "0.5"]
     weights["90% pruned, distilled"] = trained(bks, work, "90_pruned_distilled", a.ft_iters, tune + distilled, net, ft)
+    if a.prune_iters:
+        long, n = a.net + "_prune", a.prune_iters
+        weights["control, long"] = trained(bks, work, f"control_{n}", n, tune, net, long)
+        weights["90% pruned, long"] = trained(bks, work, f"90_pruned_{n}", n,
+                                              tune + ["--prune", "0.9", "--prune-until", str(n // 2)], net, long)
 
     int8 = ["--precision", "int8", "--int8-layers", "all"]
     calibrated = int8 + ["--calib", "test"]
@@ -62,23 +72,32 @@ def main():
         ("90% pruned", "INT8 --compress --weight-bits 5", calibrated + ["--compress", "--weight-bits", "5"]),
         ("90% pruned, distilled", "FP32 --compress", ["--compress"]),
     ]
-    rows, reference = [], None
+    if a.prune_iters:
+        bundles += [
+            ("control, long", "FP32", []),
+            ("90% pruned, long", "FP32 --compress", ["--compress"]),
+            ("90% pruned, long", "INT8 --compress", calibrated + ["--compress"]),
+            ("90% pruned, long", "INT8 --compress --weight-bits 5", calibrated + ["--compress", "--weight-bits", "5"]),
+        ]
+    rows, reference, controls = [], None, {}
     for model, variant, flags in bundles:
         out = os.path.join(work, f"{model}_{variant}".replace(" ", "_").replace("%", "").replace(",", "").replace("(", "")
                            .replace(")", "") + ".bks")
         run([bks, "deploy", "--model", net, "--weights", weights[model], "--batch", "100", *threads, *flags,
              "-o", out])
         acc, size = tested_accuracy(bks, out), os.path.getsize(out)
-        reference = reference or (acc, size)  # the control's dense FP32 bundle
-        rows.append((model, variant, acc, size))
-        print(f"{model:<21} {variant:<33} accuracy {acc:.4f} ({100 * (acc - reference[0]):+.2f})  {size:>9} bytes  "
-              f"{reference[1] / size:5.1f}x", flush=True)
+        reference = reference or size  # the first control's dense FP32 bundle
+        if model.startswith("control") and variant == "FP32":
+            controls[model.endswith(", long")] = acc
+        change = 100 * (acc - controls[model.endswith(", long")])
+        rows.append((model, variant, acc, change, size))
+        print(f"{model:<21} {variant:<33} accuracy {acc:.4f} ({change:+.2f})  {size:>9} bytes  "
+              f"{reference / size:5.1f}x", flush=True)
 
     print(f"\n| {a.net} | bundle | accuracy | change (points) | bytes | smaller |")
     print("|---|---|---|---|---|---|")
-    for model, variant, acc, size in rows:
-        print(f"| {model} | {variant} | {acc:.4f} | {100 * (acc - reference[0]):+.2f} | {size:,} | "
-              f"{reference[1] / size:.1f}x |")
+    for model, variant, acc, change, size in rows:
+        print(f"| {model} | {variant} | {acc:.4f} | {change:+.2f} | {size:,} | {reference / size:.1f}x |")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ NETS = {
     "resnet": (RESNET, "base_lr: 0.05\nweight_decay: 0.0001\n"),
     "lenet_ft": (LENET, "base_lr: 0.01\nweight_decay: 0.0005\n"),
     "resnet_ft": (RESNET, 'base_lr: 0.01\nweight_decay: 0.0001\nlr_policy: "step"\n'),
+    # Pruning's long fine-tunes keep the net's training rate (step schedule): at 90% zeros the
+    # ResNet recovered 0.9 points more at 0.05 than at 0.01 in the same 3,000 iterations.
+    "lenet_prune": (LENET, 'base_lr: 0.01\nweight_decay: 0.0005\nlr_policy: "step"\n'),
+    "resnet_prune": (RESNET, 'base_lr: 0.05\nweight_decay: 0.0001\nlr_policy: "step"\n'),
 }
 
 
