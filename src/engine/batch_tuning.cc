@@ -94,7 +94,7 @@ double relative_gap(InferenceSession& a, InferenceSession& b) {
     for (int64_t i = 0; i < x.numel(); ++i) {
       scale = std::max(scale, std::fabs(static_cast<double>(x.f32()[i])));
       const double d = std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]);
-      if (!(d <= worst)) worst = d;  // a NaN output is a gap (std::max would drop it)
+      if (std::isnan(d) || d > worst) worst = d;  // a NaN output is a gap, and stays one
     }
   }
   return worst / scale;
