@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "core/worse.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "formats/onnx_import.h"
 #include "formats/weights.h"
 #include "runtime/net.h"
-#include "worse.h"
 
 namespace bks::test {
 
@@ -35,8 +35,7 @@ inline void expect_close(const float* got, int64_t n, const std::vector<float>& 
   ASSERT_EQ(n, static_cast<int64_t>(want.size())) << what;
   double scale = 1e-30, worst = 0;
   for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
-  for (size_t i = 0; i < want.size(); ++i)
-    worst = bks::test::worse(worst, std::fabs(got[i] - static_cast<double>(want[i])));
+  for (size_t i = 0; i < want.size(); ++i) worst = worse(worst, std::fabs(got[i] - static_cast<double>(want[i])));
   EXPECT_LE(worst, 1e-4 * scale) << what << ": largest difference " << worst << " (outputs up to " << scale << ")";
 }
 inline void expect_close(const Tensor& got, const std::vector<float>& want, const std::string& what) {

@@ -16,6 +16,7 @@
 #include "core/file_io.h"
 #include "core/rng.h"
 #include "core/sysinfo.h"
+#include "core/worse.h"
 #include "engine/calibrate.h"
 #include "engine/deploy.h"
 #include "engine/quantize.h"
@@ -25,7 +26,6 @@
 #include "formats/weights.h"
 #include "graph/graph_edit.h"
 #include "ops/conv_attrs.h"
-#include "worse.h"
 
 namespace bks::test {
 namespace {
@@ -48,7 +48,7 @@ OutputGap output_gap(InferenceSession& reference, InferenceSession& other, float
   OutputGap g;
   for (int64_t i = 0; i < ya.numel(); ++i) g.scale = std::max(g.scale, std::fabs(static_cast<double>(ya.f32()[i])));
   for (int64_t i = 0; i < ya.numel(); ++i)
-    g.worst = bks::test::worse(g.worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
+    g.worst = worse(g.worst, std::fabs(static_cast<double>(ya.f32()[i]) - yb.f32()[i]));
   return g;
 }
 
@@ -127,7 +127,7 @@ double max_relative_difference(const DeployOptions& o, const DeployModel& optimi
     double scale = 1e-12;
     for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
     for (int64_t i = 0; i < a.numel(); ++i)
-      worst = bks::test::worse(worst, std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale);
+      worst = worse(worst, std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale);
   }
   return worst;
 }
@@ -154,8 +154,7 @@ double logits_difference(const DeployOptions& o, const DeployModel& optimised, c
   const Tensor &a = ref->net().value(value), &b = opt->net().value(value);
   double scale = 1e-12, worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(a.f32()[i])));
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = bks::test::worse(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
+  for (int64_t i = 0; i < a.numel(); ++i) worst = worse(worst, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
   return worst / scale;
 }
 

@@ -18,8 +18,8 @@
 
 #include "cli_util.h"
 #include "core/file_io.h"
+#include "core/worse.h"
 #include "formats/safetensors.h"
-#include "worse.h"
 
 namespace bks {
 namespace {
@@ -145,7 +145,7 @@ double weight_difference(const TensorFile& a, const TensorFile& b) {
       norm += double(u->f32()[i]) * u->f32()[i];
       diff += (double(t.f32()[i]) - u->f32()[i]) * (double(t.f32()[i]) - u->f32()[i]);
     }
-    worst = bks::test::worse(worst, std::sqrt(diff / norm));
+    worst = worse(worst, std::sqrt(diff / norm));
   }
   return worst;
 }

@@ -13,10 +13,10 @@
 
 #include "backend/accelerator.h"
 #include "core/device_memory.h"
+#include "core/worse.h"
 #include "cuda/cuda_backend.h"
 #include "op_harness.h"
 #include "train/trainer.h"
-#include "worse.h"
 
 namespace bks::test {
 namespace {
@@ -33,7 +33,7 @@ double max_rel_error(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < a.numel(); ++i) {
     double x = a.f32()[i], y = b.f32()[i];
     if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    worst = bks::test::worse(worst, std::fabs(x - y) / std::max({1.0, std::fabs(x), std::fabs(y)}));
+    worst = worse(worst, std::fabs(x - y) / std::max({1.0, std::fabs(x), std::fabs(y)}));
   }
   return worst;
 }

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <functional>
 
+#include "core/worse.h"
 #include "op_harness.h"
 #include "ops/vector_math.h"
-#include "worse.h"
 
 namespace bks::test {
 namespace {
@@ -84,9 +84,9 @@ TEST(VectorMath, ExpLogisticAndTanhMatchTheDoubleFunctions) {
   for (float x = -90.f; x <= 90.f; x += 0.0037f) {
     const double e = std::exp(static_cast<double>(x)), l = 1 / (1 + std::exp(-static_cast<double>(x)));
     const double t = std::tanh(static_cast<double>(x));
-    if (x > -87.f && x < 88.f) worst_exp = bks::test::worse(worst_exp, std::abs(exp_vec(x) - e) / e);
-    worst_logistic = bks::test::worse(worst_logistic, std::abs(logistic_vec(x) - l) / std::max(l, 1e-30));
-    worst_tanh = bks::test::worse(worst_tanh, std::abs(tanh_vec(x) - t) / std::max(std::abs(t), 1e-30));
+    if (x > -87.f && x < 88.f) worst_exp = worse(worst_exp, std::abs(exp_vec(x) - e) / e);
+    worst_logistic = worse(worst_logistic, std::abs(logistic_vec(x) - l) / std::max(l, 1e-30));
+    worst_tanh = worse(worst_tanh, std::abs(tanh_vec(x) - t) / std::max(std::abs(t), 1e-30));
   }
   EXPECT_LT(worst_exp, 4e-7);
   EXPECT_LT(worst_logistic, 1e-6) << "where exp is clamped, logistic is below 1e-38 anyway";
@@ -106,9 +106,9 @@ TEST(VectorMath, ErfMatchesTheDoubleFunction) {
   double worst_abs = 0, worst_rel_small = 0;
   for (float x = -8.f; x <= 8.f; x += 0.00071f) {
     const double e = std::erf(static_cast<double>(x));
-    worst_abs = bks::test::worse(worst_abs, std::abs(erf_vec(x) - e));
+    worst_abs = worse(worst_abs, std::abs(erf_vec(x) - e));
     if (std::abs(x) < 0.5f && x != 0.f)
-      worst_rel_small = bks::test::worse(worst_rel_small, std::abs(erf_vec(x) - e) / std::abs(e));
+      worst_rel_small = worse(worst_rel_small, std::abs(erf_vec(x) - e) / std::abs(e));
   }
   EXPECT_LT(worst_abs, 6e-7);
   EXPECT_LT(worst_rel_small, 1e-6);

@@ -13,9 +13,9 @@
 
 #include "backend/dnnl_util.h"
 #include "conv_oracle.h"
+#include "core/worse.h"
 #include "op_harness.h"
 #include "ops/conv_winograd.h"
-#include "worse.h"
 
 namespace bks::test {
 namespace {
@@ -373,7 +373,7 @@ TEST_P(WinogradTest, MatchesDirectLoop) {
   // Winograd's transforms cost some precision: errors stay within 1e-5 of the outputs' scale
   // (a direct float convolution: about 1e-6).
   double worst = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) worst = bks::test::worse(worst, std::abs(double(got[i]) - want.f32()[i]));
+  for (int64_t i = 0; i < want.numel(); ++i) worst = worse(worst, std::abs(double(got[i]) - want.f32()[i]));
   EXPECT_LT(worst, 1e-5 * scale) << "largest output " << scale;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/file_io.h"
+#include "core/worse.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
@@ -166,7 +167,7 @@ Runner add_bench(CLI::App& app) {
           for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(c.f32()[i])));
           for (int64_t i = 0; i < std::min(a.numel(), c.numel()); ++i) {
             const double d = std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale;
-            if (std::isnan(d) || d > err) err = d;  // a NaN output is a difference, and stays one
+            err = worse(err, d);
           }
         }
         Latency lu = time_session(u, o->iterations);

@@ -11,6 +11,7 @@
 #include "backend/dnnl_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/worse.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
 
@@ -94,7 +95,7 @@ double relative_gap(InferenceSession& a, InferenceSession& b) {
     for (int64_t i = 0; i < x.numel(); ++i) {
       scale = std::max(scale, std::fabs(static_cast<double>(x.f32()[i])));
       const double d = std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]);
-      if (std::isnan(d) || d > worst) worst = d;  // a NaN output is a gap, and stays one
+      worst = worse(worst, d);
     }
   }
   return worst / scale;
