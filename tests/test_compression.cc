@@ -23,6 +23,7 @@
 #include "engine/low_rank.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
+#include "formats/packed_parts.h"
 #include "formats/safetensors.h"
 #include "op_harness.h"
 #include "passes/insert_binarize.h"
@@ -764,7 +765,7 @@ TEST(CompressedBundle, PrunedLeNetIsSmallAndScoresAsTheDenseBundle) {
     std::ifstream f(packed, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(f), {});
   }
-  const size_t first = bytes.find("BKW1");
+  const size_t first = bytes.find("BKW2");
   ASSERT_NE(first, std::string::npos);
   bytes[first + 60] = static_cast<char>(bytes[first + 60] ^ 1);
   const std::string broken = temp_path("broken.bks");
@@ -776,30 +777,72 @@ TEST(CompressedBundle, PrunedLeNetIsSmallAndScoresAsTheDenseBundle) {
 }
 
 // Coded tensors of a few bytes each that claim shapes summing to far more than any
-// machine's memory: refused before anything decodes, naming the file.
+// machine's memory: refused before anything decodes, naming the file. In format 4 the
+// shapes are in the packed index; in format 3 (still read), in the metadata.
 TEST(Compression, CodedWeightsLargerThanMemoryAreRefusedBeforeDecoding) {
   proto::NetState st;
   st.set_phase(proto::TEST);
   const Graph g = build_caffe_graph(load_net_file(kLenet), st);
-  Tensor small({16}, DType::u8);
-  std::vector<std::pair<std::string, const Tensor*>> tensors;
-  nlohmann::json shapes = nlohmann::json::object();
-  for (int k = 0; k < 64; ++k) {
-    tensors.emplace_back(fmt::format("w{}", k), &small);
-    shapes[fmt::format("w{}", k)] = {int64_t{1} << 34};  // 64 GiB each, 4 TiB in all
+  for (int version : {3, 4}) {
+    Tensor small({16}, DType::u8);
+    std::vector<std::pair<std::string, const Tensor*>> tensors;
+    nlohmann::json shapes = nlohmann::json::object();
+    PackedParts parts;
+    parts.strings["graph"] = graph_to_json(g);
+    for (int k = 0; k < 64; ++k) {
+      tensors.emplace_back(fmt::format("w{}", k), &small);
+      shapes[fmt::format("w{}", k)] = {int64_t{1} << 34};  // 64 GiB each, 4 TiB in all
+      parts.blobs.push_back({fmt::format("w{}", k), {int64_t{1} << 34}, std::string(16, '\0')});
+    }
+    const std::string packed_bytes = pack_parts(parts);
+    Tensor packed({static_cast<int64_t>(packed_bytes.size())}, DType::u8);
+    std::copy(packed_bytes.begin(), packed_bytes.end(), packed.data<char>());
+    const std::string path = temp_path(fmt::format("claims_terabytes_{}.bks", version));
+    if (version == 3)
+      save_safetensors(
+          path, tensors,
+          {{"bakusoku_bundle_version", "3"}, {"graph", graph_to_json(g)}, {"coded_weights", shapes.dump()}});
+    else
+      save_safetensors(path, {{"bakusoku_packed", &packed}}, {{"bakusoku_bundle_version", "4"}});
+    try {
+      load_bundle(path);
+      ADD_FAILURE() << "loaded format " << version;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": corrupt bundle: its coded weights would decode to 4398"),
+                std::string::npos)
+          << e.what();
+    }
   }
-  const std::string path = temp_path("claims_terabytes.bks");
-  save_safetensors(path, tensors,
-                   {{"bakusoku_bundle_version", std::to_string(kBundleVersion)},
-                    {"graph", graph_to_json(g)},
-                    {"coded_weights", shapes.dump()}});
-  try {
-    load_bundle(path);
-    ADD_FAILURE() << "loaded";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ": corrupt bundle: its coded weights would decode to 4398"),
-              std::string::npos)
-        << e.what();
+}
+
+// A bundle written before packing (format 3, its coded tensors BKW1) still loads, to the
+// weights and graph that the same deploy writes today (format 4, BKW2): the fuzz seeds of
+// both formats (tests/fuzz/make_corpus.sh), one net deployed in FP32 and INT8. The INT8
+// pair came from CPUs with different int8 grids (63 and 127 levels) and calibrations, so
+// its weights agree to within a step of the coarser grid.
+TEST(Compression, Format3BundlesLoadAsTheirFormat4Twins) {
+  const std::string dir = std::string(BKS_SOURCE_DIR) + "/tests/fuzz/corpus/bundle/";
+  for (const std::string precision : {"fp32", "int8"}) {
+    const Bundle v3 = load_bundle(dir + "ip_coded_" + precision + "_v3.bks");
+    const Bundle v4 = load_bundle(dir + "ip_coded_" + precision + ".bks");
+    ASSERT_EQ(v3.weights.size(), 2u) << precision;
+    ASSERT_EQ(v4.weights.size(), 2u) << precision;
+    EXPECT_EQ(v3.coded.size(), 2u) << precision;
+    for (const auto& [name, t] : v4.weights) {
+      const Tensor& old = v3.weights.at(name);
+      ASSERT_EQ(old.shape(), t.shape()) << name;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (precision == "fp32") {
+          EXPECT_EQ(old.f32()[i], t.f32()[i]) << name << " " << i;
+        } else {
+          EXPECT_NEAR(old.f32()[i], t.f32()[i], 0.75 / 63) << name << " " << i;
+        }
+      }
+    }
+    EXPECT_EQ(v3.info.at("precision"), v4.info.at("precision"));
+    if (precision == "fp32") {
+      EXPECT_EQ(graph_to_json(v3.graph), graph_to_json(v4.graph));
+    }
   }
 }
 

@@ -23,7 +23,9 @@
 #include "data/transform.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
+#include "formats/packed_parts.h"
 #include "formats/prototxt.h"
+#include "formats/range_coder.h"
 #include "formats/safetensors.h"
 #include "formats/weight_coding.h"
 #include "formats/weights.h"
@@ -198,7 +200,8 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
       }
     }
     // Any single byte changed is found (the checksum covers what the header and the
-    // streams do not check themselves), or changes nothing (a deflate stream's padding bits).
+    // streams do not check themselves), or changes nothing: a deflate stream's padding
+    // bits, or the last byte or two of a range-coded stream, past the precision it needs.
     const Tensor good = decode_weights(coded, t.shape(), DType::f32, "t");
     int found = 0;
     for (size_t i = 0; i < coded.size(); ++i) {
@@ -210,7 +213,7 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
         ++found;
       }
     }
-    EXPECT_GE(found, static_cast<int>(coded.size()) - 3);
+    EXPECT_GE(found, static_cast<int>(coded.size()) - 6);
     EXPECT_THROW(decode_weights(coded, {40, 26}, DType::f32, "t"), InputError);
     EXPECT_THROW(decode_weights(coded + "x", t.shape(), DType::f32, "t"), InputError);
   }
@@ -228,6 +231,94 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("more than deflate can expand"), std::string::npos) << e.what();
   }
+}
+
+TEST(RangeCoder, DecodesWhatItCodedNearTheEntropyAndRefusesTruncation) {
+  Rng rng(9);
+  std::string random(5000, '\0'), mask(100000, '\0');
+  for (char& c : random) c = static_cast<char>(rng.below(256));
+  int64_t ones = 0;
+  for (size_t i = 0; i < mask.size() * 8; ++i)
+    if (rng.uniform(0.f, 1.f) < 0.02f) mask[i / 8] = static_cast<char>(mask[i / 8] | (1 << (i % 8))), ++ones;
+  for (RangeModel model : {RangeModel::kBits, RangeModel::kByteTree})
+    for (const std::string& raw : {std::string(), std::string("a"), random, mask, std::string(1 << 20, '\0')}) {
+      const std::string coded = range_encode(raw, model);
+      std::string back;
+      ASSERT_TRUE(range_decode(coded, raw.size(), model, back)) << raw.size();
+      EXPECT_EQ(back, raw);
+      EXPECT_LE(raw.size(), coded.size() * kRangeMaxRatio);
+      for (size_t len : {size_t{0}, coded.size() / 2, coded.size() - 1})
+        EXPECT_FALSE(range_decode(std::string_view(coded).substr(0, len), raw.size(), model, back)) << len;
+    }
+  // A 2% mask: one probability for every bit comes within 2% of the bits' entropy.
+  const double p = static_cast<double>(ones) / (mask.size() * 8.0);
+  const double entropy_bytes = -(p * std::log2(p) + (1 - p) * std::log2(1 - p)) * mask.size();
+  EXPECT_LT(range_encode(mask, RangeModel::kBits).size(), 1.02 * entropy_bytes);
+  // Random bytes grow by a few bytes at most.
+  EXPECT_LT(range_encode(random, RangeModel::kByteTree).size(), random.size() + random.size() / 50);
+}
+
+PackedParts sample_parts() {
+  PackedParts p;
+  p.strings = {{"graph", std::string(3000, 'g')}, {"precision", "int8"}, {"", ""}};
+  p.blobs = {{"conv1.0", {20, 1, 5, 5}, std::string(40, 'a')}, {"conv1.1", {20}, "bb"}, {"empty", {0}, ""}};
+  return p;
+}
+
+TEST(PackedParts, RoundTripsStringsShapesAndBytes) {
+  const PackedParts p = sample_parts();
+  const std::string packed = pack_parts(p);
+  EXPECT_LT(packed.size(), 200u);  // the 3,000 repeated bytes deflate; each entry costs a few bytes
+  const PackedParts q = unpack_parts(packed, "b.bks");
+  EXPECT_EQ(q.strings, p.strings);
+  ASSERT_EQ(q.blobs.size(), p.blobs.size());
+  for (size_t i = 0; i < p.blobs.size(); ++i) {
+    EXPECT_EQ(q.blobs[i].name, p.blobs[i].name);
+    EXPECT_EQ(q.blobs[i].shape, p.blobs[i].shape);
+    EXPECT_EQ(q.blobs[i].bytes, p.blobs[i].bytes);
+  }
+}
+
+// Every truncation and every changed byte of the index is an InputError naming the file,
+// and a crafted index cannot make the reader allocate beyond what its bytes hold.
+TEST(PackedParts, CorruptBytesAreAnInputErrorNamingTheFile) {
+  const std::string packed = pack_parts(sample_parts());
+  auto error_of = [](std::string_view bytes) -> std::string {
+    try {
+      unpack_parts(bytes, "b.bks");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  for (size_t len = 0; len < packed.size(); ++len)
+    EXPECT_NE(error_of(std::string_view(packed).substr(0, len)).find("b.bks: corrupt bundle: "), std::string::npos)
+        << len;
+  EXPECT_NE(error_of(packed + "x").find("1 bytes after its last tensor"), std::string::npos);
+  // The index (magic, stream, checksum) ends where the blobs' 42 bytes begin.
+  const size_t index_end = packed.size() - 42;
+  for (size_t i = 0; i < index_end; ++i) {
+    std::string bad = packed;
+    bad[i] = static_cast<char>(bad[i] ^ 0x21);
+    EXPECT_NE(error_of(bad).find("b.bks: corrupt bundle: "), std::string::npos) << "byte " << i;
+  }
+  // A raw index that claims 2^60 strings in its few bytes.
+  std::string index;
+  for (uint64_t v : {uint64_t{1} << 60}) {
+    for (; v >= 0x80; v >>= 7) index.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    index.push_back(static_cast<char>(v));
+  }
+  index += "xy";
+  std::string crafted = "BKP1";
+  crafted.push_back(0);  // raw
+  crafted.push_back(static_cast<char>(index.size()));
+  crafted.push_back(static_cast<char>(index.size()));
+  crafted += index;
+  const uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(index.data()), index.size()));
+  crafted.append(reinterpret_cast<const char*>(&crc), 4);
+  EXPECT_NE(error_of(crafted).find("b.bks: corrupt bundle: index: 1152921504606846976 strings in 2 bytes"),
+            std::string::npos)
+      << error_of(crafted);
 }
 
 TEST(Safetensors, CorruptFilesAreInputErrors) {

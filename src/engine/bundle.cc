@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/sysinfo.h"
 #include "formats/graph_json.h"
+#include "formats/packed_parts.h"
 #include "formats/safetensors.h"
 #include "formats/weight_coding.h"
 #include "ops/op_def.h"
@@ -15,7 +16,8 @@ namespace bks {
 
 namespace {
 constexpr const char* kFormatKey = "bakusoku_bundle_version";
-constexpr const char* kCodedKey = "coded_weights";
+constexpr const char* kCodedKey = "coded_weights";        // format 3
+constexpr const char* kPackedTensor = "bakusoku_packed";  // format 4
 
 // The coded weights' names and shapes, from the metadata.
 std::map<std::string, Shape> coded_shapes(const TensorFile& tf, const std::string& path) {
@@ -43,9 +45,10 @@ std::map<std::string, Shape> coded_shapes(const TensorFile& tf, const std::strin
 // A coded tensor can decode to thousands of times its bytes (an all-zero mask deflates
 // that well), so a small crafted bundle could ask for more memory than the machine has,
 // one tensor at a time: the shapes' sum is checked before anything decodes.
-void check_coded_fit_memory(const std::map<std::string, Shape>& coded, const std::string& path) {
+void check_coded_fit_memory(const std::map<std::string, std::pair<Shape, Tensor>>& coded, const std::string& path) {
   double bytes = 0;
-  for (const auto& [name, shape] : coded) {
+  for (const auto& [name, shape_bytes] : coded) {
+    const Shape& shape = shape_bytes.first;
     const std::string problem = shape_problem(shape, sizeof(float));
     if (!problem.empty()) input_error("{}: corrupt bundle: coded tensor '{}': {}", path, name, problem);
     bytes += static_cast<double>(shape_numel(shape)) * sizeof(float);
@@ -64,22 +67,31 @@ void set_input_batch(Graph& g, int64_t batch) {
 
 void save_bundle(const std::string& path, const Bundle& b) {
   std::map<std::string, std::string> meta = b.info;
-  meta[kFormatKey] = std::to_string(b.coded.empty() ? 2 : kBundleVersion);
   meta["graph"] = graph_to_json(b.graph);
   std::vector<std::pair<std::string, const Tensor*>> tensors;
-  nlohmann::json shapes = nlohmann::json::object();
+  if (b.coded.empty()) {
+    meta[kFormatKey] = std::to_string(2);
+    for (auto& [name, t] : b.weights) tensors.emplace_back(name, &t);
+    save_safetensors(path, tensors, meta);
+    return;
+  }
+  // Format 4: the metadata and the coded weights packed into one tensor; any weight not
+  // coded stays a plain tensor beside it.
+  PackedParts parts;
+  parts.strings = std::move(meta);
   for (auto& [name, t] : b.weights) {
     auto coded = b.coded.find(name);
-    if (coded == b.coded.end()) {
+    if (coded == b.coded.end())
       tensors.emplace_back(name, &t);
-    } else {
-      tensors.emplace_back(name, &coded->second);
-      shapes[name] = t.shape();
-    }
+    else
+      parts.blobs.push_back({name, t.shape(), std::string(coded->second.data<char>(), coded->second.bytes())});
   }
-  BKS_CHECK(shapes.size() == b.coded.size(), "coded weights without a tensor in the bundle");
-  if (!b.coded.empty()) meta[kCodedKey] = shapes.dump();
-  save_safetensors(path, tensors, meta);
+  BKS_CHECK(parts.blobs.size() == b.coded.size(), "coded weights without a tensor in the bundle");
+  const std::string packed = pack_parts(parts);
+  Tensor bytes({static_cast<int64_t>(packed.size())}, DType::u8);
+  std::copy(packed.begin(), packed.end(), bytes.data<char>());
+  tensors.emplace_back(kPackedTensor, &bytes);
+  save_safetensors(path, tensors, {{kFormatKey, std::to_string(kBundleVersion)}});
 }
 
 bool is_bundle_file(const std::string& path) {
@@ -108,30 +120,47 @@ Bundle load_bundle(const std::string& path) {
         "`bakusoku deploy` on the model again",
         path, kBundleVersion);
   if (version < 1) input_error("{}: corrupt bundle: format version {}", path, version);
-  Bundle b;
-  auto graph = tf.metadata.find("graph");
-  if (graph == tf.metadata.end()) input_error("{}: corrupt bundle: no graph in its header", path);
-  b.graph = graph_from_json(graph->second, path);
-  for (auto& [k, v] : tf.metadata)
-    if (k != "graph" && k != kFormatKey && k != kCodedKey) b.info[k] = v;
-  std::map<std::string, Shape> coded = coded_shapes(tf, path);
-  check_coded_fit_memory(coded, path);
-  for (auto& [name, t] : tf.tensors) {
-    auto shape = coded.find(name);
-    if (shape == coded.end()) {
-      b.weights[name] = t;
-      continue;
+  // The metadata and the coded weights (name: shape and bytes).
+  std::map<std::string, std::string> meta = tf.metadata;
+  std::map<std::string, std::pair<Shape, Tensor>> coded;
+  if (version >= 4) {
+    const Tensor* packed = tf.find(kPackedTensor);
+    if (!packed || packed->dtype() != DType::u8 || packed->ndim() != 1)
+      input_error("{}: corrupt bundle: no {} U8 tensor", path, kPackedTensor);
+    PackedParts parts = unpack_parts(std::string_view(packed->data<char>(), packed->bytes()), path);
+    meta = std::move(parts.strings);
+    for (PackedBlob& blob : parts.blobs) {
+      Tensor t({static_cast<int64_t>(blob.bytes.size())}, DType::u8);
+      std::copy(blob.bytes.begin(), blob.bytes.end(), t.data<char>());
+      if (!coded.emplace(blob.name, std::pair{blob.shape, t}).second)
+        input_error("{}: corrupt bundle: coded tensor '{}' twice", path, blob.name);
     }
+  } else {
+    for (auto& [name, shape] : coded_shapes(tf, path)) {
+      const Tensor* t = tf.find(name);
+      if (!t) input_error("{}: corrupt bundle: {} names '{}', which it does not hold", path, kCodedKey, name);
+      coded[name] = {shape, *t};
+    }
+  }
+  Bundle b;
+  auto graph = meta.find("graph");
+  if (graph == meta.end()) input_error("{}: corrupt bundle: no graph in its header", path);
+  b.graph = graph_from_json(graph->second, path);
+  for (auto& [k, v] : meta)
+    if (k != "graph" && k != kFormatKey && k != kCodedKey) b.info[k] = v;
+  check_coded_fit_memory(coded, path);
+  for (auto& [name, t] : tf.tensors)
+    if (name != kPackedTensor && !coded.count(name)) b.weights[name] = t;
+  for (auto& [name, shape_bytes] : coded) {
+    const auto& [shape, t] = shape_bytes;
     const std::string what = fmt::format("{}: tensor '{}'", path, name);
     if (t.dtype() != DType::u8 || t.ndim() != 1)
       input_error("{}: corrupt bundle: a coded tensor must be U8 bytes, not {} {}", what, dtype_name(t.dtype()),
                   shape_str(t.shape()));
-    b.weights[name] = decode_weights(std::string_view(t.data<char>(), t.bytes()), shape->second, DType::f32, what);
+    if (b.weights.count(name)) input_error("{}: corrupt bundle: stored both coded and plain", what);
+    b.weights[name] = decode_weights(std::string_view(t.data<char>(), t.bytes()), shape, DType::f32, what);
     b.coded[name] = t;
-    coded.erase(shape);
   }
-  if (!coded.empty())
-    input_error("{}: corrupt bundle: {} names '{}', which it does not hold", path, kCodedKey, coded.begin()->first);
   return b;
 }
 

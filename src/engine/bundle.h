@@ -16,8 +16,11 @@ namespace bks {
 // 1: the graph as Caffe prototxt text with bakusoku's proto extensions (no longer read).
 // 2: the graph IR as JSON.
 // 3: weights may be stored coded (formats/weight_coding.h), named with their shapes in the
-//    "coded_weights" metadata. A bundle without coded weights is still written as 2.
-constexpr int kBundleVersion = 3;
+//    "coded_weights" metadata (still read).
+// 4: a bundle with coded weights holds its metadata and coded weights packed in one U8
+//    tensor (formats/packed_parts.h), the metadata deflated; its safetensors header names
+//    only the format. A bundle without coded weights is still written as 2.
+constexpr int kBundleVersion = 4;
 
 struct Bundle {
   Graph graph;

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bakusoku=${1:-$root/build/src/bakusoku}
 out=$here/corpus
-mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset,weight_coding,text}
+mkdir -p "$out"/{prototxt_net,prototxt_solver,safetensors,caffemodel,bundle,graph_json,solverstate,idx,hdf5,image,datum_db,json_body,onnx,shared_dataset,weight_coding,packed_parts,text}
 
 # Nets: the examples (data sources renamed to the fixtures the harness writes beside the
 # net: images-idx3-ubyte / labels-idx1-ubyte, and h5list.txt naming data.h5).
@@ -427,35 +427,89 @@ data = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", data[:8])[0]
 open(sys.argv[2], "w").write(json.loads(data[8:8 + n])["__metadata__"]["graph"])
 PY
-# Coded weights (deploy --compress): the same net with a zero weight, in FP32 and in INT8
-# (its weights on the int8 grid); each coded tensor is also a weight_coding seed, after the
-# byte that picks its shape in fuzz_weight_coding.cc.
-python3 - "$tmp/ip_zeros.safetensors" <<'PY'
+# Coded weights (deploy --compress), in FP32 and in INT8 (weights on the int8 grid): the
+# same net with a zero weight (streams this short are stored raw), and a 100 -> 10 one with
+# 90% zeros (range-coded masks and planes). The bundle's packed part is a packed_parts
+# seed; each coded weight in it is a weight_coding seed, after the byte that picks its shape
+# in fuzz_weight_coding.cc. ip_coded_*_v3.bks and weight_coding/*_v1.bin were written by an
+# earlier bakusoku (bundle format 3, coded tensors BKW1): kept to fuzz the readers of those
+# formats, and not regenerated.
+sed -e 's/dim: 3/dim: 100/' -e 's/num_output: 2/num_output: 10/' "$tmp/ip.prototxt" > "$tmp/ip_sparse.prototxt"
+python3 - "$tmp" <<'PY'
 import json, struct, sys
-raw = struct.pack("<6f", 0.5, 0, -0.25, 0, 0, 0.75) + struct.pack("<2f", 0.5, -0.5)
-header = {"ip.0": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
-          "ip.1": {"dtype": "F32", "shape": [2], "data_offsets": [24, 32]}}
-text = json.dumps(header).encode()
-text += b" " * (-len(text) % 8)
-open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + raw)
+
+def save(path, tensors):
+    header, raw = {}, b""
+    for name, shape, values in tensors:
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(raw), len(raw) + 4 * len(values)]}
+        raw += struct.pack(f"<{len(values)}f", *values)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + raw)
+
+save(f"{sys.argv[1]}/ip_zeros.safetensors", [("ip.0", [2, 3], [0.5, 0, -0.25, 0, 0, 0.75]), ("ip.1", [2], [0.5, -0.5])])
+state, sparse = 12345, []
+for i in range(1000):  # one weight in ten, from a fixed linear congruential sequence
+    state = (state * 1103515245 + 12345) % 2**31
+    sparse.append((state / 2**31 - 0.5) if state % 10 == 0 else 0.0)
+save(f"{sys.argv[1]}/ip_sparse.safetensors", [("ip.0", [10, 100], sparse), ("ip.1", [10], [0.1 * k for k in range(10)])])
 PY
-for precision in fp32 int8; do
-  flags=""
-  [ $precision = int8 ] && flags="--precision int8 --calib random --int8-layers all"
-  "$bakusoku" deploy --model "$tmp/ip.prototxt" --weights "$tmp/ip_zeros.safetensors" $flags --compress \
-    -o "$out/bundle/ip_coded_$precision.bks" > "$tmp/deploy.log" 2>&1 || { cat "$tmp/deploy.log"; exit 1; }
+for net in ip ip_sparse; do
+  for precision in fp32 int8; do
+    flags=""
+    [ $precision = int8 ] && flags="--precision int8 --calib random --int8-layers all"
+    weights=$tmp/ip_zeros.safetensors
+    [ $net = ip_sparse ] && weights=$tmp/ip_sparse.safetensors
+    "$bakusoku" deploy --model "$tmp/$net.prototxt" --weights "$weights" $flags --compress \
+      -o "$out/bundle/${net}_coded_$precision.bks" > "$tmp/deploy.log" 2>&1 || { cat "$tmp/deploy.log"; exit 1; }
+  done
 done
 python3 - "$out" <<'PY'
-import json, struct, sys
+import json, struct, sys, zlib
 out = sys.argv[1]
-for precision in ("fp32", "int8"):
-    data = open(f"{out}/bundle/ip_coded_{precision}.bks", "rb").read()
+
+def varint(b, at):
+    v, shift = 0, 0
+    while True:
+        v |= (b[at] & 0x7f) << shift
+        shift += 7
+        at += 1
+        if not b[at - 1] & 0x80:
+            return v, at
+
+# The harness's shape for each weight seed: its selector byte (fuzz_weight_coding.cc).
+selectors = {("ip", "ip.0"): 0, ("ip", "ip.1"): 1, ("ip_sparse", "ip.0"): 3}
+for net, precision in [(n, p) for n in ("ip", "ip_sparse") for p in ("fp32", "int8")]:
+    data = open(f"{out}/bundle/{net}_coded_{precision}.bks", "rb").read()
     n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    for name, selector in (("ip.0", 0), ("ip.1", 1)):
-        a, b = header[name]["data_offsets"]
-        with open(f"{out}/weight_coding/{name}_{precision}.bin", "wb") as f:
-            f.write(bytes([selector]) + data[8 + n + a:8 + n + b])
+    a, b = json.loads(data[8:8 + n])["bakusoku_packed"]["data_offsets"]
+    packed = data[8 + n + a:8 + n + b]
+    open(f"{out}/packed_parts/{net}_coded_{precision}.bin", "wb").write(packed)
+    # The index (formats/packed_parts.cc): its stream, checksum, then the blobs in its order.
+    method, at = packed[4], 5
+    raw_len, at = varint(packed, at)
+    coded_len, at = varint(packed, at)
+    index = packed[at:at + coded_len]
+    index = zlib.decompress(index) if method == 1 else index
+    at += coded_len + 4
+    count, j = varint(index, 0)
+    for _ in range(count):  # the metadata strings
+        for _ in range(2):
+            length, j = varint(index, j)
+            j += length
+    blobs, j = varint(index, j)
+    for _ in range(blobs):
+        length, j = varint(index, j)
+        name = index[j:j + length].decode()
+        j += length
+        rank, j = varint(index, j)
+        for _ in range(rank):
+            _, j = varint(index, j)
+        length, j = varint(index, j)
+        if (net, name) in selectors:
+            with open(f"{out}/weight_coding/{name.replace('ip', net, 1)}_{precision}.bin", "wb") as f:
+                f.write(bytes([selectors[(net, name)]]) + packed[at:at + length])
+        at += length
 PY
 # The JPEG and HDF5 seeds through the libraries bakusoku already depends on (stb, libhdf5).
 cat > "$tmp/seeds.c" <<'C'
