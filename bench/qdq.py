@@ -35,6 +35,8 @@ def bundle_thresholds(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         meta = json.loads(f.read(n))["__metadata__"]
+    if meta.get("bakusoku_bundle_version") == "4":
+        raise SystemExit(f"qdq: {path} is a --compress bundle, its metadata packed; deploy it without --compress")
     if "calibration" not in meta:
         raise SystemExit(f"qdq: {path} holds no calibration table (deploy it with --precision int8)")
     return {k: float(v) for k, v in json.loads(meta["calibration"])["threshold"].items()}
