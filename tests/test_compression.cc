@@ -843,6 +843,38 @@ TEST(Compression, Format3BundlesLoadAsTheirFormat4Twins) {
     if (precision == "fp32") {
       EXPECT_EQ(graph_to_json(v3.graph), graph_to_json(v4.graph));
     }
+    // Saved again (as format 4), the bundle holds the same coded bytes and weights.
+    EXPECT_EQ(v4.coded.size(), 2u);
+    const std::string again = temp_path("again_" + precision + ".bks");
+    save_bundle(again, v3);
+    const Bundle w = load_bundle(again);
+    ASSERT_EQ(w.coded.size(), 2u);
+    for (const auto& [name, t] : v3.coded) {
+      const Tensor& u = w.coded.at(name);
+      EXPECT_TRUE(t.bytes() == u.bytes() && std::equal(t.data<char>(), t.data<char>() + t.bytes(), u.data<char>()));
+    }
+    EXPECT_EQ(graph_to_json(w.graph), graph_to_json(v3.graph));
+    EXPECT_EQ(w.info, v3.info);
+  }
+  // A format-4 bundle with a plain tensor of a coded one's name is corrupt, not half read.
+  const Bundle v4 = load_bundle(dir + "ip_coded_fp32.bks");
+  PackedParts parts;
+  parts.strings["graph"] = graph_to_json(v4.graph);
+  for (const auto& [name, t] : v4.coded)
+    parts.blobs.push_back({name, v4.weights.at(name).shape(), std::string(t.data<char>(), t.bytes())});
+  const std::string packed_bytes = pack_parts(parts);
+  Tensor packed({static_cast<int64_t>(packed_bytes.size())}, DType::u8);
+  std::copy(packed_bytes.begin(), packed_bytes.end(), packed.data<char>());
+  const std::string both = temp_path("coded_and_plain.bks");
+  save_safetensors(both, {{"bakusoku_packed", &packed}, {"ip.0", &v4.weights.at("ip.0")}},
+                   {{"bakusoku_bundle_version", "4"}});
+  try {
+    load_bundle(both);
+    ADD_FAILURE() << "loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(both + ": tensor 'ip.0': corrupt bundle: stored both coded and plain"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -201,7 +201,7 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
     }
     // Any single byte changed is found (the checksum covers what the header and the
     // streams do not check themselves), or changes nothing: a deflate stream's padding
-    // bits, or the last byte or two of a range-coded stream, past the precision it needs.
+    // bits, or the last byte of a range-coded stream (past the precision it needs).
     const Tensor good = decode_weights(coded, t.shape(), DType::f32, "t");
     int found = 0;
     for (size_t i = 0; i < coded.size(); ++i) {
@@ -213,7 +213,7 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
         ++found;
       }
     }
-    EXPECT_GE(found, static_cast<int>(coded.size()) - 6);
+    EXPECT_GE(found, static_cast<int>(coded.size()) - 4);
     EXPECT_THROW(decode_weights(coded, {40, 26}, DType::f32, "t"), InputError);
     EXPECT_THROW(decode_weights(coded + "x", t.shape(), DType::f32, "t"), InputError);
   }
@@ -230,6 +230,25 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
     ADD_FAILURE() << "decoded";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("more than deflate can expand"), std::string::npos) << e.what();
+  }
+  // The same in BKW2 with a range-coded mask: 2^30 bytes claimed from 10.
+  std::string ranged = "BKW2";
+  ranged += std::string("\x01\x04\x00", 3);
+  for (uint64_t v : {uint64_t{1} << 33, uint64_t{0}, uint64_t{0}})
+    for (;; v >>= 7) {
+      ranged.push_back(static_cast<char>(v >= 0x80 ? (v & 0x7f) | 0x80 : v));
+      if (v < 0x80) break;
+    }
+  ranged += std::string(4, '\0');                            // checksum
+  ranged += std::string("\x02\x80\x80\x80\x80\x04\x0a", 7);  // range coder, 2^30 bytes from 10
+  ranged += std::string(10, '\0');
+  try {
+    decode_weights(ranged, {int64_t{1} << 33}, DType::f32, "t");
+    ADD_FAILURE() << "decoded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("its mask stream claims 1073741824 bytes from 10, more than the range coder"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -249,6 +268,7 @@ TEST(RangeCoder, DecodesWhatItCodedNearTheEntropyAndRefusesTruncation) {
       EXPECT_LE(raw.size(), coded.size() * kRangeMaxRatio);
       for (size_t len : {size_t{0}, coded.size() / 2, coded.size() - 1})
         EXPECT_FALSE(range_decode(std::string_view(coded).substr(0, len), raw.size(), model, back)) << len;
+      EXPECT_FALSE(range_decode(coded + "x", raw.size(), model, back)) << "a byte after the stream";
     }
   // A 2% mask: one probability for every bit comes within 2% of the bits' entropy.
   const double p = static_cast<double>(ones) / (mask.size() * 8.0);
@@ -261,7 +281,7 @@ TEST(RangeCoder, DecodesWhatItCodedNearTheEntropyAndRefusesTruncation) {
 PackedParts sample_parts() {
   PackedParts p;
   p.strings = {{"graph", std::string(3000, 'g')}, {"precision", "int8"}, {"", ""}};
-  p.blobs = {{"conv1.0", {20, 1, 5, 5}, std::string(40, 'a')}, {"conv1.1", {20}, "bb"}, {"empty", {0}, ""}};
+  p.blobs = {{"conv1.0", {20, 1, 5, 5}, std::string(40, 'a')}, {"conv1.1", {20}, "bb"}, {"empty", {0}, "e"}};
   return p;
 }
 
@@ -295,30 +315,57 @@ TEST(PackedParts, CorruptBytesAreAnInputErrorNamingTheFile) {
     EXPECT_NE(error_of(std::string_view(packed).substr(0, len)).find("b.bks: corrupt bundle: "), std::string::npos)
         << len;
   EXPECT_NE(error_of(packed + "x").find("1 bytes after its last tensor"), std::string::npos);
-  // The index (magic, stream, checksum) ends where the blobs' 42 bytes begin.
-  const size_t index_end = packed.size() - 42;
+  // The index (magic, stream, checksum) ends where the blobs' 43 bytes begin.
+  const size_t index_end = packed.size() - 43;
   for (size_t i = 0; i < index_end; ++i) {
     std::string bad = packed;
     bad[i] = static_cast<char>(bad[i] ^ 0x21);
     EXPECT_NE(error_of(bad).find("b.bks: corrupt bundle: "), std::string::npos) << "byte " << i;
   }
-  // A raw index that claims 2^60 strings in its few bytes.
-  std::string index;
-  for (uint64_t v : {uint64_t{1} << 60}) {
-    for (; v >= 0x80; v >>= 7) index.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    index.push_back(static_cast<char>(v));
+  // Crafted indexes, raw or deflated (a deflated one may inflate to 64 times the file and
+  // 1 MB more): each is refused before the reader allocates for what it claims.
+  auto varint = [](uint64_t v) {
+    std::string b;
+    for (; v >= 0x80; v >>= 7) b.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    b.push_back(static_cast<char>(v));
+    return b;
+  };
+  auto with_index = [&](const std::string& index, bool deflate, const std::string& blobs) {
+    std::string coded = index;
+    if (deflate) {
+      uLongf n = compressBound(index.size());
+      coded.resize(n);
+      compress2(reinterpret_cast<Bytef*>(coded.data()), &n, reinterpret_cast<const Bytef*>(index.data()), index.size(),
+                9);
+      coded.resize(n);
+    }
+    std::string out = "BKP1";
+    out.push_back(deflate ? 1 : 0);
+    out += varint(index.size()) + varint(coded.size()) + coded;
+    const auto crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(index.data()), index.size()));
+    out.append(reinterpret_cast<const char*>(&crc), 4);
+    return out + blobs;
+  };
+  const std::string no_strings = varint(0), one_tensor = varint(1) + varint(1) + "t";
+  for (const auto& [bytes, says] : std::vector<std::pair<std::string, std::string>>{
+           {with_index(varint(uint64_t{1} << 60) + "xy", false, ""), "index: 1152921504606846976 strings in 2 bytes"},
+           {with_index(std::string(9, '\xff') + '\x02', false, ""), "index: its strings is not a 64-bit number"},
+           {with_index(no_strings + one_tensor + varint(100000) + std::string(100001, '\0'), true, "b"),
+            "index: tensor 't' has 100000 dimensions"},
+           {with_index(
+                no_strings + varint(100000) +
+                    [] {
+                      std::string e;
+                      for (int k = 0; k < 100000; ++k) e += std::string("\0\0\1", 3);  // no name, rank 0, 1 byte
+                      return e;
+                    }(),
+                true, std::string(10, 'b')),
+            "index: 100000 tensors in 10 bytes"},
+           {with_index(no_strings + one_tensor + varint(0) + varint(0), false, "b"), "index: tensor 't' has no bytes"},
+           {with_index(std::string(2 << 20, '\0'), true, ""), "its index stream holds 2097152 bytes, more than"},
+       }) {
+    EXPECT_NE(error_of(bytes).find("b.bks: corrupt bundle: " + says), std::string::npos) << error_of(bytes);
   }
-  index += "xy";
-  std::string crafted = "BKP1";
-  crafted.push_back(0);  // raw
-  crafted.push_back(static_cast<char>(index.size()));
-  crafted.push_back(static_cast<char>(index.size()));
-  crafted += index;
-  const uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(index.data()), index.size()));
-  crafted.append(reinterpret_cast<const char*>(&crc), 4);
-  EXPECT_NE(error_of(crafted).find("b.bks: corrupt bundle: index: 1152921504606846976 strings in 2 bytes"),
-            std::string::npos)
-      << error_of(crafted);
 }
 
 TEST(Safetensors, CorruptFilesAreInputErrors) {

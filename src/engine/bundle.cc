@@ -149,8 +149,10 @@ Bundle load_bundle(const std::string& path) {
   for (auto& [k, v] : meta)
     if (k != "graph" && k != kFormatKey && k != kCodedKey) b.info[k] = v;
   check_coded_fit_memory(coded, path);
+  // The plain weights: in format 4 every tensor beside the packed one; in format 3 those
+  // that are not coded bytes.
   for (auto& [name, t] : tf.tensors)
-    if (name != kPackedTensor && !coded.count(name)) b.weights[name] = t;
+    if (version >= 4 ? name != kPackedTensor : !coded.count(name)) b.weights[name] = t;
   for (auto& [name, shape_bytes] : coded) {
     const auto& [shape, t] = shape_bytes;
     const std::string what = fmt::format("{}: tensor '{}'", path, name);

@@ -1,5 +1,6 @@
 #include "formats/packed_parts.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "formats/byte_streams.h"
@@ -12,8 +13,11 @@ namespace {
 // strings, each key and value (put_bytes); the number of blobs, each name, rank, dimensions
 // and byte length (varints).
 constexpr char kMagic[4] = {'B', 'K', 'P', '1'};
-// The index of a net with thousands of layers is a few MB; a claim past this is corrupt.
-constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
+// The index of a net with thousands of layers is a few MB, and JSON deflates about tenfold:
+// an index larger than this, or 64 times its bytes (plus 1 MB), is corrupt, so a small file
+// cannot ask for gigabytes.
+constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30, kMaxIndexRatio = 64, kIndexSlack = uint64_t{1} << 20;
+constexpr uint64_t kMaxRank = 32;
 
 }  // namespace
 
@@ -42,7 +46,8 @@ PackedParts unpack_parts(std::string_view bytes, const std::string& what) {
   ByteReader r(bytes, what + ": corrupt bundle: ");
   for (char m : kMagic)
     if (r.fixed<char>("magic") != m) r.fail("its packed part does not start with BKP1");
-  const std::string index = r.stream_up_to(kMaxIndexBytes, "index", true);
+  const std::string index =
+      r.stream_up_to(std::min<uint64_t>(kMaxIndexBytes, kIndexSlack + kMaxIndexRatio * bytes.size()), "index", true);
   const auto crc = r.fixed<uint32_t>("index checksum");
   ByteReader x(index, what + ": corrupt bundle: index: ");
   PackedParts p;
@@ -58,16 +63,22 @@ PackedParts unpack_parts(std::string_view bytes, const std::string& what) {
     p.strings[key] = x.bytes("value");
   }
   uint64_t total = 0;
-  for (uint64_t k = count("tensors", 3); k > 0; --k) {
+  // Each blob holds at least a byte of what follows the index.
+  const uint64_t tensors = count("tensors", 3);
+  if (tensors > r.left()) x.fail("{} tensors in {} bytes", tensors, r.left());
+  for (uint64_t k = tensors; k > 0; --k) {
     PackedBlob b;
     b.name = x.bytes("tensor name");
-    for (uint64_t d = count("dimensions", 1); d > 0; --d) {
+    const uint64_t rank = count("dimensions", 1);
+    if (rank > kMaxRank) x.fail("tensor '{}' has {} dimensions", b.name, rank);
+    for (uint64_t d = rank; d > 0; --d) {
       const uint64_t dim = x.varint("dimension");
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         x.fail("tensor '{}' has dimension {}", b.name, dim);
       b.shape.push_back(static_cast<int64_t>(dim));
     }
     const uint64_t n = x.varint("tensor length");
+    if (n == 0) x.fail("tensor '{}' has no bytes", b.name);
     if (n > r.left() - total) x.fail("tensor '{}' ({} bytes) runs past the end of the file", b.name, n);
     total += n;
     b.bytes.resize(n);

@@ -17,7 +17,7 @@ namespace bks {
 struct PackedBlob {
   std::string name;
   Shape shape;  // of the tensor the bytes code
-  std::string bytes;
+  std::string bytes;  // not empty
 };
 
 struct PackedParts {

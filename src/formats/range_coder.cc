@@ -97,6 +97,7 @@ class Decoder {
     return b;
   }
   bool overran() const { return overran_; }
+  bool used_all() const { return at_ == in_.size(); }
 
  private:
   uint32_t next() {
@@ -148,7 +149,8 @@ bool range_decode(std::string_view coded, uint64_t raw_len, RangeModel model, st
     }
     out[i] = static_cast<char>(byte);
   }
-  return !d.overran();
+  // The encoder writes exactly the bytes the decoder reads: any left over are not its.
+  return !d.overran() && d.used_all();
 }
 
 }  // namespace bks

@@ -15,8 +15,8 @@ enum class RangeModel : uint8_t {
 };
 
 std::string range_encode(std::string_view raw, RangeModel model);
-// The `raw_len` bytes `coded` holds; false when it does not start as the encoder starts or
-// decoding would read past its end (a truncated or corrupt stream: the caller's checksum
+// The `raw_len` bytes `coded` holds; false when it does not start as the encoder starts,
+// or decoding would read past its end or stop before it (a truncated or corrupt stream: the caller's checksum
 // finds the rest; the last byte or two of a stream may change without changing what it codes).
 bool range_decode(std::string_view coded, uint64_t raw_len, RangeModel model, std::string& out);
 // The most raw bytes one coded byte can stand for (an all-zero stream at the probabilities'
