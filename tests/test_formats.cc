@@ -21,6 +21,7 @@
 #include "data/prefetcher.h"
 #include "data/shared_dataset.h"
 #include "data/transform.h"
+#include "formats/byte_streams.h"
 #include "formats/caffe_net.h"
 #include "formats/graph_json.h"
 #include "formats/packed_parts.h"
@@ -92,6 +93,17 @@ Tensor sparse_normal(const Shape& shape, double zeros, uint64_t seed) {
   Rng rng(seed);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f) < zeros ? 0.f : rng.gaussian(0.f, 1.f);
   return t;
+}
+
+// The InputError `f` throws (failing when it throws none).
+std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
 }
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
@@ -225,31 +237,20 @@ TEST(WeightCoding, CorruptBytesAreAnInputErrorNamingTheTensor) {
       put(uint64_t{0}), put(uint32_t{0});
   put(uint8_t{1}), put(uint64_t{1} << 30), put(uint64_t{10});
   huge += std::string(10, '\0');
-  try {
-    decode_weights(huge, {int64_t{1} << 33}, DType::f32, "t");
-    ADD_FAILURE() << "decoded";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("more than deflate can expand"), std::string::npos) << e.what();
-  }
+  const std::string deflated = input_error_of([&] { decode_weights(huge, {int64_t{1} << 33}, DType::f32, "t"); });
+  EXPECT_NE(deflated.find("more than deflate can expand"), std::string::npos) << deflated;
   // The same in BKW2 with a range-coded mask: 2^30 bytes claimed from 10.
   std::string ranged = "BKW2";
   ranged += std::string("\x01\x04\x00", 3);
-  for (uint64_t v : {uint64_t{1} << 33, uint64_t{0}, uint64_t{0}})
-    for (;; v >>= 7) {
-      ranged.push_back(static_cast<char>(v >= 0x80 ? (v & 0x7f) | 0x80 : v));
-      if (v < 0x80) break;
-    }
-  ranged += std::string(4, '\0');                            // checksum
-  ranged += std::string("\x02\x80\x80\x80\x80\x04\x0a", 7);  // range coder, 2^30 bytes from 10
+  for (uint64_t v : {uint64_t{1} << 33, uint64_t{0}, uint64_t{0}}) put_varint(ranged, v);
+  ranged += std::string(4, '\0');  // checksum
+  ranged += '\x02';                // range coder, 2^30 bytes from 10
+  put_varint(ranged, uint64_t{1} << 30);
+  put_varint(ranged, 10);
   ranged += std::string(10, '\0');
-  try {
-    decode_weights(ranged, {int64_t{1} << 33}, DType::f32, "t");
-    ADD_FAILURE() << "decoded";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("its mask stream claims 1073741824 bytes from 10, more than the range coder"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string error = input_error_of([&] { decode_weights(ranged, {int64_t{1} << 33}, DType::f32, "t"); });
+  EXPECT_NE(error.find("its mask stream claims 1073741824 bytes from 10, more than the range coder"), std::string::npos)
+      << error;
 }
 
 TEST(RangeCoder, DecodesWhatItCodedNearTheEntropyAndRefusesTruncation) {
@@ -303,14 +304,7 @@ TEST(PackedParts, RoundTripsStringsShapesAndBytes) {
 // and a crafted index cannot make the reader allocate beyond what its bytes hold.
 TEST(PackedParts, CorruptBytesAreAnInputErrorNamingTheFile) {
   const std::string packed = pack_parts(sample_parts());
-  auto error_of = [](std::string_view bytes) -> std::string {
-    try {
-      unpack_parts(bytes, "b.bks");
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "";
-  };
+  auto error_of = [](std::string_view bytes) { return input_error_of([&] { unpack_parts(bytes, "b.bks"); }); };
   for (size_t len = 0; len < packed.size(); ++len)
     EXPECT_NE(error_of(std::string_view(packed).substr(0, len)).find("b.bks: corrupt bundle: "), std::string::npos)
         << len;
@@ -326,8 +320,7 @@ TEST(PackedParts, CorruptBytesAreAnInputErrorNamingTheFile) {
   // 1 MB more): each is refused before the reader allocates for what it claims.
   auto varint = [](uint64_t v) {
     std::string b;
-    for (; v >= 0x80; v >>= 7) b.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    b.push_back(static_cast<char>(v));
+    put_varint(b, v);
     return b;
   };
   auto with_index = [&](const std::string& index, bool deflate, const std::string& blobs) {
@@ -731,17 +724,6 @@ TEST(Hdf5, WrittenBytesReadBackAsBytes) {
   EXPECT_EQ(ds->fields[0].u8(2)[3], 220);
   EXPECT_EQ(ds->fields[1].dtype, DType::f32);
   EXPECT_EQ(ds->fields[1].f32(0)[0], 2.f);
-}
-
-// The InputError `f` throws (failing when it throws none).
-std::string input_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
 }
 
 TEST(Idx, DeclaredSizesAreCheckedBeforeAllocating) {

@@ -45,13 +45,6 @@ std::string deflate_with(std::string_view raw, int strategy) {
   return out;
 }
 
-void put_length(std::string& out, uint64_t v, bool varint) {
-  if (varint)
-    put_varint(out, v);
-  else
-    put_fixed<uint64_t>(out, v);
-}
-
 }  // namespace
 
 uint32_t crc32_of(uint32_t crc, std::string_view b) {
@@ -74,7 +67,7 @@ void put_bytes(std::string& out, std::string_view b) {
   out += b;
 }
 
-void put_stream(std::string& out, std::string_view raw, bool varint_lengths) {
+void put_stream(std::string& out, std::string_view raw) {
   std::string best(raw);
   uint8_t method = kRaw;
   if (!raw.empty())
@@ -82,15 +75,14 @@ void put_stream(std::string& out, std::string_view raw, bool varint_lengths) {
       std::string c = deflate_with(raw, strategy);
       if (c.size() < best.size()) best = std::move(c), method = kDeflate;
     }
-  // The range coder only where deflate's lengths are varints (BKW1 readers know 0 and 1).
-  if (!raw.empty() && varint_lengths)
+  if (!raw.empty())
     for (auto [m, model] : {std::pair{kRangeBits, RangeModel::kBits}, std::pair{kRangeBytes, RangeModel::kByteTree}}) {
       std::string c = range_encode(raw, model);
       if (c.size() < best.size()) best = std::move(c), method = m;
     }
   put_fixed<uint8_t>(out, method);
-  put_length(out, raw.size(), varint_lengths);
-  put_length(out, best.size(), varint_lengths);
+  put_varint(out, raw.size());
+  put_varint(out, best.size());
   out += best;
 }
 
@@ -136,6 +128,7 @@ std::string ByteReader::read_stream(const char* name, bool varint_lengths, uint6
     crc_ = crc32_of(crc_, coded);
     return std::string(coded);
   }
+  // BKW1 (fixed-width lengths) predates the range coder.
   if (varint_lengths && (method == kRangeBits || method == kRangeBytes)) {
     if (raw_len / kRangeMaxRatio > coded_len)
       fail("its {} stream claims {} bytes from {}, more than the range coder can expand", name, raw_len, coded_len);

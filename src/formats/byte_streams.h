@@ -25,10 +25,9 @@ void put_fixed(std::string& out, T v) {
 }
 void put_varint(std::string& out, uint64_t v);
 void put_bytes(std::string& out, std::string_view b);  // varint length, then the bytes
-// Method (u8), raw length, coded length (u64 each, or varints), coded bytes: the smallest
-// of raw (0), deflate (1: default or Huffman-only), and, with varint lengths, the range
-// coder over bits (2) or bytes (3).
-void put_stream(std::string& out, std::string_view raw, bool varint_lengths);
+// Method (u8), raw length, coded length (varints), coded bytes: the smallest of raw (0),
+// deflate (1: default or Huffman-only) and the range coder over bits (2) or bytes (3).
+void put_stream(std::string& out, std::string_view raw);
 
 class ByteReader {
  public:
@@ -50,7 +49,8 @@ class ByteReader {
     pos_ += n;
     return b_.substr(pos_ - n, n);
   }
-  // A stream as put_stream wrote it, of exactly `expect` raw bytes.
+  // A stream as put_stream wrote it, of exactly `expect` raw bytes; without
+  // `varint_lengths`, as BKW1 wrote it (u64 lengths; raw or deflate only).
   std::string stream(uint64_t expect, const char* name, bool varint_lengths);
   // A stream of at most `limit` raw bytes, whatever it says its length is.
   std::string stream_up_to(uint64_t limit, const char* name, bool varint_lengths);

@@ -36,7 +36,7 @@ std::string pack_parts(const PackedParts& p) {
     put_varint(index, b.bytes.size());
   }
   std::string out(kMagic, 4);
-  put_stream(out, index, true);
+  put_stream(out, index);
   put_fixed<uint32_t>(out, crc32_of(0, index));
   for (const PackedBlob& b : p.blobs) out += b.bytes;
   return out;

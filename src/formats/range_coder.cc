@@ -54,7 +54,7 @@ class Encoder {
 
  private:
   // Emits low's top byte once no carry can reach it: a byte below 0xff is held back
-  // (pending_) with the 0xff bytes after it, which a carry would all change.
+  // (held_) with the 0xff bytes after it (ones_), which a carry would all change.
   void shift() {
     if (low_ < 0xff000000u || low_ >= (uint64_t{1} << 32)) {
       const auto carry = static_cast<uint8_t>(low_ >> 32);

@@ -16,8 +16,8 @@ namespace {
 // then varints: element count, grid levels, grid channels; a CRC-32 of those bytes and of
 // every stream's raw bytes, so that a changed byte anywhere is found; then the streams: the
 // mask (when sparse), each grid channel's max |w| (on a grid), the stored elements' byte
-// planes. Each stream is its method (raw or deflate), raw and coded lengths (varints) and the
-// coded bytes (formats/byte_streams.h).
+// planes. Each stream is its method (raw, deflate or range coder), raw and coded lengths
+// (varints) and the coded bytes (formats/byte_streams.h).
 // BKW1 (bundles of format 3, still read) has a reserved zero byte after channel_last, and
 // fixed-width lengths: element count u64, grid levels u32, grid channels u64, stream lengths u64.
 constexpr char kMagic1[4] = {'B', 'K', 'W', '1'}, kMagic2[4] = {'B', 'K', 'W', '2'};
@@ -106,7 +106,7 @@ CodedWeights encode_weights(const Tensor& t, const ChannelGrid* grid) {
   put_fixed<uint32_t>(out, 0);
   auto stream = [&](std::string_view raw) {
     crc = crc32_of(crc, raw);
-    put_stream(out, raw, true);
+    put_stream(out, raw);
   };
   // The stored elements' positions (all of them when dense, without listing them).
   std::vector<int64_t> kept;
