@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "backend/dnnl_util.h"
 #include "cli_util.h"
@@ -99,7 +100,7 @@ const Node& node(const DeployModel& m, const std::string& name) {
 
 // Runs the unoptimised TEST net and the bundle of the optimised model on the same random
 // input; returns the largest difference relative to the output's largest magnitude.
-double max_relative_difference(const DeployOptions& o, const DeployModel& optimised) {
+double gap_to_unoptimised(const DeployOptions& o, const DeployModel& optimised) {
   NetLoad nl = load_net_file(o.model);
   proto::NetState st;
   st.set_phase(proto::TEST);
@@ -175,7 +176,7 @@ TEST(DeployPasses, FoldBatchNormAndScaleThenFuseRelu) {
   EXPECT_TRUE(node(m, "conv1").attrs.as<ConvAttrs>().bias_term);
   EXPECT_TRUE(node(m, "conv1").deploy.fusion.relu);
   EXPECT_FALSE(node(m, "conv2").deploy.fusion.any());
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 TEST(DeployPasses, ReluWhoseInputIsReadElsewhereIsNotFused) {
@@ -191,7 +192,7 @@ layer { name: 'sum' type: 'Eltwise' bottom: 'r1' bottom: 'conv2' top: 'out' eltw
   EXPECT_FALSE(node(m, "conv1").deploy.fusion.any());
   // coeff 2: not a plain residual sum, so the Eltwise stays.
   EXPECT_FALSE(node(m, "conv2").deploy.fusion.any());
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 TEST(DeployPasses, ResidualSumAndReluFuseIntoTheLastConvolution) {
@@ -210,7 +211,7 @@ layer { name: 'sum_relu' type: 'ReLU' bottom: 'sum' top: 'sum' }
   EXPECT_TRUE(f.residual_sum);
   EXPECT_TRUE(f.relu);
   EXPECT_TRUE(node(m, "a").deploy.fusion.relu);
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 // ReLU6 and Clip from 0 fuse into convolutions as a bounded ReLU (the input's scale puts
@@ -236,7 +237,7 @@ layer { name: 'fc6' type: 'ReLU6' bottom: 'fc' top: 'fc' }
   EXPECT_EQ(node(m, "a").deploy.fusion.relu_max, 6.f);
   EXPECT_EQ(node(m, "b").deploy.fusion.relu_max, 2.5f);
   EXPECT_FALSE(node(m, "c").deploy.fusion.any());
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 TEST(DeployPasses, FoldConstantPowerLayers) {
@@ -263,7 +264,7 @@ layer { name: 'd' type: 'InnerProduct' bottom: 'c2' top: 'd' inner_product_param
             (std::vector<std::string>{"Input", "Power", "Convolution", "Convolution", "Convolution", "InnerProduct"}));
   EXPECT_EQ(m.graph.nodes[1].name, "norm");
   EXPECT_TRUE(node(m, "c").attrs.as<ConvAttrs>().bias_term);
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 TEST(DeployPasses, TapsThatReadOnlyPaddingAreTrimmed) {
@@ -286,7 +287,7 @@ layer { name: 'd' type: 'InnerProduct' bottom: 'c' top: 'd' inner_product_param 
   EXPECT_EQ(node(m, "b").attrs.as<ConvAttrs>().pad, (std::vector<int64_t>{0, 4}));
   EXPECT_EQ(m.blob(static_cast<int>(&node(m, "a") - m.graph.nodes.data()), 0).shape(), (Shape{6, 4, 1, 3}));
   EXPECT_EQ(node(m, "c").attrs.as<ConvAttrs>().kernel, (std::vector<int64_t>{1, 2}));  // 3x2 over 1x2
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 
   DeployOptions o2 = write_model("no_trim", input_layer("data", {1, 4, 2, 2}) + R"(
 layer { name: 'a' type: 'Convolution' bottom: 'data' top: 'a' convolution_param { num_output: 3 kernel_size: 3 pad: 1 } }
@@ -310,7 +311,7 @@ layer { name: 'b_bn' type: 'BN' bottom: 'b' top: 'b' }
   auto reports = run_deploy_passes(m);
   EXPECT_EQ(types(m), (std::vector<std::string>{"Input", "Convolution", "Convolution", "BN"}));
   EXPECT_TRUE(node(m, "a").deploy.fusion.relu);
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 // The MobileNet/ShuffleNet/SENet/PSPNet forks' layers in one small net: the depthwise
@@ -339,7 +340,7 @@ layer { name: 'up' type: 'Interp' bottom: 'se' top: 'up' interp_param { zoom_fac
                                       "Pooling", "Convolution", "Sigmoid", "Axpy", "Interp"}));
   EXPECT_TRUE(node(m, "dw").attrs.as<ConvAttrs>().bias_term);
   EXPECT_TRUE(node(m, "dw").deploy.fusion.relu);
-  EXPECT_LE(max_relative_difference(o, m), 1e-4);
+  EXPECT_LE(gap_to_unoptimised(o, m), 1e-4);
 }
 
 TEST(DeployPasses, StripTrainingOnlyLayers) {
@@ -1209,31 +1210,62 @@ TEST(DeployInt8, ResidualStreamStaysInt8AndMatchesFp32) {
 // not divide the batch runs it whole; a corrupt entry is a clear error. Deploy records a
 // part size only when it divides the batch.
 TEST(DeploySession, BatchInPartsComputesTheWholeBatch) {
-  DeployOptions o = write_model("micro", input_layer("data", {4, 8, 10, 10}) + kResidualBlocks);
+  DeployOptions o = write_model("micro", input_layer("data", {6, 8, 10, 10}) + kResidualBlocks);
   DeployResult r = deploy(o);
-  ASSERT_EQ(r.batch, 4);
+  ASSERT_EQ(r.batch, 6);
   EXPECT_NE(r.micro_batch_table.find("chosen"), std::string::npos) << r.micro_batch_table;
+  // Timed: the whole batch and the parts that divide it (4 does not).
+  std::vector<int> timed;
+  std::istringstream rows(r.micro_batch_table);
+  for (std::string line; std::getline(rows, line);)
+    if (int items = 0; line.find(" ms") != std::string::npos && std::sscanf(line.c_str(), "%d", &items) == 1)
+      timed.push_back(items);
+  EXPECT_EQ(timed, (std::vector<int>{6, 1, 2})) << r.micro_batch_table;
   if (auto it = r.bundle.info.find("micro_batch"); it != r.bundle.info.end()) {
-    EXPECT_EQ(4 % std::stoi(it->second), 0) << it->second;
+    EXPECT_EQ(6 % std::stoi(it->second), 0) << it->second;
   }
   Bundle b = r.bundle;
   b.info.erase("micro_batch");
   InferenceSession whole(b, "whole", 2), parts(b, "parts", 2, 0, 2);
-  EXPECT_EQ(whole.micro_batch(), 4);
+  EXPECT_EQ(whole.micro_batch(), 6);
   EXPECT_EQ(parts.micro_batch(), 2);
-  EXPECT_EQ(parts.batch(), 4);
-  EXPECT_EQ(parts.value(parts.inputs()[0]).shape(), (Shape{4, 8, 10, 10}));
+  EXPECT_EQ(parts.batch(), 6);
+  EXPECT_EQ(parts.value(parts.inputs()[0]).shape(), (Shape{6, 8, 10, 10}));
   EXPECT_EQ(parts.net().value(parts.inputs()[0]).shape(), (Shape{2, 8, 10, 10}));
   OutputGap g = output_gap(whole, parts, -1.f, 1.f, 5);
   EXPECT_LE(g.worst / g.scale, 1e-5);
   b.info["micro_batch"] = "2";
   EXPECT_EQ(InferenceSession(b, "recorded", 2).micro_batch(), 2);
-  EXPECT_EQ(InferenceSession(b, "told whole", 2, 0, 0).micro_batch(), 4);
+  EXPECT_EQ(InferenceSession(b, "told whole", 2, 0, 0).micro_batch(), 6);
   EXPECT_EQ(InferenceSession(b, "odd batch", 2, 3).micro_batch(), 3);
+  b.info["micro_batch"] = "4";  // recorded, but it does not divide the batch: whole
+  EXPECT_EQ(InferenceSession(b, "non-divisor", 2).micro_batch(), 6);
   for (const char* bad : {"two", "0", "-2", "99999999999"}) {
     b.info["micro_batch"] = bad;
     EXPECT_THROW(InferenceSession(b, "corrupt", 2), InputError) << bad;
   }
+}
+
+// The gap bench --compare prints and batch tuning bounds: relative to the first session's
+// largest output value; NaN stays NaN; outputs of another shape are infinitely far.
+TEST(DeploySession, MaxRelativeDifferenceOfOutputs) {
+  DeployOptions o = write_model("gap", input_layer("data", {2, 8, 10, 10}) + kResidualBlocks);
+  Bundle b = deploy(o).bundle;
+  InferenceSession x(b, "x", 2), y(b, "y", 2), three(b, "three", 2, 3);
+  for (InferenceSession* s : {&x, &y, &three}) {
+    fill_timing_inputs(*s, 3);
+    s->run();
+  }
+  EXPECT_EQ(max_relative_difference(x, y), 0.0);
+  Tensor& out = y.value(y.outputs()[0]);
+  float largest = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) largest = std::max(largest, std::fabs(out.f32()[i]));
+  ASSERT_GT(largest, 0.f);
+  out.f32()[1] += 0.25f * largest;
+  EXPECT_NEAR(max_relative_difference(x, y), 0.25, 1e-6);
+  out.f32()[2] = NAN;
+  EXPECT_TRUE(std::isnan(max_relative_difference(x, y)));
+  EXPECT_EQ(max_relative_difference(x, three), INFINITY);
 }
 
 // A net whose axis 0 is time for attention and positions never runs in parts: each part
@@ -1294,6 +1326,7 @@ TEST(DeployInt8, LayersSlowerInInt8GoBackToFp32) {
   ASSERT_EQ(back.size(), 1u);
   EXPECT_NE(back[0].find("conv2"), std::string::npos) << back[0];
   EXPECT_EQ(plan.quantized, 3);
+  EXPECT_EQ(plan.timed, 4);
   const Node& conv2 = int8.graph.nodes[index("conv2")];
   EXPECT_EQ(conv2.deploy.precision, Precision::fp32);
   EXPECT_EQ(conv2.deploy.int8_input_threshold, 0.f);
@@ -1317,6 +1350,7 @@ TEST(DeployInt8, DeployKeepsInt8WhereFaster) {
   int int8_nodes = 0;
   for (const Node& n : r.bundle.graph.nodes) int8_nodes += n.deploy.precision == Precision::int8;
   EXPECT_EQ(int8_nodes, r.int8.quantized);
+  EXPECT_EQ(r.int8.timed, 4);  // every quantized layer measured both ways
   EXPECT_EQ(r.int8.quantized + static_cast<int>(rep->changes.size()), 4);
 }
 

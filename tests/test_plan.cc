@@ -5,6 +5,7 @@
 
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
+#include "graph/graph_edit.h"
 #include "runtime/plan.h"
 
 namespace bks {
@@ -122,6 +123,19 @@ TEST(Plan, InPlaceReluSharesItsInputsBuffer) {
   facts[1].backward_reads_output = true;
   Plan r = make_plan(g, facts, true, false, params_per_node(g), plain(), true);
   EXPECT_EQ(r.alias.data_alias[c1], -1);
+}
+
+// Which values deploy's bf16 and int8 passes may hand over in another type: not a blob
+// rewritten in place (its buffer is shared), not a net output.
+TEST(Plan, OwnBufferValuesAreNeitherRewrittenInPlaceNorNetOutputs) {
+  Graph g = graph_of(kFork, {2, 8});
+  const std::vector<bool> own = own_buffer_values(g);
+  EXPECT_TRUE(own[value(g, "x")]);
+  EXPECT_FALSE(own[value(g, "c", 0)]);
+  EXPECT_FALSE(own[value(g, "c", 1)]);
+  EXPECT_TRUE(own[value(g, "a")]);
+  EXPECT_TRUE(own[value(g, "s")]);
+  EXPECT_FALSE(own[value(g, "loss")]);
 }
 
 TEST(Plan, BuffersWhoseLivesDoNotOverlapShareTheArena) {

@@ -7,7 +7,6 @@
 
 #include "cli/commands.h"
 #include "core/file_io.h"
-#include "core/worse.h"
 #include "engine/deploy.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
@@ -160,16 +159,7 @@ Runner add_bench(CLI::App& app) {
         // Same inputs: the outputs must agree (relative to each output's largest value).
         s.run();
         u.run();
-        double err = 0;
-        for (size_t k = 0; k < s.outputs().size() && k < u.outputs().size(); ++k) {
-          const Tensor &a = s.value(s.outputs()[k]), &c = u.value(u.outputs()[k]);
-          double scale = 1e-30;
-          for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(c.f32()[i])));
-          for (int64_t i = 0; i < std::min(a.numel(), c.numel()); ++i) {
-            const double d = std::fabs(static_cast<double>(a.f32()[i]) - c.f32()[i]) / scale;
-            err = worse(err, d);
-          }
-        }
+        const double err = max_relative_difference(u, s);
         Latency lu = time_session(u, o->iterations);
         nlohmann::json cmp = to_json(lu, u.batch());
         cmp["max_relative_difference"] = err;

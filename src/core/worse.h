@@ -1,6 +1,7 @@
 // A running "worst difference" that a NaN reaches and keeps: std::max(worst, NaN) keeps
 // worst (every comparison with NaN is false), so an output of NaNs would pass any bound on
-// the worst. Used wherever two outputs are compared (bench --compare, batch tuning, tests).
+// the worst. Used wherever two outputs are compared (max_relative_difference for bench --compare and batch tuning,
+// tests).
 #pragma once
 
 #include <cmath>

@@ -11,7 +11,6 @@
 #include "backend/dnnl_util.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/worse.h"
 #include "engine/session.h"
 #include "profile/profiler.h"
 
@@ -86,21 +85,6 @@ BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, 
 
 namespace {
 
-// Largest |a - b| over the largest |a|, across the session's outputs.
-double relative_gap(InferenceSession& a, InferenceSession& b) {
-  double worst = 0, scale = 1e-12;
-  for (size_t k = 0; k < a.outputs().size(); ++k) {
-    const Tensor &x = a.value(a.outputs()[k]), &y = b.value(b.outputs()[k]);
-    if (x.shape() != y.shape() || x.dtype() != DType::f32 || y.dtype() != DType::f32) return INFINITY;
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      scale = std::max(scale, std::fabs(static_cast<double>(x.f32()[i])));
-      const double d = std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]);
-      worst = worse(worst, d);
-    }
-  }
-  return worst / scale;
-}
-
 // Lowest milliseconds of `runs` runs.
 double best_run_ms(InferenceSession& s, int runs) {
   double best = INFINITY;
@@ -141,7 +125,7 @@ MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, in
     if (s->micro_batch() != m) continue;  // the graph does not slice by items
     fill_timing_inputs(*s, 7);
     s->run();
-    if (relative_gap(whole, *s) > tolerance) continue;
+    if (max_relative_difference(whole, *s) > tolerance) continue;
     cands.push_back({m, std::move(s)});
   }
   if (cands.size() == 1) return c;
@@ -185,7 +169,7 @@ LayoutChoice choose_activation_layout(Bundle& b, const std::string& name, int th
   plain.run();
   blocked.run();
   const double tolerance = bundle_precision(b) == Precision::fp32 ? 1e-3 : 5e-2;
-  if (relative_gap(plain, blocked) > tolerance) return c;
+  if (max_relative_difference(plain, blocked) > tolerance) return c;
   double plain_ms = INFINITY, blocked_ms = INFINITY;
   for (int round = 0; round < 3; ++round) {
     plain_ms = std::min(plain_ms, best_run_ms(plain, 2));

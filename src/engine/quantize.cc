@@ -6,9 +6,9 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "graph/graph_edit.h"
 #include "graph/precision.h"
 #include "ops/op_def.h"
 
@@ -33,13 +33,11 @@ bool reads_int8_residual(const Node& n, int v) {
 // without recursion, however long a chain of poolings a crafted net holds.
 std::vector<std::optional<float>> int8_reader_thresholds(const Graph& g,
                                                          const std::map<std::string, float>& calibrated) {
-  std::unordered_map<std::string, int> names;
-  for (const Value& v : g.values) ++names[v.name];
+  const std::vector<bool> own = own_buffer_values(g);
   std::vector<std::optional<float>> out(g.values.size());
   auto readers_threshold = [&](int producer, int v) -> std::optional<float> {
     const Value& val = g.values[v];
-    // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
-    if (val.consumers.empty() || names[val.name] > 1) return std::nullopt;
+    if (!own[v]) return std::nullopt;  // a net output, or a blob rewritten in place: f32
     std::optional<float> t;
     for (int c : val.consumers) {
       const Node& n = g.nodes[c];
@@ -103,7 +101,9 @@ std::vector<std::string> keep_int8_where_faster(Graph& g, const std::vector<doub
   std::vector<std::string> sent_back;
   for (size_t k = 0; k < g.nodes.size() && k < fp32_ms.size() && k < int8_ms.size(); ++k) {
     Node& n = g.nodes[k];
-    if (!is_int8_node(n) || !(int8_ms[k] > 1.05 * fp32_ms[k])) continue;
+    if (!is_int8_node(n)) continue;
+    plan.timed += fp32_ms[k] > 0.0 && int8_ms[k] > 0.0;
+    if (!(int8_ms[k] > 1.05 * fp32_ms[k])) continue;
     n.deploy.int8_input_threshold = 0.f;
     n.deploy.precision = Precision::fp32;
     --plan.quantized;

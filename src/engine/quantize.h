@@ -13,6 +13,7 @@ namespace bks {
 struct Int8Plan {
   int quantized = 0;     // layers running an int8 kernel
   int int8_outputs = 0;  // of them, layers writing int8 for int8 readers
+  int timed = 0;         // int8 layers keep_int8_where_faster compared with their FP32 times
   std::map<std::string, float> calibrated;  // the calibration table's |x| range per blob
 };
 

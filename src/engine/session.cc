@@ -1,10 +1,12 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/worse.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
@@ -119,6 +121,22 @@ void InferenceSession::run() {
       std::memcpy(static_cast<char*>(whole_.at(v).raw()) + first / micro_ * part.bytes(), part.raw(), part.bytes());
     }
   }
+}
+
+double max_relative_difference(InferenceSession& a, InferenceSession& b) {
+  if (a.outputs().size() != b.outputs().size()) return INFINITY;
+  double worst = 0;
+  for (size_t k = 0; k < a.outputs().size(); ++k) {
+    const Tensor &x = a.value(a.outputs()[k]), &y = b.value(b.outputs()[k]);
+    if (x.shape() != y.shape() || x.dtype() != DType::f32 || y.dtype() != DType::f32) return INFINITY;
+    double scale = 1e-30, gap = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      scale = std::max(scale, std::fabs(static_cast<double>(x.f32()[i])));
+      gap = worse(gap, std::fabs(static_cast<double>(x.f32()[i]) - y.f32()[i]));
+    }
+    worst = worse(worst, gap / scale);
+  }
+  return worst;
 }
 
 void fill_timing_inputs(InferenceSession& s, uint64_t seed) {

@@ -82,6 +82,11 @@ class InferenceSession {
 // indices of an Embed included.
 void fill_timing_inputs(InferenceSession& s, uint64_t seed);
 
+// How far `b`'s outputs are from `a`'s after both ran: the largest |a - b| of each output
+// over that output's largest |a|, worst of all outputs. Infinity when their outputs differ
+// in number, shape or type (f32 only).
+double max_relative_difference(InferenceSession& a, InferenceSession& b);
+
 // Mean forward milliseconds of each of the session's nodes over `iterations` runs (after
 // one unprofiled warm-up run), on whatever its inputs hold.
 std::vector<double> time_nodes(InferenceSession& s, int iterations);

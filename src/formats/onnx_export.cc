@@ -44,16 +44,6 @@ Writer find_onnx_export(const std::string& type) {
   return it == registry().end() ? nullptr : it->second;
 }
 
-std::string ExportState::unique(const std::string& base) {
-  int& n = used_names[base];
-  std::string name = n == 0 ? base : fmt::format("{}_{}", base, n);
-  ++n;
-  // A generated name may itself be taken ("a_1" given by the user): try the next.
-  while (n > 1 && used_names.count(name)) name = fmt::format("{}_{}", base, n++);
-  if (name != base) used_names[name] = 1;
-  return name;
-}
-
 NodeWriter::NodeWriter(ExportState& s, int node)
     : s_(s), n_(s.g.nodes.at(node)), index_(node), attrs_(attrs_to_json(n_)) {}
 
@@ -172,7 +162,7 @@ OnnxExportResult export_onnx(const Graph& g, const std::map<std::string, Tensor>
   onnx::GraphProto& out = *model.mutable_graph();
   out.set_name(g.name.empty() ? "bakusoku" : g.name);
 
-  ExportState s{g, weights, out, {}, {}};
+  ExportState s{g, weights, out};
   s.dynamic_batch = o.dynamic_batch;
   // Caffe's in-place layers give several values one blob name: later ones get a suffix.
   for (const Value& v : g.values) s.value_names.push_back(s.unique(v.name));

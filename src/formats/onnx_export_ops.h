@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "formats/unique_names.h"
 #include "graph/graph.h"
 
 namespace bks::onnx_export {
@@ -21,13 +22,13 @@ struct ExportState {
   const Graph& g;
   const std::map<std::string, Tensor>& weights;
   onnx::GraphProto& out;
-  std::vector<std::string> value_names;  // per graph value
-  std::map<std::string, int> used_names;
+  std::vector<std::string> value_names{};  // per graph value
   int nodes = 0;
   int nodes_of_layer = 0;  // ONNX nodes the current layer has added
   bool dynamic_batch = false;
+  UniqueNames names{};
   // A name not yet used in the ONNX graph, from `base`.
-  std::string unique(const std::string& base);
+  std::string unique(const std::string& base) { return names.take(base); }
 };
 
 class NodeWriter {

@@ -1,5 +1,7 @@
 #include "graph/graph_edit.h"
 
+#include <unordered_map>
+
 #include "core/error.h"
 
 namespace bks {
@@ -45,6 +47,14 @@ void erase_nodes(Graph& g, const std::vector<bool>& dead) {
   g.nodes = std::move(kept);
   g.values = std::move(values);
   relink(g);
+}
+
+std::vector<bool> own_buffer_values(const Graph& g) {
+  std::unordered_map<std::string, int> names;
+  for (const Value& v : g.values) ++names[v.name];
+  std::vector<bool> own(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v) own[v] = !g.values[v].consumers.empty() && names[g.values[v].name] == 1;
+  return own;
 }
 
 void verify_graph(const Graph& g, const std::string& stage) {

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "graph/graph_edit.h"
 #include "ops/op_def.h"
 #include "passes/deploy_model.h"
 
@@ -24,13 +24,11 @@ bool is_bf16_convolution(const Node& n) { return op_traits(n).convolution && n.d
 // writers), so in one pass over the graph, without recursion, however long a chain of
 // poolings a crafted net holds.
 std::vector<bool> bf16_values(const Graph& g) {
-  std::unordered_map<std::string, int> names;
-  for (const Value& v : g.values) ++names[v.name];
+  const std::vector<bool> own = own_buffer_values(g);
   std::vector<bool> ok(g.values.size(), false);
   auto readers_take_bf16 = [&](int producer, int v) {
     const Value& val = g.values[v];
-    // An output of the net, or a blob rewritten in place (the buffer may be shared): f32.
-    if (val.consumers.empty() || names[val.name] > 1) return false;
+    if (!own[v]) return false;  // a net output, or a blob rewritten in place: f32
     for (int c : val.consumers) {
       const Node& n = g.nodes[c];
       if (c <= producer || std::count(n.inputs.begin(), n.inputs.end(), v) != 1) return false;
