@@ -595,6 +595,10 @@ TEST(DeployCli, DeployThenBenchWithComparison) {
   auto j = nlohmann::json::parse(l.output.substr(l.output.find('{')));
   ASSERT_EQ(j["results"][0]["layers"].size(), 3u) << l.output;  // Input, conv1 (+bn, scale, relu), conv2
   EXPECT_GT(j["results"][0]["layers"][1]["gflops"].get<double>(), 0.0) << l.output;
+  // Each layer names the values it writes (bench/ort_layers.py matches them with ONNX
+  // Runtime's nodes): the fused conv1 writes the blob its ReLU rewrote.
+  EXPECT_EQ(j["results"][0]["layers"][1]["outputs"], nlohmann::json::array({"conv1"})) << l.output;
+  EXPECT_EQ(j["results"][0]["layers"][2]["outputs"], nlohmann::json::array({"conv2"})) << l.output;
   // Autotuning's choice for each convolution is saved in the bundle.
   Bundle saved = load_bundle(out);
   int convs = 0;

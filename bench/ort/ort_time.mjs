@@ -1,8 +1,11 @@
 // Times one ONNX model in ONNX Runtime (CPU execution provider), the peer bakusoku's bundles
 // race: the same .onnx file, the same batch, the same number of threads.
 // Usage: node ort_time.mjs MODEL.onnx --batch N --threads T [--iterations K] [--warmup W]
+//                          [--profile PREFIX]
 // Prints one JSON line: {"median_ms", "mean_ms", "min_ms", "iterations", "batch", "threads",
 // "input", "shape", "version"}. The input is filled with a fixed pseudo-random pattern.
+// --profile: also ONNX Runtime's own per-node times (its profiler, which adds a little to
+// each node), written as PREFIX_<date>.json (Chrome trace; bench/ort_layers.py reads it).
 import ort from "onnxruntime-node";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -15,8 +18,11 @@ const opt = (name, fallback) => {
 };
 const batch = opt("batch", 1), threads = opt("threads", 1), iterations = opt("iterations", 50);
 const warmup = opt("warmup", 5);
+const profileAt = args.indexOf("--profile"), profile = profileAt >= 0 ? args[profileAt + 1] : "";
 if (!model || !Number.isInteger(batch) || batch < 1 || !Number.isInteger(threads) || threads < 1) {
-  console.error("usage: node ort_time.mjs MODEL.onnx --batch N --threads T [--iterations K] [--warmup W]");
+  console.error(
+    "usage: node ort_time.mjs MODEL.onnx --batch N --threads T [--iterations K] [--warmup W] [--profile PREFIX]",
+  );
   process.exit(2);
 }
 
@@ -26,6 +32,7 @@ const session = await ort.InferenceSession.create(readFileSync(model), {
   interOpNumThreads: 1,
   executionMode: "sequential",
   graphOptimizationLevel: "all",
+  ...(profile ? { enableProfiling: true, profileFilePrefix: profile } : {}),
 });
 const name = session.inputNames[0];
 const meta = session.inputMetadata?.find?.((m) => m.name === name) ?? session.inputMetadata?.[0];
@@ -48,6 +55,7 @@ for (let i = 0; i < iterations; ++i) {
   await session.run(feeds);
   times.push(Number(process.hrtime.bigint() - t0) / 1e6);
 }
+if (profile) session.endProfiling();
 times.sort((a, b) => a - b);
 const require = createRequire(import.meta.url);
 console.log(

@@ -91,8 +91,11 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
       double per_output = static_cast<double>(w.numel()) / static_cast<double>(out.at(1));
       gflops = 2.0 * parts * out_numel * per_output / (ms * 1e6);
     }
+    nlohmann::json outputs = nlohmann::json::array();
+    for (int v : node.outputs) outputs.push_back(net.graph().values[v].name);
     rows.push_back({{"layer", node.name},
                     {"type", node.type},
+                    {"outputs", outputs},
                     {"ms", ms},
                     {"gflops", gflops},
                     {"kernel", net.op(k).reported_name()}});
