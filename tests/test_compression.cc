@@ -70,6 +70,7 @@ TEST(FakeQuant, ForwardRoundsToTheGridAndFollowsTheBatchRange) {
   h.randomize_inputs(-2.f, 2.f);
   float m = 0.f;
   for (int64_t i = 0; i < h.in[0].numel(); ++i) m = std::max(m, std::fabs(h.in[0].f32()[i]));
+  h.params[0].f32()[0] = 0.f;  // the range a net starts from (its constant filler); the harness fills at random
   h.forward();
   // The first batch sets the range.
   ASSERT_FLOAT_EQ(h.params[0].f32()[0], m);
@@ -268,14 +269,18 @@ TEST(WeightFakeQuant, BinaryAndPowerOfTwoGridsPerOutputChannel) {
       }
     }
   }
-  // Beside a weight of 1: 2^-7 is the smallest power kept, 0.003 (2^-8.4) becomes 0.
-  Tensor t({1, 4});
+  // Beside a weight of 1: 2^-7 is the smallest power kept, 0.003 (2^-8.4) becomes 0, and
+  // the cut is half a step below 2^-7: 0.006 (2^-7.38) rounds up to it, 0.005 (2^-7.64) goes.
+  Tensor t({1, 6});
   t.f32()[0] = 1.f, t.f32()[1] = -0.003f, t.f32()[2] = -0.3f, t.f32()[3] = 0.008f;
+  t.f32()[4] = 0.006f, t.f32()[5] = -0.005f;
   power_of_two_weights(t, false);
   EXPECT_EQ(t.f32()[0], 1.f);
   EXPECT_EQ(t.f32()[1], 0.f);
   EXPECT_EQ(t.f32()[2], -0.25f);
   EXPECT_EQ(t.f32()[3], 0.0078125f);
+  EXPECT_EQ(t.f32()[4], 0.0078125f);
+  EXPECT_EQ(t.f32()[5], 0.f);
   EXPECT_THROW(weight_grid("ternary"), InputError);
 }
 
@@ -492,6 +497,11 @@ TEST(MagnitudePruning, MaskKeepsTheLargestMagnitudes) {
   // Pruned: 0 (index 2), 0.05, then the tie 0.1 / -0.1 (both), then 0.2.
   for (int i : {2, 8, 1, 5, 6}) EXPECT_EQ(keep[i], 0) << i;
   for (int i : {0, 3, 4, 7, 9}) EXPECT_EQ(keep[i], 1) << i;
+  // A count that splits the tie: 3 pruned are 0, 0.05 and the first of -0.1 / 0.1.
+  const std::vector<uint8_t> split = magnitude_mask(w, 0.3);
+  EXPECT_EQ(std::count(split.begin(), split.end(), 0), 3);
+  for (int i : {2, 8, 1}) EXPECT_EQ(split[i], 0) << i;
+  EXPECT_EQ(split[5], 1);
   const std::vector<uint8_t> none = magnitude_mask(w, 0.0);
   EXPECT_EQ(std::count(none.begin(), none.end(), 0), 0);
 }
