@@ -194,6 +194,7 @@ TEST(Optimize, AllowTrainingDistilsPrunedNetsFromTheGivenNet) {
     // QAT follows the better of the two.
     const bool distil = c.at("accuracy").get<double>() > plain.at("accuracy").get<double>();
     EXPECT_TRUE(by_name.contains(net + " + QAT int8" + (distil ? ", distilled" : ""))) << j.dump(1);
+    EXPECT_FALSE(by_name.contains(net + " + QAT int8" + (distil ? "" : ", distilled"))) << j.dump(1);  // not both
   }
   EXPECT_GE(pruned_nets, 1) << j.dump(1);
   EXPECT_TRUE(by_name.contains("unoptimised, fine-tuned (control)")) << j.dump(1);
