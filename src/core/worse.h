@@ -1,7 +1,6 @@
 // A running "worst difference" that a NaN reaches and keeps: std::max(worst, NaN) keeps
 // worst (every comparison with NaN is false), so an output of NaNs would pass any bound on
-// the worst. Used wherever two outputs are compared (max_relative_difference for bench --compare and batch tuning,
-// tests).
+// the worst. Used wherever two outputs are compared (max_relative_difference, tests).
 #pragma once
 
 #include <cmath>
