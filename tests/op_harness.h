@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "input_error.h"
 #include "ops/op.h"
 
 namespace bks::test {
@@ -57,17 +58,6 @@ class OpHarness {
   OpFacts facts_;
   OpCall call_;
 };
-
-// The message of the InputError `f` throws ("" when it throws none).
-template <class F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Builds an index-accessible naive view for references: x(n, c, h, w) of a 4-d tensor.
 inline float at4(const Tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {

@@ -7,7 +7,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -30,6 +29,7 @@
 #include "formats/safetensors.h"
 #include "formats/weight_coding.h"
 #include "formats/weights.h"
+#include "input_error.h"
 #include "ops/conv_attrs.h"
 #include "ops/op_def.h"
 #include "ops/pooling_attrs.h"
@@ -37,6 +37,7 @@
 namespace bks {
 namespace {
 namespace fs = std::filesystem;
+using test::input_error_of;
 
 fs::path tmp(const std::string& name) { return fs::temp_directory_path() / ("bks_fmt_" + name); }
 
@@ -93,17 +94,6 @@ Tensor sparse_normal(const Shape& shape, double zeros, uint64_t seed) {
   Rng rng(seed);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.uniform(0.f, 1.f) < zeros ? 0.f : rng.gaussian(0.f, 1.f);
   return t;
-}
-
-// The InputError `f` throws (failing when it throws none).
-std::string input_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
 }
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
