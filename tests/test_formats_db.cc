@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/image_decode.h"
 #include "data/loader.h"
+#include "input_error.h"
 
 namespace bks {
 namespace {
@@ -37,15 +38,6 @@ void write_db(const fs::path& path, DbBackend b, const std::vector<std::pair<std
   auto w = DbWriter::create(path.string(), b);
   for (auto& [k, v] : records) w->put(k, v);
   w->commit();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // A 3-channel image whose pixel (y, x) of channel k is 10k + 3y + x, as CHW bytes in RGB order.
@@ -106,28 +98,31 @@ TEST(DatumDb, FloatDataAndEncodedImages) {
 
 TEST(DatumDb, DamagedOrMismatchedRecordsNameTheRecord) {
   write_db(tmp("notdatum"), DbBackend::lmdb, {{"k1", "\xff\xff\xff garbage"}});
-  EXPECT_NE(error_of([] { open_dataset(tmp("notdatum").string()); }).find("record 'k1' is not a Caffe Datum"),
-            std::string::npos);
+  EXPECT_NE(
+      test::input_error_of([] { open_dataset(tmp("notdatum").string()); }).find("record 'k1' is not a Caffe Datum"),
+      std::string::npos);
   write_db(tmp("short"), DbBackend::lmdb, {{"k1", datum(1, 2, 2, {1, 2, 3}, 0)}});
-  EXPECT_NE(error_of([] { open_dataset(tmp("short").string()); }).find("record 'k1' declares 4 values"),
+  EXPECT_NE(test::input_error_of([] { open_dataset(tmp("short").string()); }).find("record 'k1' declares 4 values"),
             std::string::npos);
   write_db(tmp("shapes"), DbBackend::leveldb, {{"a", datum(1, 1, 2, {1, 2}, 0)}, {"b", datum(1, 2, 1, {1, 2}, 0)}});
-  EXPECT_NE(error_of([] { open_dataset(tmp("shapes").string()); }).find("record 'b' has shape (1,2,1)"),
+  EXPECT_NE(test::input_error_of([] { open_dataset(tmp("shapes").string()); }).find("record 'b' has shape (1,2,1)"),
             std::string::npos);
   write_db(tmp("empty"), DbBackend::lmdb, {});
-  EXPECT_NE(error_of([] { open_dataset(tmp("empty").string()); }).find("holds no records"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { open_dataset(tmp("empty").string()); }).find("holds no records"),
+            std::string::npos);
   proto::Datum bad;
   bad.set_encoded(true), bad.set_data("not an image");
   write_db(tmp("badimg"), DbBackend::lmdb, {{"x", bad.SerializeAsString()}});
-  EXPECT_NE(error_of([] { open_dataset(tmp("badimg").string()); }).find("record 'x' is not a PNG or JPEG"),
+  EXPECT_NE(test::input_error_of([] { open_dataset(tmp("badimg").string()); }).find("record 'x' is not a PNG or JPEG"),
             std::string::npos);
   // A directory that is no database, and a database whose files are damaged.
   fs::create_directories(tmp("plain_dir"));
-  EXPECT_NE(error_of([] { open_dataset(tmp("plain_dir").string()); }).find("neither an LMDB"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { open_dataset(tmp("plain_dir").string()); }).find("neither an LMDB"),
+            std::string::npos);
   fs::path broken = tmp("broken");
   write_db(broken, DbBackend::lmdb, {{"a", datum(1, 1, 1, {1}, 0)}});
   { std::ofstream(broken / "data.mdb", std::ios::binary | std::ios::trunc) << std::string(8192, '\x5a'); }
-  EXPECT_NE(error_of([&] { read_datum_db(broken.string(), DbBackend::lmdb, {}); }).find(broken.string()),
+  EXPECT_NE(test::input_error_of([&] { read_datum_db(broken.string(), DbBackend::lmdb, {}); }).find(broken.string()),
             std::string::npos);
 }
 
@@ -184,18 +179,21 @@ TEST(ConvertImageset, RawEncodedResizedGreyAndShuffled) {
   EXPECT_EQ(labels, (std::vector<float>{0, 0, 1, 1, 2}));
 
   // Bad input: an existing database, a missing image, one resize dimension.
-  EXPECT_NE(
-      error_of([&] { convert_imageset(rootdir, list, (root / "raw").string(), o, nullptr); }).find("already exists"),
-      std::string::npos);
+  EXPECT_NE(test::input_error_of([&] {
+              convert_imageset(rootdir, list, (root / "raw").string(), o, nullptr);
+            }).find("already exists"),
+            std::string::npos);
   std::ofstream(root / "bad.txt") << "img/missing.png 1\n";
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::input_error_of([&] {
               convert_imageset(rootdir, (root / "bad.txt").string(), (root / "x").string(), {}, nullptr);
             }).find("missing.png"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(root / "x")) << "no half-written database";
   ConvertImagesetOptions half;
   half.resize_height = 3;
-  EXPECT_NE(error_of([&] { convert_imageset(rootdir, list, (root / "y").string(), half, nullptr); }).find("together"),
+  EXPECT_NE(test::input_error_of([&] {
+              convert_imageset(rootdir, list, (root / "y").string(), half, nullptr);
+            }).find("together"),
             std::string::npos);
 }
 
@@ -238,10 +236,12 @@ TEST(ImageList, ReadsResizesAndNamesBadLines) {
   o.new_width = 8;
   EXPECT_EQ(read_image_list((root / "list.txt").string(), o)->fields[0].sample_shape, (Shape{1, 2, 8}));
   std::ofstream(root / "bad.txt") << "img/0 i.png 1\nno_label_here\n";
-  EXPECT_NE(error_of([&] { read_image_list((root / "bad.txt").string(), o); }).find("bad.txt:2: expected 'PATH LABEL'"),
+  EXPECT_NE(test::input_error_of([&] {
+              read_image_list((root / "bad.txt").string(), o);
+            }).find("bad.txt:2: expected 'PATH LABEL'"),
             std::string::npos);
   o.root_folder = "/nonexistent/";
-  EXPECT_NE(error_of([&] { read_image_list((root / "list.txt").string(), o); }).find("cannot open image"),
+  EXPECT_NE(test::input_error_of([&] { read_image_list((root / "list.txt").string(), o); }).find("cannot open image"),
             std::string::npos);
 }
 
@@ -300,7 +300,9 @@ TEST(DatumDb, EncodedImagesBeyondTheCacheAreDecodedAsBatchesAreBuilt) {
     EXPECT_EQ(compute_image_mean((root / "db2").string(), (root / "m1").string()), mean);
   }
   CacheLimit bad("lots");
-  EXPECT_NE(error_of([&] { read_datum_db((root / "db").string(), DbBackend::lmdb, {}); }).find("BKS_DATA_CACHE_MB"),
+  EXPECT_NE(test::input_error_of([&] {
+              read_datum_db((root / "db").string(), DbBackend::lmdb, {});
+            }).find("BKS_DATA_CACHE_MB"),
             std::string::npos);
 }
 
@@ -322,7 +324,7 @@ TEST(DatumDb, AnImageThatFailsToDecodeInTheLoaderNamesItsRecord) {
   BatchLoader loader(ds, {0}, std::nullopt, o);
   Tensor t(loader.output_shapes()[0]);
   loader.load(0, {&t});  // records a, b
-  EXPECT_NE(error_of([&] { loader.load(1, {&t}); }).find("record 'c' cannot be decoded"), std::string::npos)
+  EXPECT_NE(test::input_error_of([&] { loader.load(1, {&t}); }).find("record 'c' cannot be decoded"), std::string::npos)
       << "the background thread's failure reaches the step that needs it";
   EXPECT_NO_THROW(loader.load(3, {&t})) << "records a and b";
 }

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "formats/safetensors.h"
+#include "input_error.h"
 #include "ops/shape_inference.h"
 #include "runtime/param_binding.h"
 #include "train/run_dir.h"
@@ -53,15 +53,6 @@ void infer(const std::string& text) {
   infer_shapes(g, proto::TEST);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
-
 TEST(ShapeLimits, ProductsThatOverflowAreRefused) {
   EXPECT_EQ(shape_problem({2, 3, 4}, 4), "");
   EXPECT_EQ(shape_problem({0, 1 << 20}, 4), "");
@@ -83,7 +74,7 @@ TEST(ShapeLimits, ProductsThatOverflowAreRefused) {
 
 TEST(ShapeLimits, InputDimensionsThatWrapNameTheLayer) {
   // 65536^4 = 2^64 wraps to 0; it used to reach Softmax with a 0-byte buffer.
-  std::string m = error_of([] {
+  std::string m = test::input_error_of([] {
     infer(R"(layer { name: "data" type: "Input" top: "data"
                      input_param { shape { dim: 65536 dim: 65536 dim: 65536 dim: 65536 } } }
              layer { name: "prob" type: "Softmax" bottom: "data" top: "prob" })");
@@ -96,7 +87,7 @@ TEST(ShapeLimits, ReshapeCountsCannotWrap) {
   // (2^62 + 2) * 4 wraps to 8, the input's count: the count check passed and the kernel
   // wrote through a 32-byte buffer. With a -1 the wrapped count divided the input's.
   for (const char* dims : {"dim: 4611686018427387906 dim: 4", "dim: 4611686018427387906 dim: 4 dim: -1"}) {
-    std::string m = error_of([&] {
+    std::string m = test::input_error_of([&] {
       infer(
           fmt::format(R"(layer {{ name: "data" type: "Input" top: "data" input_param {{ shape {{ dim: 1 dim: 8 }} }} }}
                            layer {{ name: "r" type: "Reshape" bottom: "data" top: "r" reshape_param {{ shape {{ {} }} }} }})",
@@ -108,7 +99,7 @@ TEST(ShapeLimits, ReshapeCountsCannotWrap) {
 
 TEST(ShapeLimits, ParameterShapesAreBoundedBeforeAllocation) {
   // 2^31-1 outputs of a 3x3 kernel over 2^20 channels: far over the bound, caught by name.
-  std::string m = error_of([] {
+  std::string m = test::input_error_of([] {
     NetLoad nl;
     nl.source = "net.prototxt";
     parse_prototxt_string(
@@ -145,7 +136,7 @@ TEST(SafetensorsLimits, ByteRangeIsCheckedBeforeAllocating) {
   write_safetensors_header(d / "big.safetensors",
                            R"({"w":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}})", "abcd");
   const long before = peak_rss_mb();
-  std::string m = error_of([&] { load_safetensors((d / "big.safetensors").string()); });
+  std::string m = test::input_error_of([&] { load_safetensors((d / "big.safetensors").string()); });
   EXPECT_NE(m.find("tensor 'w'"), std::string::npos) << m;
   EXPECT_LT(peak_rss_mb() - before, 256) << "the declared size was allocated before the check";
   // Shapes over the bound, offsets of the wrong type and non-string metadata: input errors.
@@ -154,7 +145,7 @@ TEST(SafetensorsLimits, ByteRangeIsCheckedBeforeAllocating) {
         R"({"w":{"dtype":"F32","shape":[1],"data_offsets":["0","4"]}})",
         R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", R"({"__metadata__":{"iter":[[[1]]]}})"}) {
     write_safetensors_header(d / "bad.safetensors", header, "abcd");
-    EXPECT_NE(error_of([&] { load_safetensors((d / "bad.safetensors").string()); }).find("bad.safetensors"),
+    EXPECT_NE(test::input_error_of([&] { load_safetensors((d / "bad.safetensors").string()); }).find("bad.safetensors"),
               std::string::npos)
         << header;
   }
@@ -222,13 +213,15 @@ TEST(IsolatedCall, ResultsErrorsCrashesAndMemory) {
   ChildReader in(out, "f.h5");
   EXPECT_EQ(in.value<int64_t>(), 42);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(in.bytes(3)), 3), "abc");
-  EXPECT_NE(error_of([&] { in.bytes(1); }).find("f.h5: the reading process returned a truncated result"),
+  EXPECT_NE(test::input_error_of([&] { in.bytes(1); }).find("f.h5: the reading process returned a truncated result"),
             std::string::npos);
 
-  EXPECT_EQ(error_of([] { run_isolated("f.h5", "lib", [](ChildWriter&) { input_error("f.h5: bad field 'x'"); }); }),
+  EXPECT_EQ(test::input_error_of(
+                [] { run_isolated("f.h5", "lib", [](ChildWriter&) { input_error("f.h5: bad field 'x'"); }); }),
             "f.h5: bad field 'x'");
   EXPECT_THROW(run_isolated("f.h5", "lib", [](ChildWriter&) { runtime_error("disk full"); }), RuntimeError);
-  const std::string crash = error_of([] { run_isolated("f.h5", "libx", [](ChildWriter&) { std::raise(SIGSEGV); }); });
+  const std::string crash =
+      test::input_error_of([] { run_isolated("f.h5", "libx", [](ChildWriter&) { std::raise(SIGSEGV); }); });
   // (killed by SIGSEGV; exit status 1 under AddressSanitizer, which reports the signal)
   EXPECT_NE(crash.find("f.h5: libx crashed while reading it ("), std::string::npos) << crash;
 
