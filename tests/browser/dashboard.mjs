@@ -328,7 +328,9 @@ try {
   const filled = await page.evaluate(() => ['name', 'base_lr', 'epochs', 'network'].map(n => document.querySelector(`[name=${n}]`).value).join('|'));
   if (filled !== 'lenet-browser (clone)|0.01|3|lenet') throw new Error(`the clone form holds ${filled}`);
   await page.fill('input[name=base_lr]', '0.02');
-  await page.fill('input[name=epochs]', '1');
+  // Three epochs, as filled: the abort below must find the job still running after its
+  // first snapshot shows (looked up every 3 s), and one LeNet epoch takes about that long
+  // on a fast machine.
   await page.fill('input[name=snapshot_epochs]', '0.2');
   await page.click('#create-model');
   await page.waitForSelector('#chart-loss');
