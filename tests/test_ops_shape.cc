@@ -41,6 +41,27 @@ TEST(Concat, JoinsAlongAxisAndSplitsGradient) {
   EXPECT_THROW(OpHarness("type: 'Concat'", {{2, 3}, {3, 3}}), InputError);
 }
 
+// Enough short runs (240 rows of 100 + 37 floats) that the threads share the rows: every
+// element lands where it belongs, forward and backward.
+TEST(Concat, ManyRowsCopiedByTheThreadsLandInPlace) {
+  OpHarness h("type: 'Concat' concat_param { axis: 3 }", {{2, 3, 40, 100}, {2, 3, 40, 37}});
+  ASSERT_EQ(h.out[0].shape(), (Shape{2, 3, 40, 137}));
+  h.randomize_inputs();
+  h.forward();
+  for (int64_t r = 0; r < 240; ++r)
+    for (int64_t x = 0; x < 137; ++x) {
+      const float want = x < 100 ? h.in[0].f32()[r * 100 + x] : h.in[1].f32()[r * 37 + x - 100];
+      ASSERT_EQ(h.out[0].f32()[r * 137 + x], want) << r << " " << x;
+    }
+  for (int64_t i = 0; i < h.out_grad[0].numel(); ++i) h.out_grad[0].f32()[i] = static_cast<float>(i);
+  h.backward();
+  for (int64_t r = 0; r < 240; ++r) {
+    ASSERT_EQ(h.in_grad[0].f32()[r * 100 + 99], static_cast<float>(r * 137 + 99)) << r;
+    ASSERT_EQ(h.in_grad[1].f32()[r * 37], static_cast<float>(r * 137 + 100)) << r;
+    ASSERT_EQ(h.in_grad[1].f32()[r * 37 + 36], static_cast<float>(r * 137 + 136)) << r;
+  }
+}
+
 TEST(Slice, PointsAndEvenSplit) {
   OpHarness h("type: 'Slice' slice_param { axis: 1 slice_point: 1 slice_point: 3 }", {{2, 5}}, proto::TRAIN, 3);
   EXPECT_EQ(h.out[0].shape(), (Shape{2, 1}));

@@ -1,6 +1,7 @@
 // Ops that only move data: Flatten and Reshape (views of their input), Split, Silence,
 // Concat, Slice and Crop.
 #include <cstring>
+#include <vector>
 
 #include "backend/dnnl_util.h"
 #include "ops/op.h"
@@ -140,17 +141,40 @@ struct AxisParts {
 
 // Copies each part into (join=true) or out of (join=false) the whole.
 void move_parts(const AxisParts& g, float* whole, const std::vector<float*>& parts, bool join) {
-  int64_t total = g.total(), off = 0;
+  const int64_t total = g.total();
+  std::vector<int64_t> offset(parts.size());
+  for (size_t k = 0, off = 0; k < parts.size(); ++k) {
+    offset[k] = static_cast<int64_t>(off);
+    off += static_cast<size_t>(g.sizes[k]);
+  }
+  // A part the runtime placed in its run of the whole is already there.
+  auto placed = [&](size_t k) { return !parts[k] || parts[k] == whole + offset[k] * g.inner; };
+  // Many short runs (channels-last: one per pixel and input) are copied pixel by pixel, the
+  // threads taking rows: one thread left GoogLeNet's inception3b concat at 156 us against
+  // ONNX Runtime's 77.
+  constexpr int64_t kThreadedFloats = 1 << 15;
+  if (g.outer >= 16 && g.outer * total * g.inner >= kThreadedFloats) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < g.outer; ++r)
+      for (size_t k = 0; k < parts.size(); ++k) {
+        if (placed(k)) continue;
+        const int64_t len = g.sizes[k] * g.inner;
+        float* w = whole + (r * total + offset[k]) * g.inner;
+        float* p = parts[k] + r * len;
+        if (join)
+          std::memcpy(w, p, static_cast<size_t>(len) * sizeof(float));
+        else
+          std::memcpy(p, w, static_cast<size_t>(len) * sizeof(float));
+      }
+    return;
+  }
   for (size_t k = 0; k < parts.size(); ++k) {
-    int64_t len = g.sizes[k] * g.inner;
-    // A part the runtime placed in its run of the whole is already there.
-    if (parts[k] && parts[k] != whole + off * g.inner) {
-      if (join)
-        copy_blocks(parts[k], len, whole + off * g.inner, total * g.inner, g.outer, len);
-      else
-        copy_blocks(whole + off * g.inner, total * g.inner, parts[k], len, g.outer, len);
-    }
-    off += g.sizes[k];
+    if (placed(k)) continue;
+    const int64_t len = g.sizes[k] * g.inner;
+    if (join)
+      copy_blocks(parts[k], len, whole + offset[k] * g.inner, total * g.inner, g.outer, len);
+    else
+      copy_blocks(whole + offset[k] * g.inner, total * g.inner, parts[k], len, g.outer, len);
   }
 }
 
