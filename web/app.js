@@ -487,13 +487,17 @@ async function jobPage(id) {
     ${job.kind === 'deploy' ? `<h2>Bundle</h2><div class="card" id="bundle"></div>` : ''}
     <h2>Log</h2><pre class="log" id="log"></pre>`;
   let current = job;
+  // Left (a resume routes to a fresh copy of this page): replies and timers still in flight
+  // would otherwise draw this copy's stale job into the next one's elements, looked up by id.
+  let gone = false;
+  cleanup.push(() => { gone = true; });
   const records = [];  // every metrics record so far (train jobs)
   const live = () => ['queued', 'running'].includes(current.state);
   // The header: state, times, and for training where it stands (epoch, best accuracy, ETA).
   const head = () => {
     const j = current;
     const slot = document.getElementById('job-head');
-    if (!slot) return;
+    if (!slot || gone) return;
     const ended = ['done', 'failed', 'aborted'].includes(j.state);
     // Every attempt together once ended (run_seconds), this attempt while it runs.
     const elapsed = !j.started               ? undefined :
@@ -597,7 +601,7 @@ async function jobPage(id) {
   // The log: loaded whole, then kept at its end only if the reader is there.
   const showLog = lines => {
     const log = document.getElementById('log');
-    if (!log) return;
+    if (!log || gone) return;
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     const top = log.scrollTop;
     log.textContent = lines.join('\n');
@@ -609,6 +613,7 @@ async function jobPage(id) {
     let shown = false, searching = false;
     const tick = async () => {
       current = await api('GET', `/api/jobs/${id}`);
+      if (gone) return;
       head();
       if (current.kind === 'optimize' && live() && !searching) {
         searching = true;
@@ -770,7 +775,7 @@ async function jobPage(id) {
                     `<a href="${withToken(`/api/jobs/${id}/snapshots/${s.iter}.safetensors`)}">iteration ${s.iter}</a>`)
             .join(' · ');
     const downloads = document.getElementById('downloads');
-    if (!downloads) return;
+    if (!downloads || gone) return;
     downloads.innerHTML = `<a href="${withToken(`/api/jobs/${id}/files/net.prototxt`)}">net.prototxt</a> · <a href="${
         withToken(`/api/jobs/${id}/files/solver.prototxt`)}">solver.prototxt</a>
        <div id="snapshots">weights (safetensors): ${

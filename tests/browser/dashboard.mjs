@@ -336,11 +336,43 @@ try {
   await page.waitForSelector('#chart-loss');
   const cloneJob = await hashId();
   await page.waitForSelector('#snapshots a', { timeout: 120000 });
+  // Replies about the job asked for before the resume reach the page 3 s late, after it
+  // shows the resumed job running (a busy server once answered that late): the copy of the
+  // page that asked is gone by then and must not draw its aborted job over the new one.
+  await page.evaluate(() => {
+    const fetchNow = window.fetch;
+    window.$fetchNow = fetchNow;
+    window.$holding = true;
+    window.$held = 0;
+    window.fetch = async (url, opts) => {
+      const held = window.$holding && /\/api\/jobs\/\d+$/.test(url) && !(opts && opts.method && opts.method !== 'GET');
+      window.$held += held;
+      const reply = await fetchNow(url, opts);
+      if (held) await new Promise(done => setTimeout(done, 3000));
+      window.$held -= held;
+      return reply;
+    };
+  });
   await page.click('#abort');
   await waitState('aborted', 120000);
+  await page.evaluate(() => {
+    window.$holding = false;
+    // Every header drawn from here on: once one says running, none may say aborted or finished.
+    window.$stale = null;
+    let running = false;
+    new MutationObserver(() => {
+      const head = document.getElementById('job-head');
+      if (!head) return;
+      running = running || head.querySelector('.state')?.textContent === 'running';
+      if (running && !window.$stale && /finished|aborted/.test(head.textContent)) window.$stale = head.textContent;
+    }).observe(document.body, { childList: true, subtree: true, characterData: true });
+  });
   await page.click('#resume');
   await waitState('running', 60000);
-  if (/finished/.test(await page.textContent('#job-head'))) throw new Error('the resumed job shows the aborted attempt\'s finish time');
+  await page.waitForFunction(() => window.$held === 0, null, { timeout: 30000 });
+  await page.waitForTimeout(300);
+  const staleHead = await page.evaluate(() => { window.fetch = window.$fetchNow; return window.$stale; });
+  if (staleHead) throw new Error(`the resumed job's header showed the aborted attempt: ${staleHead.replace(/\s+/g, ' ').trim()}`);
   // The log refreshes while the job runs, and stays where its reader scrolled it.
   await page.waitForFunction(() => document.getElementById('log').scrollHeight > document.getElementById('log').clientHeight + 40, null, { timeout: 30000 });
   await page.$eval('#log', l => { l.scrollTop = 20; });
