@@ -3,7 +3,9 @@ bench/ort.py: the same ONNX file, batch and threads. bakusoku's side is `bakusok
 --layers`; ONNX Runtime's is its own profiler (bench/ort/ort_time.mjs --profile). A bakusoku layer and
 an ONNX Runtime node are the same work when they write the same value (ONNX Runtime names its
 NCHWc nodes after their output, "<value>_nchwc", and fuses as bakusoku does: a convolution
-with its ReLU writes the ReLU's output on both sides); nodes left unmatched are listed.
+with its ReLU writes the ReLU's output on both sides); nodes left unmatched are listed. With
+--precision int8 ONNX Runtime runs the QDQ model bench/qdq.py makes from the INT8 bundle's
+calibration, as bench/ort.py does.
 
 Prints both medians without profiling (bench, ort_time.mjs), each side's sum of per-layer
 times, then the layers ordered by how much longer bakusoku takes than ONNX Runtime. ONNX
@@ -11,7 +13,7 @@ Runtime's profiler adds a few microseconds to every node, so its sum exceeds its
 bakusoku's per-layer times are means over the runs, ONNX Runtime's medians.
 
 Usage: /usr/bin/python3 bench/ort_layers.py BAKUSOKU_BINARY NETWORK [--batch N] [--threads N]
-                                            [--iterations N] [--precision fp32|bf16] [--top N]
+                                            [--iterations N] [--precision fp32|bf16|int8] [--top N]
 NETWORK is one of bench/ort.py's (resnet18_32, googlenet, mobilenet_v2, ...) or an .onnx file
 (then --shape C,H,W). Needs `npm ci --prefix bench/ort --ignore-scripts` first."""
 import argparse
@@ -19,6 +21,7 @@ import collections
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -43,7 +46,8 @@ def ort_node_times(onnx, batch, threads, iterations, tmp):
             name = e["name"][:-len("_kernel_time")]
             times[name].append(e["dur"])
             op[name] = e.get("args", {}).get("op_name", "?")
-    return {k: (op[k], statistics.median(v)) for k, v in times.items()}
+    # ONNX Runtime names a QLinearConv fused from a QDQ group "<Conv node>_token_<n>": key it by the node.
+    return {re.sub(r"_token_\d+$", "", k): (op[k], statistics.median(v)) for k, v in times.items()}
 
 
 def main():
@@ -54,7 +58,7 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--iterations", type=int, default=200)
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32")
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bks-ort-layers-") as tmp:
@@ -69,6 +73,11 @@ def main():
         else:
             sys.exit(f"ort_layers: unknown network '{a.network}' (one of {', '.join(ort.NETS)}, or an .onnx file)")
         bundle = ort.deploy(a.binary, onnx, shape, a.batch, a.threads, a.precision, tmp)
+        if a.precision == "int8":  # ONNX Runtime runs the QDQ model made from the bundle's calibration
+            import qdq
+
+            qdq.make_qdq(onnx, bundle, os.path.join(tmp, "qdq.onnx"))
+            onnx = os.path.join(tmp, "qdq.onnx")
         # One bench run: its median is timed before, and apart from, the per-layer times.
         ours = json.loads(ort.sh([a.binary, "bench", bundle, "--threads", str(a.threads), "--iterations",
                                   str(a.iterations), "--json", "--layers"]))["results"][0]

@@ -27,6 +27,7 @@
 #include "formats/weights.h"
 #include "graph/graph_edit.h"
 #include "ops/conv_attrs.h"
+#include "ops/dw_conv_int8.h"
 
 namespace bks::test {
 namespace {
@@ -1306,6 +1307,51 @@ layer { name: 'grouped' type: 'Convolution' bottom: 'dw' top: 'grouped' convolut
                           [](const Node& n) { return n.deploy.precision == Precision::int8; }),
             3);
   EXPECT_LE(int8_relative_error(a, b), 0.05) << d;
+}
+
+// ReLU6 fused into INT8 convolutions bounds the outputs in real units, not in the int8
+// levels the kernels compute in: MobileNet v2's blocks match FP32.
+TEST(DeployInt8, BoundedReluMatchesFp32) {
+  const char* net = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 16 kernel_size: 3 pad: 1 weight_filler { type: 'gaussian' std: 1.5 } } }
+layer { name: 'relu1' type: 'ReLU6' bottom: 'conv1' top: 'conv1' }
+layer { name: 'dw' type: 'Convolution' bottom: 'conv1' top: 'dw' convolution_param { num_output: 16 group: 16 kernel_size: 3 pad: 1 weight_filler { type: 'gaussian' std: 0.5 } } }
+layer { name: 'relu2' type: 'ReLU6' bottom: 'dw' top: 'dw' }
+layer { name: 'pw' type: 'Convolution' bottom: 'dw' top: 'pw' convolution_param { num_output: 8 kernel_size: 1 } }
+)";
+  QuantizedNet q = quantized_net("int8_relu6", {2, 8, 10, 10}, net);
+  int bounded = 0;
+  for (const Node& n : q.int8.graph.nodes) bounded += n.deploy.fusion.bounded();
+  EXPECT_EQ(bounded, 2);
+  InferenceSession a(q.fp32, "fp32", 2), b(q.int8, "int8", 2);
+  EXPECT_LE(int8_relative_error(a, b), 0.05) << b.net().describe();
+}
+
+// bakusoku's INT8 depthwise kernel (dw_conv_int8.h) computes what oneDNN's does, bit for bit,
+// from the same rounded weights, bias and scales; deploy's choice of it is saved and taken.
+TEST(DeployInt8, OwnDepthwiseKernelMatchesOneDnnExactly) {
+  if (!DwInt8Conv::cpu_supported()) {
+    GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+  }
+  const char* net = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 24 kernel_size: 3 pad: 1 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'dw' type: 'Convolution' bottom: 'conv1' top: 'dw' convolution_param { num_output: 24 group: 24 kernel_size: 3 pad: 1 stride: 2 } }
+layer { name: 'relu2' type: 'ReLU' bottom: 'dw' top: 'dw' }
+layer { name: 'pw' type: 'Convolution' bottom: 'dw' top: 'pw' convolution_param { num_output: 16 kernel_size: 1 } }
+)";
+  QuantizedNet q = quantized_net("int8_own_dw", {3, 8, 19, 21}, net);
+  Bundle own = q.int8, theirs = q.int8;
+  for (Bundle* b : {&own, &theirs})
+    for (Node& n : b->graph.nodes)
+      if (n.name == "dw") n.deploy.kernel = b == &own ? "dw_int8" : "direct";
+  InferenceSession a(theirs, "oneDNN", 2), b(own, "own", 2);
+  OutputGap g = output_gap(a, b, 0.f, 1.f, 3);
+  const std::string d = b.net().describe();
+  EXPECT_NE(d.find("bakusoku dw_3x3_vnni (as deploy chose) int8 (u8 in"), std::string::npos) << d;
+  EXPECT_EQ(a.net().describe().find("dw_3x3_vnni"), std::string::npos) << a.net().describe();
+  EXPECT_GT(g.scale, 1e-6);
+  EXPECT_EQ(g.worst, 0.0) << "of " << g.scale;
 }
 
 // A layer measured slower in INT8 goes back to FP32; the layer before it, which wrote int8

@@ -6,16 +6,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <limits>
+#include <random>
 
 #include "backend/dnnl_util.h"
 #include "conv_oracle.h"
 #include "core/worse.h"
 #include "op_harness.h"
 #include "ops/conv_winograd.h"
+#include "ops/dw_conv_int8.h"
 
 namespace bks::test {
 namespace {
@@ -404,5 +407,130 @@ TEST(WinogradConv, AppliesOnlyTo3x3Stride1In8ChannelBlocks) {
   EXPECT_FALSE(WinogradConv::applies(3, 3, 1, 1, 1, 1, 1, odd, blk, blk));
 }
 
+
+// bakusoku's INT8 depthwise kernel against a direct loop: y = post(scale * (sum w x + bias)),
+// rounded to nearest (ties to even) and saturated, bit for bit. The shapes cover partial
+// 16-channel blocks, rows that are no multiple of its 8-output runs, planes narrower than a
+// run (every column at an edge), both strides, pads 0-2 and each destination type.
+struct DwInt8Case {
+  int64_t n, c, h, w, stride, pad;
+  dnnl::memory::data_type out;
+  bool bias, relu;
+  float slope;
+  float top = std::numeric_limits<float>::infinity();  // a bounded ReLU's bound, in output units
+};
+
+class DwInt8Test : public ::testing::TestWithParam<DwInt8Case> {};
+
+TEST_P(DwInt8Test, MatchesDirectLoopExactly) {
+  if (!DwInt8Conv::cpu_supported()) {
+    GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+  }
+  const DwInt8Case& k = GetParam();
+  using dt = dnnl::memory::data_type;
+  const int64_t oh = (k.h + 2 * k.pad - 3) / k.stride + 1, ow = (k.w + 2 * k.pad - 3) / k.stride + 1;
+  const DwInt8Shape shape{k.n, k.c, k.h, k.w, oh, ow, k.stride, k.pad, k.pad};
+  const dnnl::memory::desc src({k.n, k.c, k.h, k.w}, dt::u8, dnnl::memory::format_tag::nhwc),
+      dst({k.n, k.c, oh, ow}, k.out, dnnl::memory::format_tag::nhwc);
+  FusedPostOps post;
+  post.relu = k.relu;
+  post.relu_slope = k.slope;
+  post.relu_max = k.top;
+  ASSERT_TRUE(DwInt8Conv::applies(3, 3, k.stride, k.stride, 1, 1, k.c, shape, src, dst, post));
+
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> byte(0, 255), level(-127, 127);
+  std::vector<uint8_t> x(static_cast<size_t>(k.n * k.h * k.w * k.c));
+  for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
+  std::vector<int8_t> w(static_cast<size_t>(k.c * 9));
+  for (auto& v : w) v = static_cast<int8_t>(level(rng));
+  std::vector<float> bias(static_cast<size_t>(k.c)), scale(static_cast<size_t>(k.c));
+  for (int64_t ch = 0; ch < k.c; ++ch) {
+    bias[ch] = static_cast<float>(level(rng)) * 37.5f;  // accumulator units
+    // Int8 destinations: a scale that spreads outputs over the levels and past them (saturation).
+    scale[ch] = (k.out == dt::f32 ? 1e-3f : 4e-3f) * (1.f + 0.1f * static_cast<float>(ch % 5));
+  }
+  DwInt8Conv conv(shape, k.out, post);
+  conv.set_weights(w.data(), k.bias ? bias.data() : nullptr, scale.data());
+  const size_t outputs = static_cast<size_t>(k.n * oh * ow * k.c);
+  std::vector<float> got_f(outputs);
+  std::vector<uint8_t> got_b(outputs);
+  conv.forward(x.data(), k.out == dt::f32 ? static_cast<void*>(got_f.data()) : got_b.data());
+
+  size_t wrong = 0, saturated = 0;
+  std::string first;
+  for (int64_t i = 0; i < k.n; ++i)
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t xo = 0; xo < ow; ++xo)
+        for (int64_t ch = 0; ch < k.c; ++ch) {
+          int32_t acc = 0;
+          for (int64_t u = 0; u < 3; ++u)
+            for (int64_t v = 0; v < 3; ++v) {
+              const int64_t iy = y * k.stride - k.pad + u, ix = xo * k.stride - k.pad + v;
+              if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+              acc += int32_t{x[((i * k.h + iy) * k.w + ix) * k.c + ch]} * int32_t{w[ch * 9 + u * 3 + v]};
+            }
+          float r = (static_cast<float>(acc) + (k.bias ? bias[ch] : 0.f)) * scale[ch];
+          if (k.relu && r < 0.f) r *= k.slope;
+          if (post.bounded()) r = std::min(r, k.top);
+          const size_t at = static_cast<size_t>(((i * oh + y) * ow + xo) * k.c + ch);
+          bool ok;
+          if (k.out == dt::f32) {
+            ok = got_f[at] == r;
+          } else {
+            const float lo = k.out == dt::u8 ? 0.f : -128.f, hi = k.out == dt::u8 ? 255.f : 127.f;
+            const float q = std::clamp(std::nearbyint(r), lo, hi);
+            saturated += q == lo || q == hi;
+            const int have = k.out == dt::u8 ? int{got_b[at]} : int{static_cast<int8_t>(got_b[at])};
+            ok = have == static_cast<int>(q);
+          }
+          if (!ok && wrong++ == 0)
+            first = fmt::format("item {} row {} column {} channel {}: want {}", i, y, xo, ch, r);
+        }
+  EXPECT_EQ(wrong, 0u) << "of " << outputs << "; first " << first;
+  if (k.out != dt::f32) {
+    EXPECT_GT(saturated, 0u) << "the scales should reach the saturation";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DwInt8Test,
+    ::testing::Values(DwInt8Case{1, 16, 8, 8, 1, 1, dnnl::memory::data_type::u8, true, true, 0.f},
+                      DwInt8Case{2, 24, 13, 11, 1, 1, dnnl::memory::data_type::u8, true, true, 0.f},
+                      DwInt8Case{2, 40, 15, 15, 2, 1, dnnl::memory::data_type::s8, true, false, 0.f},
+                      DwInt8Case{1, 32, 5, 6, 1, 1, dnnl::memory::data_type::f32, false, true, 0.1f},
+                      DwInt8Case{3, 48, 20, 19, 2, 1, dnnl::memory::data_type::u8, false, true, 0.f},
+                      DwInt8Case{1, 8, 9, 30, 1, 2, dnnl::memory::data_type::s8, true, true, 0.25f},
+                      DwInt8Case{1, 64, 7, 7, 1, 0, dnnl::memory::data_type::f32, true, false, 0.f},
+                      DwInt8Case{2, 17, 12, 12, 2, 2, dnnl::memory::data_type::u8, true, false, 0.f},
+                      DwInt8Case{2, 32, 14, 14, 1, 1, dnnl::memory::data_type::u8, true, true, 0.f, 100.f},
+                      DwInt8Case{1, 24, 11, 9, 2, 1, dnnl::memory::data_type::f32, true, true, 0.f, 0.5f}),
+    [](const auto& info) { return fmt::format("case{}", info.index); });
+
+TEST(DwInt8Conv, AppliesOnlyToU8Depthwise3x3ChannelsLastWithoutResidual) {
+  if (!DwInt8Conv::cpu_supported()) {
+    GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+  }
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const DwInt8Shape s{1, 16, 10, 10, 10, 10, 1, 1, 1};
+  const dnnl::memory::desc u8({1, 16, 10, 10}, dt::u8, tag::nhwc), s8({1, 16, 10, 10}, dt::s8, tag::nhwc),
+      f32({1, 16, 10, 10}, dt::f32, tag::nhwc), blocked({1, 16, 10, 10}, dt::u8, tag::nChw16c);
+  FusedPostOps relu, sum, six;
+  relu.relu = true;
+  sum.residual_sum = true;
+  six.relu = true;
+  six.relu_max = 6.f;
+  EXPECT_TRUE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 16, s, u8, u8, relu));
+  EXPECT_TRUE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 16, s, u8, f32, relu));
+  EXPECT_FALSE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 16, s, s8, u8, relu));       // signed source
+  EXPECT_FALSE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 16, s, blocked, u8, relu));  // not channels-last
+  EXPECT_FALSE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 8, s, u8, u8, relu));        // not depthwise
+  EXPECT_FALSE(DwInt8Conv::applies(5, 5, 1, 1, 1, 1, 16, s, u8, u8, relu));
+  EXPECT_FALSE(DwInt8Conv::applies(3, 3, 1, 2, 1, 1, 16, s, u8, u8, relu));
+  EXPECT_FALSE(DwInt8Conv::applies(3, 3, 1, 1, 2, 2, 16, s, u8, u8, relu));
+  EXPECT_TRUE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 16, s, u8, u8, six));
+  EXPECT_FALSE(DwInt8Conv::applies(3, 3, 1, 1, 1, 1, 16, s, u8, u8, sum));
+}
 }  // namespace
 }  // namespace bks::test

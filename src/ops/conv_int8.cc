@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "ops/int8_weights.h"
+#include "ops/kernel_timing.h"
 #include "ops/op_def.h"
 
 namespace bks {
@@ -104,6 +105,10 @@ Int8Conv::Int8Conv(const dnnl::engine& eng, const Int8ConvSpec& spec, const memo
       throw InputError("an int8 convolution output needs a positive int8_output_threshold");
     dst_scale_ = int8_levels(dst_user.data_type()) / spec.out_threshold;
   }
+  // The kernels bound the output after the output scale, in the destination's levels: a
+  // ReLU6 clips at 6 * levels per unit (at 6 itself it cut MobileNet v2's activations to
+  // 6 of 255 levels).
+  if (fusion_.bounded()) fusion_.relu_max *= dst_scale_;
 }
 
 memory::desc Int8Conv::preferred_dst(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_md,
@@ -208,21 +213,57 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
     bias_q_ = memory({{oc}, dt::f32, tag::a}, eng_, bias_scaled_.data());
   }
   s.wait();
+  built_ = true;
+  const std::string onednn = pd.impl_info_str();
+  try_own_depthwise(s, wq, oscale);
   auto type = [](const memory::desc& m) {
     return m.data_type() == dt::u8 ? "u8" : m.data_type() == dt::s8 ? "s8" : "f32";
   };
+  const std::string relu = !fusion_.relu       ? ""
+                           : fusion_.bounded() ? fmt::format(" +clip(0,{:g})", fusion_.relu_max / dst_scale_)
+                                               : " +relu";
   name_ = fmt::format(
-      "{} int8 ({} in |x| <= {:.4g}, {} out{}{})", pd.impl_info_str(), type(src_user_), spec_.in_threshold,
+      "{} int8 ({} in |x| <= {:.4g}, {} out{}{})", dw_ ? "bakusoku dw_3x3_vnni" + tuning_ : onednn + tuning_,
+      type(src_user_), spec_.in_threshold,
       type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
-      fusion_.residual_sum ? fmt::format(", fused +{}{}", sum_ ? "sum" : "add", fusion_.relu ? " +relu" : "")
-      : fusion_.relu       ? ", fused +relu"
+      fusion_.residual_sum ? fmt::format(", fused +{}{}", sum_ ? "sum" : "add", relu)
+      : fusion_.relu       ? ", fused" + relu
                            : "");
-  built_ = true;
+}
+
+void Int8Conv::try_own_depthwise(dnnl::stream& s, const std::vector<int8_t>& levels, const std::vector<float>& oscale) {
+  const memory::dims &src = spec_.src, &dst = spec_.dst, &w = spec_.wei;
+  if (!grouped(spec_) || w[1] != 1 || w[2] != 1 || (!choice_.empty() && choice_ != "dw_int8")) return;
+  // oneDNN counts dilation from 0 (no gaps).
+  const DwInt8Shape shape{src[0], src[1], src[2], src[3], dst[2], dst[3], spec_.strides[0], spec_.pl[0], spec_.pl[1]};
+  if (!DwInt8Conv::applies(w[3], w[4], spec_.strides[0], spec_.strides[1], spec_.dil[0] + 1, spec_.dil[1] + 1, w[0],
+                           shape, src_user_, dst_user_, fusion_))
+    return;
+  auto own = std::make_unique<DwInt8Conv>(shape, dst_user_.data_type(), fusion_);
+  own->set_weights(levels.data(), spec_.bias ? bias_scaled_.data() : nullptr, oscale.data());
+  if (choice_.empty()) {
+    // Zeros in, whatever comes out: the same work as real data for both.
+    std::vector<uint8_t> in(src_user_.get_size(), 0), out(dst_user_.get_size(), 0);
+    const double theirs = best_of_three_ms([&] { run_onednn(s, in.data(), out.data(), nullptr); });
+    const double ours = best_of_three_ms([&] { own->forward(in.data(), out.data()); });
+    tuning_ = fmt::format(" (autotuned: {} {:.3f} ms vs {} {:.3f} ms)", ours < theirs ? "dw_int8" : "direct",
+                          std::min(ours, theirs), ours < theirs ? "direct" : "dw_int8", std::max(ours, theirs));
+    if (ours >= theirs) return;
+  } else {
+    tuning_ = " (as deploy chose)";
+  }
+  dw_ = std::move(own);
+  algorithm_ = "dw_int8";
 }
 
 void Int8Conv::run(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst,
                    const float* residual) {
   if (!built_) build(s, wei, bias);
+  if (dw_) return dw_->forward(src, dst);
+  run_onednn(s, src, dst, residual);
+}
+
+void Int8Conv::run_onednn(dnnl::stream& s, const void* src, void* dst, const float* residual) {
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, src_.read(s, src)}, {DNNL_ARG_WEIGHTS, wei_q_}, {DNNL_ARG_DST, dst_.write(dst)}};
   if (spec_.bias) args[DNNL_ARG_BIAS] = bias_q_;

@@ -16,6 +16,7 @@
 #include "backend/dnnl_util.h"
 #include "caffe.pb.h"
 #include "graph/graph.h"
+#include "ops/dw_conv_int8.h"
 
 namespace bks {
 
@@ -49,11 +50,21 @@ class Int8Conv {
   // (empty: f32 to be quantized here).
   static memory::desc preferred_dst(const dnnl::engine& eng, const Int8ConvSpec& spec, const memory::desc& src_md,
                                     memory::data_type dst_type);
+  // "" times bakusoku's own depthwise kernel (dw_conv_int8.h) against oneDNN's where it
+  // applies and keeps the faster; "dw_int8" takes it where it applies, anything else
+  // oneDNN's (deploy's choice).
+  void set_algorithm_choice(const std::string& c) { choice_ = c; }
+  // What runs: "direct" (oneDNN) or "dw_int8"; "direct" until the first run builds it.
+  const std::string& algorithm() const { return algorithm_; }
   void run(dnnl::stream& s, const void* src, const float* wei, const float* bias, void* dst, const float* residual);
   std::string name() const { return name_; }
 
  private:
   void build(dnnl::stream& s, const float* wei, const float* bias);
+  void run_onednn(dnnl::stream& s, const void* src, void* dst, const float* residual);
+  // Takes bakusoku's depthwise kernel where it computes this convolution and deploy chose it
+  // or (no choice yet) it runs faster than oneDNN's; `levels` are the rounded weights.
+  void try_own_depthwise(dnnl::stream& s, const std::vector<int8_t>& levels, const std::vector<float>& oscale);
 
   dnnl::engine eng_;
   Int8ConvSpec spec_;
@@ -67,6 +78,8 @@ class Int8Conv {
   memory wei_q_, bias_q_;
   DnnlOperand src_, dst_, res_;
   std::vector<float> bias_scaled_;
+  std::unique_ptr<DwInt8Conv> dw_;
+  std::string choice_, algorithm_ = "direct", tuning_;
   std::string name_ = "int8 (kernel built at the first run)";
 };
 

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
 #include "ops/fused_post_ops.h"
+#include "ops/kernel_timing.h"
 #include "ops/op_def.h"
 
 namespace bks {
@@ -165,19 +165,6 @@ dnnl::primitive_attr fusion_attr(const FusedPostOps* f, const memory::desc& dst,
   return attr;
 }
 
-// The best of three timed calls of `run` after a warm-up one, in milliseconds.
-template <class F>
-double best_of_three_ms(F&& run) {
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::min(best, ms);
-  }
-  return best;
-}
-
 // Milliseconds one forward call takes with this kernel, converting from and to the
 // caller's layouts as the real call would (best of 3 after a warm-up, on zeroed scratch
 // buffers). `residual`: the kernel reads one through a binary post-op.
@@ -301,6 +288,7 @@ void ConvKernels::prepare(dnnl::engine& eng, const ConvGeometry& g, bool bias, b
   if (int8_thresholds_.in > 0.f && !training) {
     int8_ = std::make_unique<Int8Conv>(eng, int8_spec(g, bias, int8_thresholds_, fusion), src_user, dst_user,
                                        residual_md, residual_in_dst);
+    int8_->set_algorithm_choice(constant_weights_ ? choice_ : "direct");
     return;
   }
   const bool bf16 = bf16_ && !training;

@@ -68,16 +68,18 @@ class ConvKernels {
   // Weights never change after the first forward (inference): reordered once, and prepare()
   // times the candidate kernels and keeps the fastest. Call before prepare().
   void set_constant_weights(bool c) { constant_weights_ = c; }
-  // "direct", "winograd" (oneDNN's) or "winograd_f4" (bakusoku's, conv_winograd.h) skips the
-  // timing (a choice saved by deploy); "" times them.
+  // "direct", "winograd" (oneDNN's), "winograd_f4" (bakusoku's, conv_winograd.h) or, for
+  // INT8, "dw_int8" (bakusoku's, dw_conv_int8.h) skips the timing (a choice saved by
+  // deploy); "" times them.
   void set_algorithm_choice(const std::string& a) { choice_ = a; }
   // Inference in bfloat16 (data converted from and to the callers' f32 at the edges).
   void set_bf16(bool b) { bf16_ = b; }
   // INT8 inference with these calibrated thresholds: the input's (0: off), the output's when
   // the destination layout is int8, a fused residual's when it arrives int8; see conv_int8.h.
   void set_int8_thresholds(const Int8Thresholds& t) { int8_thresholds_ = t; }
-  // The algorithm the forward kernel runs ("direct", "winograd" or "winograd_f4").
-  const std::string& algorithm() const { return algorithm_; }
+  // The algorithm the forward kernel runs ("direct", "winograd" or "winograd_f4"; for INT8,
+  // "direct" or "dw_int8", known after the first forward).
+  const std::string& algorithm() const { return int8_ ? int8_->algorithm() : algorithm_; }
 
  private:
   // Takes bakusoku's Winograd kernel when it computes this layer and (unless deploy chose it)

@@ -17,8 +17,8 @@ void check_convolution(const OpContext& c) {
   parse_conv_layer(c);
   int8_thresholds(c);
   const std::string& choice = c.node.deploy.kernel;
-  if (!choice.empty() && choice != "direct" && choice != "winograd" && choice != "winograd_f4")
-    c.fail("the chosen kernel must be \"direct\", \"winograd\" or \"winograd_f4\", got \"{}\"", choice);
+  if (!choice.empty() && choice != "direct" && choice != "winograd" && choice != "winograd_f4" && choice != "dw_int8")
+    c.fail("the chosen kernel must be \"direct\", \"winograd\", \"winograd_f4\" or \"dw_int8\", got \"{}\"", choice);
   const FusedPostOps& f = c.node.deploy.fusion;
   if (f.any() && c.phase == proto::TRAIN)
     c.fail("fused post-ops are for inference graphs (bakusoku deploy), not TRAIN");
@@ -177,7 +177,8 @@ class ConvolutionKernel final : public Kernel {
   }
 
   std::string kernel_name() const override {
-    return k_.algorithm() == "winograd_f4" ? k_.name() : "oneDNN " + k_.name();  // bakusoku's own
+    const std::string& a = k_.algorithm();
+    return a == "winograd_f4" || a == "dw_int8" ? k_.name() : "oneDNN " + k_.name();  // bakusoku's own
   }
   std::string tuning_decision() const override { return constant_params_ ? k_.algorithm() : ""; }
 
