@@ -222,13 +222,12 @@ void Int8Conv::build(dnnl::stream& s, const float* wei, const float* bias) {
   const std::string relu = !fusion_.relu       ? ""
                            : fusion_.bounded() ? fmt::format(" +clip(0,{:g})", fusion_.relu_max / dst_scale_)
                                                : " +relu";
-  name_ = fmt::format(
-      "{} int8 ({} in |x| <= {:.4g}, {} out{}{})", dw_ ? "bakusoku dw_3x3_vnni" + tuning_ : onednn + tuning_,
-      type(src_user_), spec_.in_threshold,
-      type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
-      fusion_.residual_sum ? fmt::format(", fused +{}{}", sum_ ? "sum" : "add", relu)
-      : fusion_.relu       ? ", fused" + relu
-                           : "");
+  name_ = fmt::format("{} int8 ({} in |x| <= {:.4g}, {} out{}{})",
+                      dw_ ? "bakusoku dw_3x3_vnni" + tuning_ : onednn + tuning_, type(src_user_), spec_.in_threshold,
+                      type(dst_user_), is_int8(dst_user_) ? fmt::format(" |x| <= {:.4g}", spec_.out_threshold) : "",
+                      fusion_.residual_sum ? fmt::format(", fused +{}{}", sum_ ? "sum" : "add", relu)
+                      : fusion_.relu       ? ", fused" + relu
+                                           : "");
 }
 
 void Int8Conv::try_own_depthwise(dnnl::stream& s, const std::vector<int8_t>& levels, const std::vector<float>& oscale) {

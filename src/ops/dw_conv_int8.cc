@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -33,13 +34,13 @@ bool cpu_has_avx512_vnni_vbmi() {
 
 #if defined(__x86_64__)
 struct RowArgs {
-  const uint8_t* src;   // the image
-  uint8_t* dst;         // its destination row (oh), element bytes given by the type
-  const int32_t* w;     // the block's [kw][16] weights
-  const float* bias;    // the block's 16
+  const uint8_t* src;  // the image
+  uint8_t* dst;        // its destination row (oh), element bytes given by the type
+  const int32_t* w;    // the block's [kw][16] weights
+  const float* bias;   // the block's 16
   const float* scale;
   int64_t c, h, w_in, ow, ph, pw, oh, block;
-  __mmask16 mask;       // the block's channels that exist
+  __mmask16 mask;  // the block's channels that exist
   bool relu, bounded;
   float slope, top;
 };
@@ -62,17 +63,10 @@ constexpr GatherIndex kGather = make_gather_index();
 // The kRun accumulators are separate locals (GCC keeps an array of them on the stack),
 // picked by a compile-time index.
 template <int O>
-BKS_DW_INLINE __m512i& slot(__m512i& a0, __m512i& a1, __m512i& a2, __m512i& a3, __m512i& a4, __m512i& a5,
-                            __m512i& a6, __m512i& a7) {
+BKS_DW_INLINE __m512i& slot(__m512i& a0, __m512i& a1, __m512i& a2, __m512i& a3, __m512i& a4, __m512i& a5, __m512i& a6,
+                            __m512i& a7) {
   static_assert(O >= 0 && O < kRun);
-  if constexpr (O == 0) return a0;
-  else if constexpr (O == 1) return a1;
-  else if constexpr (O == 2) return a2;
-  else if constexpr (O == 3) return a3;
-  else if constexpr (O == 4) return a4;
-  else if constexpr (O == 5) return a5;
-  else if constexpr (O == 6) return a6;
-  else return a7;
+  return std::get<O>(std::tie(a0, a1, a2, a3, a4, a5, a6, a7));
 }
 
 // Tap column KW of output o reads source column o * S + KW: column J adds into that output.
@@ -91,9 +85,10 @@ BKS_DW_INLINE void tap(__m512i x, __m512i w, __m512i& a0, __m512i& a1, __m512i& 
 // one VNNI instruction then adds a whole window column. Outside the image (Edge) the column
 // adds nothing.
 template <int S, bool Edge, int J>
-BKS_DW_INLINE void column(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, __mmask16 m0, __mmask16 m1, __mmask16 m2, int64_t iw0,
-                          int64_t width, int64_t c, __m512i gather, const __m512i* wv, __m512i& a0, __m512i& a1,
-                          __m512i& a2, __m512i& a3, __m512i& a4, __m512i& a5, __m512i& a6, __m512i& a7) {
+BKS_DW_INLINE void column(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, __mmask16 m0, __mmask16 m1,
+                          __mmask16 m2, int64_t iw0, int64_t width, int64_t c, __m512i gather, const __m512i* wv,
+                          __m512i& a0, __m512i& a1, __m512i& a2, __m512i& a3, __m512i& a4, __m512i& a5, __m512i& a6,
+                          __m512i& a7) {
   const int64_t iw = iw0 + J;
   if (Edge && (iw < 0 || iw >= width)) return;
   const int64_t off = iw * c;
@@ -108,10 +103,9 @@ BKS_DW_INLINE void column(const uint8_t* r0, const uint8_t* r1, const uint8_t* r
 
 template <int S, bool Edge, int... J>
 BKS_DW_INLINE void add_columns(std::integer_sequence<int, J...>, const uint8_t* r0, const uint8_t* r1,
-                               const uint8_t* r2, __mmask16 m0,
-                               __mmask16 m1, __mmask16 m2, int64_t iw0, int64_t width, int64_t c, __m512i gather,
-                               const __m512i* wv, __m512i& a0, __m512i& a1, __m512i& a2, __m512i& a3, __m512i& a4,
-                               __m512i& a5, __m512i& a6, __m512i& a7) {
+                               const uint8_t* r2, __mmask16 m0, __mmask16 m1, __mmask16 m2, int64_t iw0, int64_t width,
+                               int64_t c, __m512i gather, const __m512i* wv, __m512i& a0, __m512i& a1, __m512i& a2,
+                               __m512i& a3, __m512i& a4, __m512i& a5, __m512i& a6, __m512i& a7) {
   (column<S, Edge, J>(r0, r1, r2, m0, m1, m2, iw0, width, c, gather, wv, a0, a1, a2, a3, a4, a5, a6, a7), ...);
 }
 
@@ -175,8 +169,8 @@ __attribute__((target(BKS_DW_ISA))) void dw_row(const RowArgs& a) {
       add_columns<S, true>(columns, r0, r1, r2, m0, m1, m2, iw0, a.w_in, a.c, gather, wv, a0, a1, a2, a3, a4, a5, a6,
                            a7);
     else
-      add_columns<S, false>(columns, r0, r1, r2, m0, m1, m2, iw0, a.w_in, a.c, gather, wv, a0, a1, a2, a3, a4, a5,
-                            a6, a7);
+      add_columns<S, false>(columns, r0, r1, r2, m0, m1, m2, iw0, a.w_in, a.c, gather, wv, a0, a1, a2, a3, a4, a5, a6,
+                            a7);
     const int n = static_cast<int>(std::min<int64_t>(kRun, a.ow - ow0));
     uint8_t* out = a.dst + (ow0 * a.c + block_offset) * static_cast<int64_t>(sizeof(OutT<Out>));
     const int64_t step = a.c * static_cast<int64_t>(sizeof(OutT<Out>));
@@ -256,9 +250,19 @@ void DwInt8Conv::forward(const void* src, void* dst) const {
               w_.data() + b * 3 * kLanes,
               bias_.data() + b * kLanes,
               scale_.data() + b * kLanes,
-              s_.c, s_.h, s_.w, s_.ow, s_.ph, s_.pw, oh, b,
+              s_.c,
+              s_.h,
+              s_.w,
+              s_.ow,
+              s_.ph,
+              s_.pw,
+              oh,
+              b,
               static_cast<__mmask16>(left >= kLanes ? 0xffff : (1u << left) - 1u),
-              relu, post_.bounded(), post_.relu_slope, post_.relu_max};
+              relu,
+              post_.bounded(),
+              post_.relu_slope,
+              post_.relu_max};
     run(a);
   }
 #else

@@ -21,8 +21,8 @@ namespace bks {
 struct DwInt8Shape {
   int64_t n = 0, c = 0, h = 0, w = 0;  // source; the destination has the same channels
   int64_t oh = 0, ow = 0;
-  int64_t stride = 1;                  // both directions
-  int64_t ph = 0, pw = 0;              // padding before (after: whatever reaches oh, ow)
+  int64_t stride = 1;      // both directions
+  int64_t ph = 0, pw = 0;  // padding before (after: whatever reaches oh, ow)
 };
 
 class DwInt8Conv {
@@ -49,10 +49,10 @@ class DwInt8Conv {
   DwInt8Shape s_;
   dnnl::memory::data_type dst_type_;
   FusedPostOps post_;
-  int64_t blocks_ = 0;          // 16-channel blocks (the last one may be partial)
-  std::vector<int32_t> w_;      // [block][kw][16]: the levels of rows 0, 1, 2 in bytes 0, 1, 2
-  std::vector<float> bias_;     // [blocks * 16]
-  std::vector<float> scale_;    // [blocks * 16]
+  int64_t blocks_ = 0;        // 16-channel blocks (the last one may be partial)
+  std::vector<int32_t> w_;    // [block][kw][16]: the levels of rows 0, 1, 2 in bytes 0, 1, 2
+  std::vector<float> bias_;   // [blocks * 16]
+  std::vector<float> scale_;  // [blocks * 16]
 };
 
 }  // namespace bks
