@@ -1155,6 +1155,41 @@ TEST(DeployInt8, Int8StaysBetweenInt8LayersAndMatchesFp32) {
   EXPECT_LE(int8_relative_error(a, b), 0.05);
 }
 
+// Average poolings read int8: a padded window with Caffe's divisor over a u8 input (after
+// a fused ReLU), and a global one over an s8 input. Their writers write int8 with the
+// poolings' inputs' calibrated ranges, and the poolings dequantize their means.
+TEST(DeployInt8, AveragePoolingsReadInt8AndMatchFp32) {
+  const char* layers = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'pool1' type: 'Pooling' bottom: 'conv1' top: 'pool1' pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 } }
+layer { name: 'conv2' type: 'Convolution' bottom: 'pool1' top: 'conv2' convolution_param { num_output: 32 kernel_size: 3 pad: 1 } }
+layer { name: 'pool2' type: 'Pooling' bottom: 'conv2' top: 'pool2' pooling_param { pool: AVE global_pooling: true } }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'pool2' top: 'ip' inner_product_param { num_output: 10 } }
+)";
+  QuantizedNet q = quantized_net("int8_average", {4, 8, 12, 12}, layers);
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : q.int8.graph.nodes) by_name[n.name] = &n;
+  ASSERT_TRUE(by_name.count("pool1") && by_name.count("pool2") && by_name.count("conv1") && by_name.count("conv2"));
+  EXPECT_EQ(q.plan.int8_outputs, 2);  // conv1 (u8) and conv2 (s8)
+  for (const char* conv : {"conv1", "conv2"}) {
+    ASSERT_GT(q.table.threshold.count(conv), 0u) << conv;  // calibrated: a pooling's input
+    EXPECT_FLOAT_EQ(by_name[conv]->deploy.int8_output_threshold, q.table.threshold.at(conv)) << conv;
+  }
+  EXPECT_FLOAT_EQ(by_name["pool1"]->deploy.int8_input_threshold, q.table.threshold.at("conv1"));
+  EXPECT_FLOAT_EQ(by_name["pool2"]->deploy.int8_input_threshold, q.table.threshold.at("conv2"));
+  InferenceSession a(q.fp32, "fp32", 2), b(q.int8, "int8", 2);
+  EXPECT_LE(int8_relative_error(a, b), 0.05);
+  const std::string d = b.net().describe();
+  EXPECT_NE(d.find("channels-last average (u8 in"), std::string::npos) << d;
+  EXPECT_NE(d.find("channels-last average (s8 in"), std::string::npos) << d;
+  // An average pooling told a threshold takes it at inference only.
+  Bundle bad = q.int8;
+  for (Node& n : bad.graph.nodes)
+    if (n.name == "pool1") n.deploy.int8_input_threshold = -1.f;
+  EXPECT_THROW(InferenceSession(bad, "bad", 1), InputError);
+}
+
 // Two residual blocks as ResNet's: an identity shortcut (the block adds its u8 input) and
 // a projection (the 1x1 shortcut convolution, computed last, adds the s8 output of the
 // block's last convolution, read by nothing else).
@@ -1404,8 +1439,9 @@ TEST(DeployInt8, DeployKeepsInt8WhereFaster) {
   EXPECT_EQ(r.int8.quantized + static_cast<int>(rep->changes.size()), 4);
 }
 
-// Where int8 must not be kept: a reader that takes f32 only, an AVE pooling, readers with
-// different thresholds, a net output, and a fused residual sum.
+// Where int8 must not be kept: a reader that takes f32 only, an AVE pooling whose input has
+// no calibrated range, readers with different thresholds, a net output, and a fused residual
+// sum.
 TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
   // Convolutions named by their input threshold ("a=1" reads with threshold 1).
   auto net = [](const std::string& text, const std::map<std::string, float>& thresholds) {
@@ -1440,6 +1476,10 @@ TEST(DeployInt8, Int8IsNotKeptWhereAReaderNeedsF32) {
               conv("b", "p"),
           {{"a", 1}, {"b", 2}});
   EXPECT_EQ(keep_int8_between_layers(g), 0);
+  EXPECT_EQ(g.nodes[2].deploy.int8_input_threshold, 0.f);
+  EXPECT_EQ(keep_int8_between_layers(g, {{"a", 4.f}}), 1);  // with a's range the pooling reads it int8
+  EXPECT_FLOAT_EQ(g.nodes[1].deploy.int8_output_threshold, 4.f);
+  EXPECT_FLOAT_EQ(g.nodes[2].deploy.int8_input_threshold, 4.f);
   g = net(conv("a", "data") +
               "layer { name: 'p' type: 'Pooling' bottom: 'a' top: 'p' pooling_param { pool: MAX kernel_size: 2 } }\n" +
               conv("b", "p"),

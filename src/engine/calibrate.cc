@@ -202,14 +202,19 @@ CalibrationTable calibrate(const Bundle& b, const std::string& source, const std
   auto calib = build_bundle_net(b, random ? b.graph : scoring_net(b, source, dataset), source, threads, opt);
   Net& net = *calib->net;
   // The tensors an int8 kernel would quantize: inputs of convolutions and inner products,
-  // and the residuals fused into them (int8 when their writers can write int8).
+  // the residuals fused into them (int8 when their writers can write int8), and inputs of
+  // average poolings (which read int8 when their writers can write it).
   std::set<int> watched;
   const Graph& g = net.graph();
-  for (const Node& n : g.nodes)
-    if (op_traits(n).weighted_linear) {
+  for (const Node& n : g.nodes) {
+    const OpTraits tr = op_traits(n);
+    if (tr.weighted_linear) {
       watched.insert(n.inputs[0]);
       if (n.deploy.fusion.residual_sum && n.inputs.size() == 2) watched.insert(n.inputs[1]);
+    } else if (tr.averages_int8 && n.inputs.size() == 1) {
+      watched.insert(n.inputs[0]);
     }
+  }
   std::map<int, AbsHistogram> hist;
   auto plain = [&](int v) { return net.is_blocked(v) ? net.plain_copy(v) : net.value(v); };
   // Pass 1: ranges. Pass 2: histograms over them. Same batches both times.

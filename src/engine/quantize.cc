@@ -26,7 +26,8 @@ bool reads_int8_residual(const Node& n, int v) {
 }
 
 // For every value: the threshold all its readers quantize it with, when all of them are
-// int8 nodes (or MAX poolings whose outputs qualify in turn) and agree; none otherwise.
+// int8 nodes (or MAX poolings whose outputs qualify in turn, or average poolings, which
+// take the value's calibrated range) and agree; none otherwise.
 // Readers of a value as a fused residual agree with any threshold; when they are the only
 // readers, the value's calibrated range is used (none when it was not measured). Decided
 // from the last node to the first (readers come after their writers), so in one pass
@@ -35,6 +36,11 @@ std::vector<std::optional<float>> int8_reader_thresholds(const Graph& g,
                                                          const std::map<std::string, float>& calibrated) {
   const std::vector<bool> own = own_buffer_values(g);
   std::vector<std::optional<float>> out(g.values.size());
+  auto calibrated_threshold = [&](const std::string& name) -> std::optional<float> {
+    auto it = calibrated.find(name);
+    if (it != calibrated.end() && it->second > 0.f) return it->second;
+    return std::nullopt;
+  };
   auto readers_threshold = [&](int producer, int v) -> std::optional<float> {
     const Value& val = g.values[v];
     if (!own[v]) return std::nullopt;  // a net output, or a blob rewritten in place: f32
@@ -48,15 +54,13 @@ std::vector<std::optional<float>> int8_reader_thresholds(const Graph& g,
         mine = n.deploy.int8_input_threshold;
       } else if (op_traits(n).max_pooling && n.outputs.size() == 1) {
         mine = out[n.outputs[0]];
+      } else if (op_traits(n).averages_int8 && n.inputs.size() == 1) {
+        mine = calibrated_threshold(val.name);  // it dequantizes with whatever it is given
       }
       if (!mine || (t && *t != *mine)) return std::nullopt;
       t = mine;
     }
-    if (!t) {
-      auto it = calibrated.find(val.name);
-      if (it != calibrated.end() && it->second > 0.f) t = it->second;
-    }
-    return t;
+    return t ? t : calibrated_threshold(val.name);
   };
   for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k)
     for (int v : g.nodes[k].outputs) out[v] = readers_threshold(k, v);
@@ -86,12 +90,14 @@ int keep_int8_between_layers(Graph& g, const std::map<std::string, float>& calib
     n.deploy.int8_output_threshold = *readers[n.outputs[0]];
     ++count;
   }
-  // A fused residual written int8 arrives int8: its reader needs the writer's threshold.
+  // A fused residual written int8 arrives int8: its reader needs the writer's threshold; so
+  // does an average pooling reading an int8 value.
   const std::vector<float> written = int8_written_thresholds(g);
   for (Node& n : g.nodes) {
     n.deploy.int8_residual_threshold = 0.f;
     if (is_int8_node(n) && n.deploy.fusion.residual_sum && n.inputs.size() == 2)
       n.deploy.int8_residual_threshold = written[n.inputs[1]];
+    if (op_traits(n).averages_int8 && n.inputs.size() == 1) n.deploy.int8_input_threshold = written[n.inputs[0]];
   }
   return count;
 }

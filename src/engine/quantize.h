@@ -29,8 +29,9 @@ Int8Plan quantize_int8(Bundle& b, const CalibrationTable& t);
 // poolings, which keep the scale) writes it as int8 with their threshold
 // (deploy.int8_output_threshold), so nothing converts to f32 and back between them. An int8
 // layer reading it as a fused residual takes any threshold (deploy.int8_residual_threshold
-// says which); read only so, it is written with its `calibrated` range. Returns how many
-// layers write int8.
+// says which); read only so, it is written with its `calibrated` range, and so it is when
+// its readers are average poolings, which then read it int8 (their deploy.int8_input_threshold)
+// and dequantize their means. Returns how many layers write int8.
 int keep_int8_between_layers(Graph& g, const std::map<std::string, float>& calibrated = {});
 
 // INT8 only where it is faster. Without VNNI (AVX2) some of oneDNN's int8 kernels are slower

@@ -90,6 +90,9 @@ struct OpTraits {
   bool fusable_activation = false;  // a ReLU that can become a producer's post-op
   bool residual_sum = false;        // an Eltwise SUM of two branches with unit coefficients
   bool max_pooling = false;         // keeps its input's scale (int8 stays int8 through it)
+  // At inference it reads an int8 input (deploy.int8_input_threshold) and writes f32: an
+  // average pooling, whose mean of levels is dequantized once per output.
+  bool averages_int8 = false;
   // At inference bf16 inputs give a bf16 output (a Pooling on oneDNN's kernel, a Concat of
   // channels-last inputs) or an f32 one: bf16 values may flow through it to bf16 readers.
   bool passes_bf16 = false;

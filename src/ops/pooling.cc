@@ -163,6 +163,7 @@ class PoolingDef final : public OpDef {
   OpTraits traits(const Node& n) const override {
     OpTraits t;
     t.max_pooling = n.attrs.as<PoolingAttrs>().method == PoolingAttrs::max;
+    t.averages_int8 = n.attrs.as<PoolingAttrs>().method == PoolingAttrs::ave && n.outputs.size() == 1;
     t.passes_bf16 = true;
     return t;
   }
@@ -178,7 +179,12 @@ class PoolingKernel final : public Kernel {
         sh_(attrs_.sh),
         sw_(attrs_.sw),
         ph_(attrs_.ph),
-        pw_(attrs_.pw) {}
+        pw_(attrs_.pw) {
+    int8_threshold_ = context().node.deploy.int8_input_threshold;
+    if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
+    if (int8_threshold_ > 0.f && (max_ || phase_ == proto::TRAIN))
+      fail("int8_input_threshold is for AVE pooling in an inference graph");
+  }
 
   void reshape(const std::vector<Shape>& in, const std::vector<Shape>&) override {
     PoolGeometry g = pool_geometry(context(), attrs_, in[0]);
@@ -197,7 +203,7 @@ class PoolingKernel final : public Kernel {
   dnnl::memory::desc preferred_output_layout(int, const std::vector<dnnl::memory::desc>& in) override {
     Shape s{n_, c_, h_, w_};
     memory::desc src = in.empty() || in[0].data.ndims == 0 ? plain_md(s) : in[0];
-    if (is_int8(src)) return forward_pd(src).dst_desc();
+    if (is_int8(src)) return dequantizes(src) ? nhwc_md({n_, c_, oh_, ow_}) : forward_pd(src).dst_desc();
     if (src == nhwc_md(s) || own_tiled_kernel(src)) return nhwc_md({n_, c_, oh_, ow_});
     if (own_plain_kernel(src)) return plain_md({n_, c_, oh_, ow_});
     if (own_blocked_kernel(src)) return blocked_md({n_, c_, oh_, ow_}, channel_block(src));
@@ -207,6 +213,19 @@ class PoolingKernel final : public Kernel {
   void prepare(const std::vector<Shape>& in, const std::vector<Shape>& out) override {
     auto& be = static_cast<CpuBackend&>(backend_);
     memory::desc src = in_md(0, in[0]), dst_user = out_md(0, out[0]);
+    int8_src_ = dequantizes(src);
+    if (int8_src_) {
+      // bakusoku's own kernel: means of int8 levels, dequantized once per output.
+      channels_last_ = plain_ = tiled_ = false;
+      blocked_ = 0;
+      src_q_.init(be.engine(), src, memory::desc(to_dims(in[0]), src.data_type(), memory::format_tag::nhwc));
+      dst_.init(be.engine(), dst_user, nhwc_md(out[0]));
+      signed_src_ = src.data_type() == memory::data_type::s8;
+      dequant_ = int8_threshold_ / int8_levels(src.data_type());
+      impl_ = fmt::format("bakusoku channels-last average ({} in |x| <= {:.4g}, f32 out)", signed_src_ ? "s8" : "u8",
+                          int8_threshold_);
+      return;
+    }
     if (is_int8(src) && (!use_dnnl_ || phase_ == proto::TRAIN))
       fail("int8 input needs MAX pooling (or AVE without padding) in an inference graph");
     channels_last_ = !is_int8(src) && (src == nhwc_md(in[0]) || own_tiled_kernel(src));
@@ -261,6 +280,19 @@ class PoolingKernel final : public Kernel {
   }
 
   void forward(OpCall& c) override {
+    if (int8_src_) {
+      auto& s = static_cast<CpuBackend&>(backend_).stream();
+      const void* x = src_q_.read(s, c.in[0]->raw()).get_data_handle();
+      s.wait();
+      float* y = static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle());
+      if (signed_src_)
+        nhwc_levels_forward(static_cast<const int8_t*>(x), y);
+      else
+        nhwc_levels_forward(static_cast<const uint8_t*>(x), y);
+      dst_.commit(s);
+      s.wait();
+      return;
+    }
     if (channels_last_) {
       auto& s = static_cast<CpuBackend&>(backend_).stream();
       float* y = static_cast<float*>(dst_.write(c.out[0]->f32()).get_data_handle());
@@ -331,7 +363,7 @@ class PoolingKernel final : public Kernel {
   }
 
   std::string kernel_name() const override {
-    return use_dnnl_ && !channels_last_ && !plain_ && !blocked_ ? "oneDNN " + impl_ : impl_;
+    return use_dnnl_ && !int8_src_ && !channels_last_ && !plain_ && !blocked_ ? "oneDNN " + impl_ : impl_;
   }
 
  private:
@@ -454,6 +486,32 @@ class PoolingKernel final : public Kernel {
     for (int64_t k = 0; k < C; ++k) out[k] *= inv;
   }
 
+  // Average pooling of int8 levels (channels-last), each output dequantized once: sums of
+  // up to 2^16 levels are exact in f32.
+  template <class Q>
+  void nhwc_levels_forward(const Q* x, float* y) const {
+    const int64_t C = c_;
+#pragma omp parallel for collapse(2) if (worth_threads())
+    for (int64_t n = 0; n < n_; ++n)
+      for (int64_t oy = 0; oy < oh_; ++oy)
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          const Window wd = window(oy, ox);
+          const Q* xn = x + n * h_ * w_ * C;
+          float* __restrict out = y + ((n * oh_ + oy) * ow_ + ox) * C;
+#pragma omp simd
+          for (int64_t k = 0; k < C; ++k) out[k] = 0.f;
+          for (int64_t i = wd.h0; i < wd.h1; ++i)
+            for (int64_t j = wd.w0; j < wd.w1; ++j) {
+              const Q* p = xn + (i * w_ + j) * C;
+#pragma omp simd
+              for (int64_t k = 0; k < C; ++k) out[k] += static_cast<float>(p[k]);
+            }
+          const float f = dequant_ / wd.size;
+#pragma omp simd
+          for (int64_t k = 0; k < C; ++k) out[k] *= f;
+        }
+  }
+
   void nhwc_backward(const float* dy, float* dx) {
     if (tiled_) return pool_tiled_max_backward(tiling(), dy, argmax_.data<int32_t>(), dx);
     const int64_t C = c_;
@@ -483,6 +541,8 @@ class PoolingKernel final : public Kernel {
     }
   }
 
+  // An int8 input that deploy gave this average pooling the threshold of.
+  bool dequantizes(const memory::desc& src) const { return is_int8(src) && int8_threshold_ > 0.f && !max_; }
   // Small inputs (batch-1 inference) run serially: a parallel region costs more there.
   bool worth_threads() const { return n_ * c_ * h_ * w_ >= kSerialBelow; }
   PoolTiling tiling() const { return {n_, c_, oh_, ow_, kh_, kw_, src_block_}; }
@@ -545,13 +605,16 @@ class PoolingKernel final : public Kernel {
   bool tiled_ = false;     // max pooling whose windows tile the input (see pooling_tiled.h)
   int64_t src_block_ = 0;  // the tiled kernel's input: 0 NHWC, 8/16 nChw8c/nChw16c
   Tensor argmax_{Shape{0}, DType::s32};
+  float int8_threshold_ = 0.f;  // deploy.int8_input_threshold: |x| an int8 input's top level stands for
+  bool int8_src_ = false, signed_src_ = false;
+  float dequant_ = 1.f;  // one level of the int8 input, in its units
   int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
   DnnlPrimitive fwd_, bwd_;
   dnnl::algorithm alg_ = dnnl::algorithm::pooling_max;
   memory::dims strides_, kernel_, pl_, pr_;
   memory src_m_, ws_;
-  DnnlOperand dst_, ddst_, src_plain_, dsrc_plain_;
+  DnnlOperand dst_, ddst_, src_plain_, dsrc_plain_, src_q_;
   std::string impl_;  // what runs, for kernel_name()
 };
 
