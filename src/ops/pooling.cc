@@ -182,7 +182,8 @@ class PoolingKernel final : public Kernel {
         pw_(attrs_.pw) {
     int8_threshold_ = context().node.deploy.int8_input_threshold;
     if (int8_threshold_ < 0.f) fail("int8_input_threshold must be positive");
-    if (int8_threshold_ > 0.f && (max_ || phase_ == proto::TRAIN))
+    const bool average = context().node.attrs.as<PoolingAttrs>().method == PoolingAttrs::ave;
+    if (int8_threshold_ > 0.f && (!average || phase_ == proto::TRAIN))
       fail("int8_input_threshold is for AVE pooling in an inference graph");
   }
 
