@@ -472,45 +472,33 @@ class PoolingKernel final : public Kernel {
       }
   }
 
-  void ave_window(const float* xn, const Window& wd, float* __restrict out) const {
+  // The window's mean times `scale`, of f32 values or of int8 levels (sums of up to 2^16
+  // levels are exact in f32).
+  template <class T>
+  void ave_window(const T* xn, const Window& wd, float* __restrict out, float scale = 1.f) const {
     const int64_t C = c_;
 #pragma omp simd
     for (int64_t k = 0; k < C; ++k) out[k] = 0.f;
     for (int64_t i = wd.h0; i < wd.h1; ++i)
       for (int64_t j = wd.w0; j < wd.w1; ++j) {
-        const float* p = xn + (i * w_ + j) * C;
+        const T* p = xn + (i * w_ + j) * C;
 #pragma omp simd
-        for (int64_t k = 0; k < C; ++k) out[k] += p[k];
+        for (int64_t k = 0; k < C; ++k) out[k] += static_cast<float>(p[k]);
       }
-    float inv = 1.f / wd.size;
+    const float f = scale / wd.size;
 #pragma omp simd
-    for (int64_t k = 0; k < C; ++k) out[k] *= inv;
+    for (int64_t k = 0; k < C; ++k) out[k] *= f;
   }
 
-  // Average pooling of int8 levels (channels-last), each output dequantized once: sums of
-  // up to 2^16 levels are exact in f32.
+  // Average pooling of int8 levels (channels-last), each output dequantized once.
   template <class Q>
   void nhwc_levels_forward(const Q* x, float* y) const {
     const int64_t C = c_;
 #pragma omp parallel for collapse(2) if (worth_threads())
     for (int64_t n = 0; n < n_; ++n)
       for (int64_t oy = 0; oy < oh_; ++oy)
-        for (int64_t ox = 0; ox < ow_; ++ox) {
-          const Window wd = window(oy, ox);
-          const Q* xn = x + n * h_ * w_ * C;
-          float* __restrict out = y + ((n * oh_ + oy) * ow_ + ox) * C;
-#pragma omp simd
-          for (int64_t k = 0; k < C; ++k) out[k] = 0.f;
-          for (int64_t i = wd.h0; i < wd.h1; ++i)
-            for (int64_t j = wd.w0; j < wd.w1; ++j) {
-              const Q* p = xn + (i * w_ + j) * C;
-#pragma omp simd
-              for (int64_t k = 0; k < C; ++k) out[k] += static_cast<float>(p[k]);
-            }
-          const float f = dequant_ / wd.size;
-#pragma omp simd
-          for (int64_t k = 0; k < C; ++k) out[k] *= f;
-        }
+        for (int64_t ox = 0; ox < ow_; ++ox)
+          ave_window(x + n * h_ * w_ * C, window(oy, ox), y + ((n * oh_ + oy) * ow_ + ox) * C, dequant_);
   }
 
   void nhwc_backward(const float* dy, float* dx) {
