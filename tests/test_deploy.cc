@@ -24,6 +24,7 @@
 #include "engine/session.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
+#include "formats/weight_coding.h"
 #include "formats/weights.h"
 #include "graph/graph_edit.h"
 #include "ops/conv_attrs.h"
@@ -1188,6 +1189,58 @@ layer { name: 'ip' type: 'InnerProduct' bottom: 'pool2' top: 'ip' inner_product_
   for (Node& n : bad.graph.nodes)
     if (n.name == "pool1") n.deploy.int8_input_threshold = -1.f;
   EXPECT_THROW(InferenceSession(bad, "bad", 1), InputError);
+}
+
+// A bundle whose average poolings read int8 says so in its header (format 5), so a reader
+// that lacks that refuses it instead of averaging the levels as floats; one that needs
+// nothing new stays in the format older readers read. Both layouts (plain tensors and the
+// packed coded ones) read back the same values.
+TEST(DeployBundle, BundlesNameWhatTheyNeedAndReadersRefuseWhatTheyLack) {
+  const char* layers = R"(
+layer { name: 'conv1' type: 'Convolution' bottom: 'data' top: 'conv1' convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: 'relu1' type: 'ReLU' bottom: 'conv1' top: 'conv1' }
+layer { name: 'pool1' type: 'Pooling' bottom: 'conv1' top: 'pool1' pooling_param { pool: AVE global_pooling: true } }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'pool1' top: 'ip' inner_product_param { num_output: 10 } }
+)";
+  QuantizedNet q = quantized_net("bundle_needs", {2, 8, 6, 6}, layers);
+  EXPECT_TRUE(bundle_requirements(q.fp32.graph).empty());
+  EXPECT_EQ(bundle_requirements(q.int8.graph), std::vector<std::string>{"int8_average_pooling"});
+
+  const std::string plain = temp_path("needs_nothing.bks");
+  save_bundle(plain, q.fp32);
+  const std::string plain_bytes = read_file(plain, "bundle");
+  EXPECT_NE(plain_bytes.find("\"bakusoku_bundle_version\":\"2\""), std::string::npos);
+  EXPECT_EQ(plain_bytes.find("bakusoku_requires"), std::string::npos);
+
+  Bundle coded = q.int8;
+  const std::string ip = "ip.0";
+  ASSERT_TRUE(coded.weights.count(ip));
+  const std::string ip_bytes = encode_weights(coded.weights.at(ip)).bytes;
+  coded.coded[ip] = Tensor({static_cast<int64_t>(ip_bytes.size())}, DType::u8);
+  std::copy(ip_bytes.begin(), ip_bytes.end(), coded.coded[ip].data<char>());
+  InferenceSession want(q.int8, "int8", 1);
+  for (const Bundle* b : {&q.int8, &coded}) {
+    const std::string path = temp_path(b == &coded ? "needs_coded.bks" : "needs_plain.bks");
+    save_bundle(path, *b);
+    std::string bytes = read_file(path, "bundle");
+    EXPECT_NE(bytes.find("\"bakusoku_bundle_version\":\"5\""), std::string::npos) << path;
+    const size_t at = bytes.find("\"bakusoku_requires\":\"int8_average_pooling\"");
+    ASSERT_NE(at, std::string::npos) << path;
+    Bundle back = load_bundle(path);
+    EXPECT_EQ(back.coded.size(), b->coded.size()) << path;
+    EXPECT_EQ(back.info.count("bakusoku_requires"), 0u) << path;
+    InferenceSession got(back, path, 1);
+    EXPECT_EQ(int8_relative_error(want, got), 0.0) << path;
+    // A requirement this reader does not know: one error naming it.
+    bytes.replace(bytes.find("int8_average_pooling", at), 20, "int8_average_poolinz");
+    std::ofstream(path, std::ios::binary) << bytes;
+    try {
+      load_bundle(path);
+      ADD_FAILURE() << path << ": an unknown requirement was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("needs 'int8_average_poolinz'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Two residual blocks as ResNet's: an identity shortcut (the block adds its u8 input) and

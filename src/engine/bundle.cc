@@ -1,6 +1,8 @@
 #include "engine/bundle.h"
 
 #include <fstream>
+#include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +20,30 @@ namespace {
 constexpr const char* kFormatKey = "bakusoku_bundle_version";
 constexpr const char* kCodedKey = "coded_weights";        // format 3
 constexpr const char* kPackedTensor = "bakusoku_packed";  // format 4
+constexpr const char* kRequiresKey = "bakusoku_requires";  // format 5
+// What this reader implements of what bundle_requirements can name.
+const std::set<std::string> kImplemented = {"int8_average_pooling"};
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// A format-5 header's requirements, each one this reader implements.
+void check_requirements(const std::map<std::string, std::string>& header, const std::string& path) {
+  auto it = header.find(kRequiresKey);
+  if (it == header.end()) return;
+  std::string_view rest = it->second;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string need(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (!kImplemented.count(need))
+      input_error("{}: {}: the bundle needs '{}', which this bakusoku does not implement; upgrade it or deploy again",
+                  path, kRequiresKey, need.substr(0, 64));
+  }
+}
 
 // The coded weights' names and shapes, from the metadata.
 std::map<std::string, Shape> coded_shapes(const TensorFile& tf, const std::string& path) {
@@ -65,12 +91,24 @@ void set_input_batch(Graph& g, int64_t batch) {
     if (op_traits(n).external_input) set_external_input_batch(n, batch);
 }
 
+std::vector<std::string> bundle_requirements(const Graph& g) {
+  std::set<std::string> needs;
+  for (const Node& n : g.nodes)
+    if (op_traits(n).averages_int8 && n.deploy.int8_input_threshold > 0.f) needs.insert("int8_average_pooling");
+  return {needs.begin(), needs.end()};
+}
+
 void save_bundle(const std::string& path, const Bundle& b) {
   std::map<std::string, std::string> meta = b.info;
+  meta.erase(kRequiresKey);
   meta["graph"] = graph_to_json(b.graph);
+  // The header: the format (the oldest that holds what the graph needs) and its requirements.
+  const std::vector<std::string> needs = bundle_requirements(b.graph);
+  std::map<std::string, std::string> header = {{kFormatKey, std::to_string(b.coded.empty() ? 2 : 4)}};
+  if (!needs.empty()) header = {{kFormatKey, "5"}, {kRequiresKey, joined(needs)}};
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   if (b.coded.empty()) {
-    meta[kFormatKey] = std::to_string(2);
+    meta.insert(header.begin(), header.end());
     for (auto& [name, t] : b.weights) tensors.emplace_back(name, &t);
     save_safetensors(path, tensors, meta);
     return;
@@ -91,7 +129,7 @@ void save_bundle(const std::string& path, const Bundle& b) {
   Tensor bytes({static_cast<int64_t>(packed.size())}, DType::u8);
   std::copy(packed.begin(), packed.end(), bytes.data<char>());
   tensors.emplace_back(kPackedTensor, &bytes);
-  save_safetensors(path, tensors, {{kFormatKey, std::to_string(kBundleVersion)}});
+  save_safetensors(path, tensors, header);
 }
 
 bool is_bundle_file(const std::string& path) {
@@ -120,10 +158,13 @@ Bundle load_bundle(const std::string& path) {
         "`bakusoku deploy` on the model again",
         path, kBundleVersion);
   if (version < 1) input_error("{}: corrupt bundle: format version {}", path, version);
+  if (version >= 5) check_requirements(tf.metadata, path);
+  // Format 5 is laid out as 4 when it holds the packed tensor, else as 2.
+  const bool packed_layout = version == 4 || (version >= 5 && tf.find(kPackedTensor));
   // The metadata and the coded weights (name: shape and bytes).
   std::map<std::string, std::string> meta = tf.metadata;
   std::map<std::string, std::pair<Shape, Tensor>> coded;
-  if (version >= 4) {
+  if (packed_layout) {
     const Tensor* packed = tf.find(kPackedTensor);
     if (!packed || packed->dtype() != DType::u8 || packed->ndim() != 1)
       input_error("{}: corrupt bundle: no {} U8 tensor", path, kPackedTensor);
@@ -147,12 +188,12 @@ Bundle load_bundle(const std::string& path) {
   if (graph == meta.end()) input_error("{}: corrupt bundle: no graph in its header", path);
   b.graph = graph_from_json(graph->second, path);
   for (auto& [k, v] : meta)
-    if (k != "graph" && k != kFormatKey && k != kCodedKey) b.info[k] = v;
+    if (k != "graph" && k != kFormatKey && k != kCodedKey && k != kRequiresKey) b.info[k] = v;
   check_coded_fit_memory(coded, path);
   // The plain weights: in format 4 every tensor beside the packed one; in format 3 those
   // that are not coded bytes.
   for (auto& [name, t] : tf.tensors)
-    if (version >= 4 ? name != kPackedTensor : !coded.count(name)) b.weights[name] = t;
+    if (packed_layout ? name != kPackedTensor : !coded.count(name)) b.weights[name] = t;
   for (auto& [name, shape_bytes] : coded) {
     const auto& [shape, t] = shape_bytes;
     const std::string what = fmt::format("{}: tensor '{}'", path, name);

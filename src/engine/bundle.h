@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "graph/graph.h"
@@ -20,7 +21,12 @@ namespace bks {
 // 4: a bundle with coded weights holds its metadata and coded weights packed in one U8
 //    tensor (formats/packed_parts.h), the metadata deflated; its safetensors header names
 //    only the format. A bundle without coded weights is still written as 2.
-constexpr int kBundleVersion = 4;
+// 5: layout 2 or 4 (4 when it holds the packed tensor), and the header names what the graph
+//    needs a reader to implement beyond format 4's ("bakusoku_requires", comma-separated,
+//    see bundle_requirements), so a reader that lacks one refuses the bundle instead of
+//    running it wrong. Only a bundle that needs something is written as 5, so readers of
+//    format 4 still read the others.
+constexpr int kBundleVersion = 5;
 
 struct Bundle {
   Graph graph;
@@ -33,6 +39,10 @@ struct Bundle {
 
 // Sets the batch (first) dimension of every external input's shapes.
 void set_input_batch(Graph& g, int64_t batch);
+
+// What running `g` needs beyond format 4 (sorted, no repeats): "int8_average_pooling" when
+// an average pooling reads int8 (a format-4 reader would read its levels as floats).
+std::vector<std::string> bundle_requirements(const Graph& g);
 
 void save_bundle(const std::string& path, const Bundle& b);
 Bundle load_bundle(const std::string& path);
