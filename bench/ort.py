@@ -15,12 +15,22 @@ ONNX Runtime's FP32.
 --precision bf16 (CPUs with AVX-512 BF16 or AMX): bakusoku's BF16 bundle against ONNX Runtime's
 FP32 (its CPU provider has no BF16 kernels for these networks on x86).
 
+--bounds (FP32 and INT8): also how far each row could go on this machine. build/tests/
+cpu_peak_bench measures the arithmetic ceiling (AVX-512 FMA, or VNNI for INT8) at the start
+and the end of the run, the highest reading counts; `bench --layers` counts the bundle's
+convolution and inner-product work as direct multiply-adds (2 operations each). At the
+ceiling that work takes "ceiling ms", so an engine doing every multiply-add (ONNX Runtime's
+CPU provider does) needs at least that long: "ORT share" and "bakusoku share" are each
+side's ceiling ms over its time, and "most vs ORT" is the ratio bakusoku would reach at
+the ceiling, ORT ms over ceiling ms. bakusoku's Winograd layers do fewer multiply-adds
+than they are counted for, so its share can pass 100% and its ratio that column.
+
 --torch: also PyTorch eager (bench/torch_infer.py, eval and no_grad; INT8: its eager static
 quantization with conv + BN + ReLU fused) on the networks it defines (TORCH below), in
 the same rounds.
 
 Usage: /usr/bin/python3 bench/ort.py BAKUSOKU_BINARY [--threads N] [--iterations N] [--rounds N]
-                                     [--precision fp32|int8|bf16] [--only REGEX] [--torch]
+                                     [--precision fp32|int8|bf16] [--only REGEX] [--torch] [--bounds]
 Needs `npm ci --prefix bench/ort --ignore-scripts` first (bench/ort.sh does both)."""
 import argparse
 import json
@@ -120,6 +130,27 @@ def ort_ms(onnx, batch, threads, iterations):
     return out["median_ms"], out["version"]
 
 
+def direct_gop(binary, bundle, threads):
+    """The bundle's convolution and inner-product work in 10^9 operations (a multiply-add
+    is 2), from `bench --layers`: each layer's achieved rate times its time."""
+    out = json.loads(sh([binary, "bench", bundle, "--threads", str(threads), "--iterations", "3", "--layers",
+                         "--json"]))
+    return sum(l["gflops"] * l["ms"] / 1e3 for l in out["results"][0]["layers"])
+
+
+def ceiling(binary, threads, int8):
+    """This CPU's arithmetic ceiling in 10^9 operations per second (cpu_peak_bench beside
+    the binary's build tree), for FP32 FMA or for INT8 VNNI."""
+    peak = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(binary))), "tests", "cpu_peak_bench")
+    if not os.path.exists(peak):
+        sys.exit(f"ort bench: --bounds needs {peak} (built with the tests)")
+    text = sh([peak, str(threads), "5"])
+    m = re.search(r"^%s .*: ([0-9.]+) G" % ("int8" if int8 else "fp32"), text, re.M)
+    if not m:
+        sys.exit(f"ort bench: cpu_peak_bench printed no {'int8' if int8 else 'fp32'} figure:\n{text}")
+    return float(m.group(1))
+
+
 def torch_ms(name, batch, threads, iterations, int8):
     cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), TORCH[name], str(threads), str(iterations),
            str(batch)] + (["int8"] if int8 else [])
@@ -135,7 +166,10 @@ def main():
     ap.add_argument("--precision", choices=("fp32", "int8", "bf16"), default="fp32")
     ap.add_argument("--only", default="")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--bounds", action="store_true")
     a = ap.parse_args()
+    if a.bounds and a.precision == "bf16":
+        sys.exit("ort bench: --bounds is for fp32 and int8")
     if not os.path.isdir(os.path.join(HERE, "ort", "node_modules", "onnxruntime-node")):
         sys.exit("ort bench: run `npm ci --prefix bench/ort --ignore-scripts` first")
     int8 = a.precision == "int8"
@@ -155,6 +189,8 @@ def main():
         print("| network | batch | bakusoku ms | ONNX Runtime ms | bakusoku speed vs ORT |" + torch_cols)
         print("|---|---|---|---|---|" + torch_rule)
     version = "?"
+    peaks = [ceiling(a.binary, a.threads, int8)] if a.bounds else []
+    bound_rows = []
     with tempfile.TemporaryDirectory(prefix="bks-ort-") as tmp:
         for name, (shape, large) in NETS.items():
             if a.only and not re.search(a.only, name):
@@ -183,7 +219,20 @@ def main():
                 extra = f" {min(eager):.2f} | {min(eager) / b:.2f}x |" if with_torch else (" - | - |" if a.torch else "")
                 print(f"| {name} | {batch} | {b:.2f} | {' | '.join(f'{x:.2f}' for x in o)} | {ratios} |{extra}",
                       flush=True)
+                if a.bounds:
+                    bound_rows.append((name, batch, direct_gop(a.binary, bundle, a.threads), b, o[0]))
     print(f"# ONNX Runtime {version} (npm onnxruntime-node, CPU execution provider)")
+    if a.bounds:
+        peaks.append(ceiling(a.binary, a.threads, int8))
+        peak, unit = max(peaks), "GOP/s INT8 VNNI" if int8 else "GFLOP/s FP32 FMA"
+        print(f"\n# At this machine's ceiling: cpu_peak_bench read {' and '.join(f'{p:.0f}' for p in peaks)} {unit} "
+              f"on {a.threads} threads (start and end); {peak:.0f} counts")
+        print("| network | batch | direct GOP | ceiling ms | ORT share | bakusoku share | most vs ORT | measured |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, batch, gop, ours_ms, ort_ms_ in bound_rows:
+            floor = gop / peak * 1e3
+            print(f"| {name} | {batch} | {gop:.2f} | {floor:.2f} | {floor / ort_ms_:.0%} | {floor / ours_ms:.0%} | "
+                  f"{ort_ms_ / floor:.2f}x | {ort_ms_ / ours_ms:.2f}x |")
 
 
 if __name__ == "__main__":
