@@ -20,6 +20,7 @@
 #include "core/worse.h"
 #include "engine/calibrate.h"
 #include "engine/deploy.h"
+#include "engine/graph_cut.h"
 #include "engine/quantize.h"
 #include "engine/session.h"
 #include "formats/caffe_net.h"
@@ -1336,6 +1337,63 @@ TEST(DeploySession, BatchInPartsComputesTheWholeBatch) {
   for (const char* bad : {"two", "0", "-2", "99999999999"}) {
     b.info["micro_batch"] = bad;
     EXPECT_THROW(InferenceSession(b, "corrupt", 2), InputError) << bad;
+  }
+}
+
+// A batch can run in parts through one node and the rest of the graph once on the whole
+// batch: the graph is cut where one value alone crosses, the tail is handed that value
+// item by item, and the outputs are the whole batch's. The bundle records the node; one it
+// cannot be cut after is a clear error, in a session and after a save and load.
+TEST(DeploySession, PartsThroughANodeThenTheRestWhole) {
+  DeployOptions o = write_model("cut", input_layer("data", {6, 8, 10, 10}) + kResidualBlocks);
+  Bundle b = deploy(o).bundle;
+  b.info.erase("micro_batch");
+  b.info.erase(kPartsUntilKey);
+  const Graph& g = b.graph;
+  auto index = [&](const std::string& name) {
+    const Node* n = g.find_node(name);
+    EXPECT_NE(n, nullptr) << name;
+    return n ? static_cast<int>(n - g.nodes.data()) : -1;
+  };
+  const int a2 = index("a2"), b1 = index("b1"), last = static_cast<int>(g.nodes.size()) - 1;
+  std::optional<GraphCut> cut = cut_graph_after(g, a2);  // the residual stream alone crosses
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->head.nodes.size(), static_cast<size_t>(a2 + 1));
+  EXPECT_EQ(cut->head.outputs().size(), 1u);
+  EXPECT_EQ(cut->tail.nodes.size(), g.nodes.size() - static_cast<size_t>(a2));  // its Input, then the rest
+  EXPECT_FALSE(cut_graph_after(g, b1));                                         // b1's output and the stream both cross
+  EXPECT_FALSE(cut_graph_after(g, last));
+  EXPECT_FALSE(cut_graph_after(g, -1));
+
+  InferenceSession whole(b, "whole", 2, 0, 0), parts(b, "parts", 2, 0, 2, ""), split(b, "cut", 2, 0, 2, "a2");
+  EXPECT_EQ(parts.tail(), nullptr);
+  ASSERT_NE(split.tail(), nullptr);
+  EXPECT_EQ(split.net().value(split.inputs()[0]).shape().at(0), 2);
+  EXPECT_EQ(split.tail()->value(split.tail()->inputs()[0]).shape().at(0), 6);
+  EXPECT_EQ(split.value(split.outputs()[0]).shape().at(0), 6);
+  EXPECT_EQ(split.value_name(split.outputs()[0]), whole.value_name(whole.outputs()[0]));
+  OutputGap gap = output_gap(whole, split, -1.f, 1.f, 5);
+  EXPECT_LE(gap.worst / gap.scale, 1e-5);
+  EXPECT_GT(gap.scale, 0.0);
+  EXPECT_EQ(time_nodes(split, 1).size(), g.nodes.size());  // every node timed once
+
+  b.info["micro_batch"] = "2";
+  b.info[kPartsUntilKey] = "a2";
+  const std::string path = temp_path("cut.bks");
+  save_bundle(path, b);
+  InferenceSession loaded(load_bundle(path), path, 2);
+  ASSERT_NE(loaded.tail(), nullptr);
+  gap = output_gap(whole, loaded, -1.f, 1.f, 6);
+  EXPECT_LE(gap.worst / gap.scale, 1e-5);
+  EXPECT_EQ(InferenceSession(b, "told whole", 2, 0, 0).tail(), nullptr);
+  for (const std::string& bad : {std::string("b1"), std::string("no such layer"), g.nodes.back().name}) {
+    b.info[kPartsUntilKey] = bad;
+    try {
+      InferenceSession s(b, "corrupt", 2);
+      ADD_FAILURE() << bad << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("micro_batch_until '" + bad + "'"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -70,17 +70,25 @@ std::vector<int64_t> parse_batches(const std::string& text) {
 // session runs it so); convolutions and inner products also get their achieved GFLOP/s
 // (2 x output elements x weights per output channel).
 nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
-  Net& net = s.net();
   const std::vector<double> times = time_nodes(s, iterations);
   const double parts = static_cast<double>(s.batch()) / static_cast<double>(s.micro_batch());
   if (print && parts > 1)
-    fmt::print("  (each layer's time for the whole batch, run in {} parts of {})\n", s.batch() / s.micro_batch(),
-               s.micro_batch());
+    fmt::print(
+        "  (each layer's time for the whole batch, run in {} parts of {}{})\n", s.batch() / s.micro_batch(),
+        s.micro_batch(),
+        s.tail() ? fmt::format(" up to '{}', the rest whole", s.net().graph().nodes.back().name) : std::string());
   nlohmann::json rows = nlohmann::json::array();
   if (print) fmt::print("  {:<20} {:<14} {:>10} {:>10}   {}\n", "layer", "type", "ms", "GFLOP/s", "kernel");
-  for (int k = 0; k < net.num_nodes(); ++k) {
+  // The net's nodes, then the tail's after its Input (time_nodes' order).
+  std::vector<std::pair<Net*, int>> nodes;
+  for (int k = 0; k < s.net().num_nodes(); ++k) nodes.emplace_back(&s.net(), k);
+  if (s.tail())
+    for (int k = 1; k < s.tail()->num_nodes(); ++k) nodes.emplace_back(s.tail(), k);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Net& net = *nodes[i].first;
+    const int k = nodes[i].second;
     const Node& node = net.graph().nodes[k];
-    double ms = times[static_cast<size_t>(k)], gflops = 0;
+    double ms = times.at(i), gflops = 0;
     if (op_traits(node).weighted_linear && !node.params.empty()) {
       const Shape& out = net.graph().values[node.outputs[0]].shape;
       int64_t out_numel = 1;
@@ -89,7 +97,7 @@ nlohmann::json layer_times(InferenceSession& s, int iterations, bool print) {
       // Multiply-adds per output value: the weights of one output channel (either storage
       // order of an inner product's weights gives the same count).
       double per_output = static_cast<double>(w.numel()) / static_cast<double>(out.at(1));
-      gflops = 2.0 * parts * out_numel * per_output / (ms * 1e6);
+      gflops = 2.0 * (&net == &s.net() ? parts : 1.0) * out_numel * per_output / (ms * 1e6);
     }
     nlohmann::json outputs = nlohmann::json::array();
     for (int v : node.outputs) outputs.push_back(net.graph().values[v].name);

@@ -6,6 +6,7 @@
 #include "cli/model.h"
 #include "core/log.h"
 #include "engine/deploy.h"
+#include "engine/session.h"
 #include "formats/onnx_import.h"
 #include "passes/stand_in_inputs.h"
 
@@ -157,9 +158,14 @@ Runner add_deploy(CLI::App& app) {
           d.weight_bits);
     save_bundle(o->out, r.bundle);
     auto micro = r.bundle.info.find("micro_batch");
+    auto until = r.bundle.info.find(kPartsUntilKey);
+    std::string parts;
+    if (micro != r.bundle.info.end())
+      parts = " (in parts of " + micro->second +
+              (until == r.bundle.info.end() ? "" : " through '" + until->second + "', the rest whole") + ")";
     fmt::print("wrote {} ({:.3f} MB): {} precision, batch {}{}, {} ops, activation arena {:.2f} MB\n", o->out,
                static_cast<double>(std::filesystem::file_size(o->out)) / 1e6, precision_name(d.precision), r.batch,
-               micro == r.bundle.info.end() ? "" : " (in parts of " + micro->second + ")", r.ops, r.arena_bytes / 1e6);
+               parts, r.ops, r.arena_bytes / 1e6);
     return 0;
   };
 }

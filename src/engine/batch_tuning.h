@@ -24,6 +24,8 @@ BatchChoice choose_batch(const Bundle& b, const std::string& name, int threads, 
 
 struct MicroBatchChoice {
   int64_t micro = 0;  // items per forward; 0: the whole batch at once
+  // The node the parts run through, the rest running whole (kPartsUntilKey; "": all of it).
+  std::string until;
   size_t arena_bytes = 0;  // the activation arena of a net computing `micro` items (when chosen)
   std::string table;  // milliseconds per batch for each part size tried
 };
@@ -33,6 +35,9 @@ struct MicroBatchChoice {
 // lowest time) and picks the fastest; parts win only when 3% faster and giving the whole
 // batch's outputs. Smaller parts keep each layer's output in cache for the next layer
 // (MobileNet v2 at batch 32 on 2 AVX-512 cores: 255 items/s whole, 287 in parts of 16).
+// Then, from each layer's time whole and in those parts, the node after which the rest
+// runs faster whole (a classifier reading its weights once a batch, not once a part); kept
+// when the cut session is 3% faster still and gives the same outputs.
 MicroBatchChoice choose_micro_batch(const Bundle& b, const std::string& name, int threads);
 
 struct LayoutChoice {

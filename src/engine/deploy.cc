@@ -300,6 +300,7 @@ void autotune(DeployResult& r, const std::string& name, int threads, const std::
   auto parts = [&](bool blocked) {
     set_layout(blocked);
     r.bundle.info.erase("micro_batch");
+    r.bundle.info.erase(kPartsUntilKey);
     return r.batch > 1 ? choose_micro_batch(r.bundle, name, threads) : MicroBatchChoice{};
   };
   bool blocked = layout == kBlockedLayout && onednn_has_avx512();
@@ -324,6 +325,10 @@ void autotune(DeployResult& r, const std::string& name, int threads, const std::
   if (micro.micro > 0) {
     r.bundle.info["micro_batch"] = std::to_string(micro.micro);
     tune.changes.push_back(fmt::format("batch {} runs in parts of {}", r.batch, micro.micro));
+    if (!micro.until.empty()) {
+      r.bundle.info[kPartsUntilKey] = micro.until;
+      tune.changes.push_back(fmt::format("the parts run through '{}', the rest whole", micro.until));
+    }
     r.arena_bytes = micro.arena_bytes;
   }
   r.reports.push_back(tune);

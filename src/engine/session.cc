@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/worse.h"
+#include "engine/graph_cut.h"
 #include "formats/caffe_net.h"
 #include "formats/prototxt.h"
 #include "graph/graph_edit.h"
@@ -64,30 +65,70 @@ bool runs_in_parts(const Net& net, int64_t m) {
 }  // namespace
 
 InferenceSession::InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch,
-                                   int64_t micro_batch) {
-  // The net at `items` per forward (0: the bundle's batch).
-  auto build = [&](int64_t items) {
-    Graph graph = b.graph;
+                                   int64_t micro_batch, std::optional<std::string> parts_until) {
+  // The net of `graph` at `items` per forward (0: as the graph says).
+  auto build = [&](Graph graph, int64_t items) {
     if (items > 0) set_input_batch(graph, items);
-    bundle_net_ = build_bundle_net(b, graph, source, threads, inference_options(b, source));
+    return build_bundle_net(b, std::move(graph), source, threads, inference_options(b, source));
+  };
+  auto build_whole = [&] {
+    bundle_net_ = build(b.graph, batch);
     net_ = bundle_net_->net.get();
     inputs_ = net_->inputs();
   };
   int64_t m = micro_batch < 0 ? bundle_micro_batch(b, source) : micro_batch;
   const int64_t whole = m > 0 ? (batch > 0 ? batch : input_batch(b.graph)) : 0;
   if (!(m > 0 && m < whole && whole % m == 0)) m = 0;
-  build(m > 0 ? m : batch);
+  if (!parts_until) {
+    auto it = b.info.find(kPartsUntilKey);
+    parts_until = it == b.info.end() ? std::string() : it->second;
+  }
+  std::optional<GraphCut> cut;
+  if (m > 0 && !parts_until->empty()) {
+    const Node* last = b.graph.find_node(*parts_until);
+    if (last) cut = cut_graph_after(b.graph, static_cast<int>(last - b.graph.nodes.data()));
+    if (!cut)
+      input_error("{}: {} '{}' names no node the graph can be cut after", source, kPartsUntilKey,
+                  parts_until->substr(0, 200));
+  }
+  if (cut) {
+    bundle_net_ = build(cut->head, m);
+    net_ = bundle_net_->net.get();
+    inputs_ = net_->inputs();
+  } else {
+    bundle_net_ = build(b.graph, m > 0 ? m : batch);
+    net_ = bundle_net_->net.get();
+    inputs_ = net_->inputs();
+  }
   if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
   if (m > 0 && !runs_in_parts(*net_, m)) {
     m = 0;  // not batch-sliceable after all: whole
-    build(batch);
+    cut.reset();
+    build_whole();
   }
   batch_ = net_->graph().values[inputs_[0]].shape.at(0);
+  outputs_ = net_->outputs();
   if (m > 0) {
     micro_ = m;
     batch_ = whole;
     std::vector<int> edges = inputs_;
-    edges.insert(edges.end(), net_->outputs().begin(), net_->outputs().end());
+    if (cut) {
+      handed_ = net_->outputs().at(0);
+      if (net_->value(handed_).dtype() != DType::f32)  // int8 or bf16 for a reader after the cut
+        input_error("{}: {} '{}': the graph cannot be cut where it hands over {} values", source, kPartsUntilKey,
+                    *parts_until, dtype_name(net_->value(handed_).dtype()));
+      // The tail's Input gives the handed value's shape (bundles keep no shapes) at all N items.
+      Shape handed = net_->graph().values[handed_].shape;
+      handed.at(0) = whole;
+      make_external_input(cut->tail.nodes.at(0), {handed});
+      tail_net_ = build(cut->tail, whole);
+      tail_input_ = tail_net_->net->inputs().at(0);
+      tail_offset_ = static_cast<int>(net_->graph().values.size());
+      outputs_.clear();
+      for (int v : tail_net_->net->outputs()) outputs_.push_back(v + tail_offset_);
+    } else {
+      edges.insert(edges.end(), net_->outputs().begin(), net_->outputs().end());
+    }
     for (int v : edges) {
       const Tensor& part = net_->value(v);
       Shape s = part.shape();
@@ -99,9 +140,19 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
 
 InferenceSession::~InferenceSession() = default;
 
+const std::string& InferenceSession::value_name(int v) const {
+  if (tail_net_ && v >= tail_offset_) return tail_net_->net->graph().values[v - tail_offset_].name;
+  return net_->graph().values[v].name;
+}
+
 Tensor& InferenceSession::value(int v) {
+  if (tail_net_ && v >= tail_offset_) return tail_net_->net->value(v - tail_offset_);
   auto it = whole_.find(v);
   return it != whole_.end() ? it->second : net_->value(v);
+}
+
+size_t InferenceSession::planned_bytes() const {
+  return net_->planned_bytes() + (tail_net_ ? tail_net_->net->planned_bytes() : 0);
 }
 
 void InferenceSession::run() {
@@ -109,6 +160,9 @@ void InferenceSession::run() {
     net_->forward();
     return;
   }
+  auto slice = [&](const Tensor& part, Tensor& all, int64_t first) {
+    std::memcpy(static_cast<char*>(all.raw()) + first / micro_ * part.bytes(), part.raw(), part.bytes());
+  };
   for (int64_t first = 0; first < batch_; first += micro_) {
     for (int v : inputs_) {
       Tensor& part = net_->value(v);
@@ -116,11 +170,17 @@ void InferenceSession::run() {
                   part.bytes());
     }
     net_->forward();
-    for (int v : net_->outputs()) {
-      const Tensor& part = net_->value(v);
-      std::memcpy(static_cast<char*>(whole_.at(v).raw()) + first / micro_ * part.bytes(), part.raw(), part.bytes());
+    if (tail_net_) {
+      Tensor& all = tail_net_->net->value(tail_input_);
+      if (net_->is_blocked(handed_))
+        slice(net_->plain_copy(handed_), all, first);  // the tail's Input takes plain items
+      else
+        slice(net_->value(handed_), all, first);
+    } else {
+      for (int v : net_->outputs()) slice(net_->value(v), whole_.at(v), first);
     }
   }
+  if (tail_net_) tail_net_->net->forward();
 }
 
 double max_relative_difference(InferenceSession& a, InferenceSession& b) {
@@ -149,16 +209,21 @@ void fill_timing_inputs(InferenceSession& s, uint64_t seed) {
 }
 
 std::vector<double> time_nodes(InferenceSession& s, int iterations) {
-  Net& net = s.net();
+  std::vector<Net*> nets = {&s.net()};
+  if (s.tail()) nets.push_back(s.tail());
   s.run();
-  Profiler prof;
-  prof.resize(net.num_nodes());
-  net.set_profiler(&prof);
+  std::vector<Profiler> prof(nets.size());
+  for (size_t i = 0; i < nets.size(); ++i) {
+    prof[i].resize(nets[i]->num_nodes());
+    nets[i]->set_profiler(&prof[i]);
+  }
   for (int i = 0; i < iterations; ++i) s.run();
-  net.set_profiler(nullptr);
-  std::vector<double> ms(static_cast<size_t>(net.num_nodes()));
-  for (int k = 0; k < net.num_nodes(); ++k)
-    ms[static_cast<size_t>(k)] = prof.total_ms(k, Profiler::Pass::forward) / std::max(iterations, 1);
+  std::vector<double> ms;
+  for (size_t i = 0; i < nets.size(); ++i) {
+    nets[i]->set_profiler(nullptr);
+    for (int k = i ? 1 : 0; k < nets[i]->num_nodes(); ++k)  // the tail's Input is not the bundle's
+      ms.push_back(prof[i].total_ms(k, Profiler::Pass::forward) / std::max(iterations, 1));
+  }
   return ms;
 }
 

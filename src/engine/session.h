@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ std::unique_ptr<BundleNet> build_bundle_net(const Bundle& b, Graph graph, const 
 // items each forward computes when a batch runs in parts; 0 when it runs whole. InputError
 // naming `source` when the entry is not a positive integer.
 int64_t bundle_micro_batch(const Bundle& b, const std::string& source);
+// Bundle info key of deploy's cut: a batch in parts runs them through this node only, and
+// the nodes after it once on the whole batch (engine/graph_cut.h). Absent: parts run it all.
+inline constexpr const char* kPartsUntilKey = "micro_batch_until";
 
 class InferenceSession {
  public:
@@ -52,18 +56,28 @@ class InferenceSession {
   // micro_batch: items per forward (0: the whole batch at once; -1: the bundle's choice).
   // A batch of N runs as N / m forwards of m items when m divides N, so each layer's output
   // is still in cache when the next layer reads it; inputs and outputs hold all N items.
-  InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch = 0,
-                   int64_t micro_batch = -1);
+  // parts_until: the node the parts run through, the rest running once on all N items
+  // ("": every node in parts; nullopt: the bundle's choice, kPartsUntilKey). InputError
+  // when it names no node the graph can be cut after.
+  InferenceSession(const Bundle& b, const std::string& source, int threads, int64_t batch = 0, int64_t micro_batch = -1,
+                   std::optional<std::string> parts_until = std::nullopt);
   ~InferenceSession();
 
+  // Value ids: the net's (the head's, when the graph is cut), and a tail value's id is its
+  // index in the tail's graph plus tail_offset().
   const std::vector<int>& inputs() const { return inputs_; }
-  const std::vector<int>& outputs() const { return net_->outputs(); }
-  const std::string& value_name(int v) const { return net_->graph().values[v].name; }
+  const std::vector<int>& outputs() const { return outputs_; }
+  const std::string& value_name(int v) const;
   // Inputs and outputs hold the whole batch; other values the last part computed.
   Tensor& value(int v);
   void run();
-  // The net computing one part (the whole batch when it runs whole).
+  // The net computing one part (the whole batch when it runs whole); when the graph is cut,
+  // the head, and tail() the net of the rest (null when not cut).
   Net& net() { return *net_; }
+  Net* tail() { return tail_net_ ? tail_net_->net.get() : nullptr; }
+  int tail_offset() const { return tail_offset_; }
+  // The activation arenas' bytes (head and tail).
+  size_t planned_bytes() const;
   int64_t batch() const { return batch_; }
   // Items per forward: batch() when the batch runs whole.
   int64_t micro_batch() const { return micro_ ? micro_ : batch_; }
@@ -75,6 +89,11 @@ class InferenceSession {
   int64_t batch_ = 0;
   int64_t micro_ = 0;            // items per forward when the batch runs in parts (0: whole)
   std::map<int, Tensor> whole_;  // the inputs and outputs at the whole batch, when in parts
+  std::vector<int> outputs_;
+  // A cut graph: the tail's net (whole batch), the head value it is handed (part by part)
+  // and the tail's Input value that holds it.
+  std::unique_ptr<BundleNet> tail_net_;
+  int handed_ = -1, tail_input_ = -1, tail_offset_ = 0;
 };
 
 // Fills every input of the session with 0s and 1s drawn from seed `seed`: for timing, where the
@@ -88,7 +107,8 @@ void fill_timing_inputs(InferenceSession& s, uint64_t seed);
 double max_relative_difference(InferenceSession& a, InferenceSession& b);
 
 // Mean forward milliseconds of each of the session's nodes over `iterations` runs (after
-// one unprofiled warm-up run), on whatever its inputs hold.
+// one unprofiled warm-up run), on whatever its inputs hold: the net's nodes, then the
+// tail's (after its Input) when the graph is cut.
 std::vector<double> time_nodes(InferenceSession& s, int iterations);
 
 }  // namespace bks
