@@ -1376,6 +1376,13 @@ TEST(DeploySession, PartsThroughANodeThenTheRestWhole) {
   EXPECT_LE(gap.worst / gap.scale, 1e-5);
   EXPECT_GT(gap.scale, 0.0);
   EXPECT_EQ(time_nodes(split, 1).size(), g.nodes.size());  // every node timed once
+  {  // blocked activations: the head's output, the handed value, is still written plain
+    Bundle blocked = b;
+    blocked.info[kActivationLayoutKey] = kBlockedLayout;
+    InferenceSession in_blocks(blocked, "blocked cut", 2, 0, 2, "a2");
+    gap = output_gap(whole, in_blocks, -1.f, 1.f, 5);
+    EXPECT_LE(gap.worst / gap.scale, 1e-5);
+  }
 
   b.info["micro_batch"] = "2";
   b.info[kPartsUntilKey] = "a2";

@@ -171,11 +171,9 @@ void InferenceSession::run() {
     }
     net_->forward();
     if (tail_net_) {
-      Tensor& all = tail_net_->net->value(tail_input_);
-      if (net_->is_blocked(handed_))
-        slice(net_->plain_copy(handed_), all, first);  // the tail's Input takes plain items
-      else
-        slice(net_->value(handed_), all, first);
+      // A net writes its outputs plain, as the tail's Input takes them.
+      BKS_CHECK(!net_->is_blocked(handed_), "the value handed to the tail is in a blocked layout");
+      slice(net_->value(handed_), tail_net_->net->value(tail_input_), first);
     } else {
       for (int v : net_->outputs()) slice(net_->value(v), whole_.at(v), first);
     }
