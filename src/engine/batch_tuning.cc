@@ -115,7 +115,7 @@ void choose_parts_until(const Bundle& b, const std::string& name, int threads, I
   double best_ms = 0.97 * sum_p[n];
   for (size_t k = 0; k + 1 < n; ++k) {
     const double ms = sum_p[k + 1] + sum_w[n] - sum_w[k + 1];
-    if (ms < best_ms && cut_graph_after(b.graph, static_cast<int>(k))) {
+    if (ms < best_ms && value_handed_after(b.graph, static_cast<int>(k)) >= 0) {
       best_ms = ms;
       best = static_cast<int>(k);
     }

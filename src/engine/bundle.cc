@@ -4,6 +4,7 @@
 #include <set>
 #include <string_view>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -23,12 +24,6 @@ constexpr const char* kPackedTensor = "bakusoku_packed";  // format 4
 constexpr const char* kRequiresKey = "bakusoku_requires";  // format 5
 // What this reader implements of what bundle_requirements can name.
 const std::set<std::string> kImplemented = {"int8_average_pooling"};
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
 
 // A format-5 header's requirements, each one this reader implements.
 void check_requirements(const std::map<std::string, std::string>& header, const std::string& path) {
@@ -105,7 +100,7 @@ void save_bundle(const std::string& path, const Bundle& b) {
   // The header: the format (the oldest that holds what the graph needs) and its requirements.
   const std::vector<std::string> needs = bundle_requirements(b.graph);
   std::map<std::string, std::string> header = {{kFormatKey, std::to_string(b.coded.empty() ? 2 : 4)}};
-  if (!needs.empty()) header = {{kFormatKey, "5"}, {kRequiresKey, joined(needs)}};
+  if (!needs.empty()) header = {{kFormatKey, "5"}, {kRequiresKey, fmt::format("{}", fmt::join(needs, ","))}};
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   if (b.coded.empty()) {
     meta.insert(header.begin(), header.end());

@@ -5,26 +5,31 @@
 
 namespace bks {
 
-std::optional<GraphCut> cut_graph_after(const Graph& g, int k) {
+int value_handed_after(const Graph& g, int k) {
   const int nodes = static_cast<int>(g.nodes.size());
-  if (k < 0 || k + 1 >= nodes) return std::nullopt;
+  if (k < 0 || k + 1 >= nodes) return -1;
   for (int n = k + 1; n < nodes; ++n)
-    if (op_traits(g.nodes[n]).external_input) return std::nullopt;
+    if (op_traits(g.nodes[n]).external_input) return -1;
   int handed = -1;
   for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     const Value& x = g.values[v];
     bool read_after = false;
     for (int c : x.consumers) read_after = read_after || c > k;
     if (x.producer > k || (x.producer < 0 && !read_after)) continue;
-    if (x.producer >= 0 && x.consumers.empty()) return std::nullopt;  // a net output before the cut
+    if (x.producer >= 0 && x.consumers.empty()) return -1;  // a net output before the cut
     if (!read_after) continue;
-    if (x.producer < 0 || handed >= 0) return std::nullopt;
+    if (x.producer < 0 || handed >= 0) return -1;
     handed = v;
   }
+  return handed;
+}
+
+std::optional<GraphCut> cut_graph_after(const Graph& g, int k) {
+  const int handed = value_handed_after(g, k);
   if (handed < 0) return std::nullopt;
+  const int nodes = static_cast<int>(g.nodes.size());
 
   GraphCut cut;
-  cut.handed = handed;
   cut.head = g;
   std::vector<bool> after(g.nodes.size(), false);
   for (int n = k + 1; n < nodes; ++n) after[n] = true;

@@ -10,14 +10,15 @@
 namespace bks {
 
 struct GraphCut {
-  Graph head;       // nodes 0..k; its one output is the value handed over
-  Graph tail;       // an Input giving that value (of g's shape for it, which the caller may set), then nodes k+1..
-  int handed = -1;  // the value handed over, in the whole graph
+  Graph head;  // nodes 0..k; its one output is the value handed over
+  Graph tail;  // an Input giving that value (of g's shape for it, which the caller may set), then nodes k+1..
 };
 
-// The cut after node k, or nullopt where the graph cannot be cut there: exactly one value
-// written by nodes 0..k must be read after k, none of them may be left unread (a net output
-// before the cut), and no node after k may take an external input.
+// The value a cut after node k hands over, or -1 where the graph cannot be cut there:
+// exactly one value written by nodes 0..k must be read after k, none of them may be left
+// unread (a net output before the cut), and no node after k may take an external input.
+int value_handed_after(const Graph& g, int k);
+// The cut after node k; nullopt where value_handed_after finds none.
 std::optional<GraphCut> cut_graph_after(const Graph& g, int k);
 
 }  // namespace bks

@@ -71,8 +71,9 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
     if (items > 0) set_input_batch(graph, items);
     return build_bundle_net(b, std::move(graph), source, threads, inference_options(b, source));
   };
-  auto build_whole = [&] {
-    bundle_net_ = build(b.graph, batch);
+  // It becomes the net the session runs (part by part when in parts).
+  auto use = [&](Graph graph, int64_t items) {
+    bundle_net_ = build(std::move(graph), items);
     net_ = bundle_net_->net.get();
     inputs_ = net_->inputs();
   };
@@ -91,20 +92,12 @@ InferenceSession::InferenceSession(const Bundle& b, const std::string& source, i
       input_error("{}: {} '{}' names no node the graph can be cut after", source, kPartsUntilKey,
                   parts_until->substr(0, 200));
   }
-  if (cut) {
-    bundle_net_ = build(cut->head, m);
-    net_ = bundle_net_->net.get();
-    inputs_ = net_->inputs();
-  } else {
-    bundle_net_ = build(b.graph, m > 0 ? m : batch);
-    net_ = bundle_net_->net.get();
-    inputs_ = net_->inputs();
-  }
+  use(cut ? cut->head : b.graph, m > 0 ? m : batch);
   if (inputs_.empty()) input_error("{}: the bundle's graph has no Input layer", source);
   if (m > 0 && !runs_in_parts(*net_, m)) {
     m = 0;  // not batch-sliceable after all: whole
     cut.reset();
-    build_whole();
+    use(b.graph, batch);
   }
   batch_ = net_->graph().values[inputs_[0]].shape.at(0);
   outputs_ = net_->outputs();

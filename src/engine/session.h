@@ -64,7 +64,7 @@ class InferenceSession {
   ~InferenceSession();
 
   // Value ids: the net's (the head's, when the graph is cut), and a tail value's id is its
-  // index in the tail's graph plus tail_offset().
+  // index in the tail's graph plus the head graph's value count.
   const std::vector<int>& inputs() const { return inputs_; }
   const std::vector<int>& outputs() const { return outputs_; }
   const std::string& value_name(int v) const;
@@ -75,7 +75,6 @@ class InferenceSession {
   // the head, and tail() the net of the rest (null when not cut).
   Net& net() { return *net_; }
   Net* tail() { return tail_net_ ? tail_net_->net.get() : nullptr; }
-  int tail_offset() const { return tail_offset_; }
   // The activation arenas' bytes (head and tail).
   size_t planned_bytes() const;
   int64_t batch() const { return batch_; }
